@@ -1,0 +1,111 @@
+# onnx2spmd: plain Makefile. `make` builds build/onnx2spmd; `make test`
+# runs everything CI runs. Every entry point first runs `make deps`, which
+# installs missing Debian and PyPI packages (quiet when all is there).
+
+CC       ?= cc
+CLANG    ?= clang
+CFLAGS   ?= -O2 -g
+WARN     := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
+INC      := -I. -Ibuild/gen
+LDLIBS   := -lprotobuf-c -lm
+VENV     := build/venv
+PY       := $(VENV)/bin/python
+FUZZ_SECONDS ?= 60
+
+LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c)
+GEN_SRC  := build/gen/onnx.pb-c.c
+TEST_SRC := $(wildcard tests/*/test_*.c)
+
+OBJ_DIR  := build/obj
+LIB_OBJ  := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o) $(OBJ_DIR)/gen/onnx.pb-c.o
+TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
+
+ASAN_DIR  := build/asan
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o
+ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
+
+.PHONY: all deps test unit cli asan fuzz demo models bench clean
+.DEFAULT_GOAL := all
+
+all: build/onnx2spmd
+
+deps:
+	@bash tools/deps.sh
+
+# ---- protobuf-c code, generated from the installed onnx package ---------
+build/gen/onnx.pb-c.c: | deps
+	@mkdir -p build/gen
+	@cp "$$($(PY) -c 'import onnx, os; print(os.path.dirname(onnx.__file__))')/onnx.proto" build/gen/onnx.proto
+	cd build/gen && protoc-c --c_out=. onnx.proto
+build/gen/onnx.pb-c.h: build/gen/onnx.pb-c.c
+
+# ---- compiler -----------------------------------------------------------
+$(OBJ_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -MMD -MP -c $< -o $@
+$(OBJ_DIR)/gen/onnx.pb-c.o: build/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(CFLAGS) $(INC) -c $< -o $@
+
+build/onnx2spmd: $(OBJ_DIR)/main.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- unit tests (CMocka) ------------------------------------------------
+build/tests/%: tests/%.c $(LIB_OBJ) tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -MMD -MP -o $@ $< $(LIB_OBJ) -lcmocka $(LDLIBS)
+
+unit: $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+
+cli: build/onnx2spmd
+	@bash tests/cli/test_cli.sh build/onnx2spmd
+
+# ---- sanitizers ---------------------------------------------------------
+$(ASAN_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(ASAN_FLAGS) $(INC) -MMD -MP -c $< -o $@
+$(ASAN_DIR)/gen/onnx.pb-c.o: build/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(ASAN_FLAGS) $(INC) -c $< -o $@
+$(ASAN_DIR)/tests/%: tests/%.c $(ASAN_OBJ) tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(ASAN_FLAGS) $(INC) -o $@ $< $(ASAN_OBJ) -lcmocka $(LDLIBS)
+$(ASAN_DIR)/onnx2spmd: $(ASAN_DIR)/main.o $(ASAN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+
+asan: $(ASAN_TESTS) $(ASAN_DIR)/onnx2spmd
+	@set -e; for t in $(ASAN_TESTS); do echo "== asan $$t"; $$t; done
+	@bash tests/cli/test_cli.sh $(ASAN_DIR)/onnx2spmd
+
+# ---- fuzzing (libFuzzer) ------------------------------------------------
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+build/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c $(LIB_SRC) $(GEN_SRC) | deps
+	@mkdir -p build/fuzz
+	$(CLANG) $(WARN) $(FUZZ_FLAGS) $(INC) -o $@ tests/fuzz/fuzz_frontend.c $(LIB_SRC) $(GEN_SRC) $(LDLIBS)
+
+fuzz: build/fuzz/fuzz_frontend
+	@mkdir -p build/fuzz/corpus
+	@cp -n tests/models/*.onnx tests/models/bad/*.onnx build/fuzz/corpus/ 2>/dev/null || true
+	build/fuzz/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	    -rss_limit_mb=2048 build/fuzz/corpus 2>&1 | grep -E "stat::number_of_executed_units|Done|ERROR|SUMMARY" || true
+	@test -z "$$(ls build/fuzz/crash-* 2>/dev/null)" || { echo "fuzz: crash found"; exit 1; }
+
+# ---- models and goldens -------------------------------------------------
+models: | deps
+	$(PY) tests/models/make_models.py
+
+# ---- top-level ----------------------------------------------------------
+test: deps all unit cli
+	@$(MAKE) --no-print-directory asan
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(if $(CI_FUZZ_SECONDS),$(CI_FUZZ_SECONDS),30)
+	@echo "make test: all passed"
+
+demo: deps all
+	build/onnx2spmd inspect tests/models/tiny_gpt.onnx
+
+clean:
+	rm -rf build/obj build/tests build/asan build/fuzz build/gen build/onnx2spmd
+
+-include $(shell find build/obj build/asan build/tests -name '*.d' 2>/dev/null)

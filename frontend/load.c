@@ -1,0 +1,526 @@
+/* load.c: decodes an ONNX ModelProto (protobuf-c, generated at build time
+ * from the onnx package's onnx.proto) and builds the IR.
+ *
+ * The pipeline is: decode, check opsets, import initializers, graph
+ * inputs (binding symbolic dims from --dim), nodes (ops, attributes,
+ * Constant values), graph outputs and value_info, then topological order,
+ * opset normalisation and shape inference. The first problem found stops
+ * the import with one diagnostic naming the file and the node, tensor or
+ * field at fault; no partial graph is returned.
+ */
+#include "frontend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "onnx.pb-c.h"
+
+typedef struct Loader {
+    Graph *g;
+    const Onnx__ModelProto *m;
+    const char *base_dir;
+    const FrontendOptions *opt;
+    int *dim_used; /* per --dim binding */
+    Diag *d;
+} Loader;
+
+static void proto_free(void *p)
+{
+    onnx__model_proto__free_unpacked(p, NULL);
+}
+
+static int is_default_domain(const char *dom)
+{
+    return !dom || !*dom || strcmp(dom, "ai.onnx") == 0;
+}
+
+static int load_opsets(Loader *L)
+{
+    const Onnx__ModelProto *m = L->m;
+    Graph *g = L->g;
+    g->ir_version = m->has_ir_version ? m->ir_version : 0;
+    g->producer = arena_strdup(&g->arena, m->producer_name ? m->producer_name : "");
+    g->opsets = arena_alloc(&g->arena, (m->n_opset_import + 1) * sizeof(OpsetImport));
+    g->opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        g->opsets[i].domain = arena_strdup(&g->arena, o->domain ? o->domain : "");
+        g->opsets[i].version = o->has_version ? o->version : 0;
+        if (is_default_domain(o->domain))
+            g->opset = g->opsets[i].version;
+    }
+    g->nopsets = (int)m->n_opset_import;
+    if (g->opset < 0) {
+        diag_add(L->d, "model imports no default-domain (ai.onnx) opset");
+        return -1;
+    }
+    if (g->opset < FRONTEND_OPSET_MIN || g->opset > FRONTEND_OPSET_MAX) {
+        diag_add(L->d, "opset_import: ai.onnx opset %lld is not supported (%d to %d)",
+                 (long long)g->opset, FRONTEND_OPSET_MIN, FRONTEND_OPSET_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads a declared tensor type: dtype and (optionally) shape. `bind` says
+ * whether symbolic dims must be bound (graph inputs) or may stay unknown. */
+static int load_type(Loader *L, const Onnx__ValueInfoProto *vi, Tensor *t,
+                     int is_input)
+{
+    const char *what = is_input ? "graph input" : "graph output";
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
+        if (!is_input && !tp)
+            return 0; /* outputs may leave their type to inference */
+        diag_add(L->d, "%s \"%s\": only tensor types are supported", what, t->name);
+        return -1;
+    }
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    int et = tt->has_elem_type ? tt->elem_type : 0;
+    if (is_input && !dtype_supported(et)) {
+        diag_add(L->d, "%s \"%s\": dtype %s is not supported (float32, int64, bool)", what,
+                 t->name, dtype_onnx_name(et));
+        return -1;
+    }
+    if (!tt->shape) {
+        if (is_input) {
+            diag_add(L->d, "%s \"%s\": has no shape; static shapes are required", what, t->name);
+            return -1;
+        }
+        return 0;
+    }
+    if (tt->shape->n_dim > IR_MAX_RANK) {
+        diag_add(L->d, "%s \"%s\": rank %zu is more than %d", what, t->name,
+                 tt->shape->n_dim, IR_MAX_RANK);
+        return -1;
+    }
+    int64_t dims[IR_MAX_RANK], numel = 1;
+    for (size_t i = 0; i < tt->shape->n_dim; i++) {
+        const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[i];
+        dims[i] = -1;
+        if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            dims[i] = dm->dim_value;
+            if (dims[i] < 0) {
+                diag_add(L->d, "%s \"%s\": dim %zu is negative (%lld)", what, t->name, i,
+                         (long long)dims[i]);
+                return -1;
+            }
+        } else if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                   dm->dim_param) {
+            for (int b = 0; b < L->opt->ndims; b++)
+                if (strcmp(L->opt->dims[b].name, dm->dim_param) == 0) {
+                    dims[i] = L->opt->dims[b].value;
+                    L->dim_used[b] = 1;
+                }
+            if (dims[i] < 0 && is_input) {
+                diag_add(L->d, "%s \"%s\": dim %zu is symbolic (\"%s\"); bind it with --dim %s=VALUE",
+                         what, t->name, i, dm->dim_param, dm->dim_param);
+                return -1;
+            }
+        } else if (is_input) {
+            diag_add(L->d, "%s \"%s\": dim %zu has no value; static shapes are required", what,
+                     t->name, i);
+            return -1;
+        }
+        if (is_input && ck_mul_i64(numel, dims[i], &numel)) {
+            diag_add(L->d, "%s \"%s\": element count overflows int64", what, t->name);
+            return -1;
+        }
+    }
+    if (is_input) {
+        if (ck_mul_i64(numel, (int64_t)dtype_size((DType)et), &t->nbytes)) {
+            diag_add(L->d, "%s \"%s\": byte size overflows int64", what, t->name);
+            return -1;
+        }
+        t->dtype = (DType)et;
+        t->rank = (int)tt->shape->n_dim;
+        memcpy(t->dims, dims, (size_t)t->rank * sizeof(int64_t));
+    } else {
+        t->decl_rank = (int)tt->shape->n_dim;
+        memcpy(t->decl_dims, dims, (size_t)t->decl_rank * sizeof(int64_t));
+    }
+    return 0;
+}
+
+static int load_initializers(Loader *L)
+{
+    const Onnx__GraphProto *gp = L->m->graph;
+    if (gp->n_sparse_initializer) {
+        diag_add(L->d, "sparse initializer \"%s\": sparse tensors are not supported",
+                 gp->sparse_initializer[0]->values && gp->sparse_initializer[0]->values->name
+                     ? gp->sparse_initializer[0]->values->name : "");
+        return -1;
+    }
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !*tp->name) {
+            diag_add(L->d, "initializer %zu has no name", i);
+            return -1;
+        }
+        if (graph_tensor_find(L->g, tp->name)) {
+            diag_add(L->d, "initializer \"%s\" is defined twice", tp->name);
+            return -1;
+        }
+        Tensor *t = graph_tensor_get(L->g, tp->name);
+        t->is_initializer = 1;
+        if (frontend_tensor_import(L->g, tp, t, L->base_dir, "initializer", L->d))
+            return -1;
+    }
+    return 0;
+}
+
+static int load_inputs(Loader *L)
+{
+    const Onnx__GraphProto *gp = L->m->graph;
+    Graph *g = L->g;
+    g->inputs = arena_alloc(&g->arena, (gp->n_input + 1) * sizeof(Tensor *));
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        const char *name = vi->name ? vi->name : "";
+        Tensor *t = graph_tensor_find(g, name);
+        if (t && t->is_initializer)
+            continue; /* IR < 4 lists initializers as inputs too */
+        if (t) {
+            diag_add(L->d, "graph input \"%s\" is listed twice", name);
+            return -1;
+        }
+        if (!*name) {
+            diag_add(L->d, "graph input %zu has no name", i);
+            return -1;
+        }
+        t = graph_tensor_get(g, name);
+        t->is_input = 1;
+        if (load_type(L, vi, t, 1))
+            return -1;
+        g->inputs[g->ninputs++] = t;
+    }
+    return 0;
+}
+
+static int load_attr(Loader *L, Node *n, const Onnx__AttributeProto *ap, Attr *a)
+{
+    Graph *g = L->g;
+    a->name = arena_strdup(&g->arena, ap->name ? ap->name : "");
+    if (ap->ref_attr_name && *ap->ref_attr_name) {
+        diag_add(L->d, "node \"%s\" (%s): attribute \"%s\" refers to a function attribute",
+                 n->name, node_op_name(n), a->name);
+        return -1;
+    }
+    int type = ap->has_type ? (int)ap->type : 0;
+    if (!type) /* IR 1 had no type field: infer it from the field in use */
+        type = ap->has_f ? ATTR_FLOAT : ap->has_i ? ATTR_INT : ap->has_s ? ATTR_STRING
+             : ap->t ? ATTR_TENSOR : ap->g ? ATTR_GRAPH : ap->n_floats ? ATTR_FLOATS
+             : ap->n_ints ? ATTR_INTS : ap->n_strings ? ATTR_STRINGS : ATTR_OTHER;
+    switch (type) {
+    case ATTR_FLOAT: a->f = ap->f; break;
+    case ATTR_INT: a->i = ap->i; break;
+    case ATTR_STRING:
+        a->s = arena_strndup(&g->arena, (const char *)ap->s.data, ap->s.len);
+        break;
+    case ATTR_FLOATS:
+        if (ap->n_floats > (1u << 24))
+            goto too_long;
+        a->n = (int)ap->n_floats;
+        a->floats = arena_alloc(&g->arena, (ap->n_floats + 1) * sizeof(float));
+        memcpy(a->floats, ap->floats, ap->n_floats * sizeof(float));
+        break;
+    case ATTR_INTS:
+        if (ap->n_ints > (1u << 24))
+            goto too_long;
+        a->n = (int)ap->n_ints;
+        a->ints = arena_alloc(&g->arena, (ap->n_ints + 1) * sizeof(int64_t));
+        memcpy(a->ints, ap->ints, ap->n_ints * sizeof(int64_t));
+        break;
+    case ATTR_TENSOR: {
+        if (!ap->t) {
+            diag_add(L->d, "node \"%s\" (%s): tensor attribute \"%s\" has no value", n->name,
+                     node_op_name(n), a->name);
+            return -1;
+        }
+        char what[512];
+        snprintf(what, sizeof(what), "node \"%s\" (%s): attribute \"%s\", tensor", n->name,
+                 node_op_name(n), a->name);
+        a->t = arena_alloc(&g->arena, sizeof(Tensor));
+        a->t->name = arena_strdup(&g->arena, ap->t->name && *ap->t->name ? ap->t->name : a->name);
+        a->t->decl_rank = -1;
+        if (frontend_tensor_import(g, ap->t, a->t, L->base_dir, what, L->d))
+            return -1;
+        break;
+    }
+    default:
+        type = ATTR_OTHER;
+        break;
+    }
+    a->type = (AttrType)type;
+    return 0;
+too_long:
+    diag_add(L->d, "node \"%s\" (%s): attribute \"%s\" is too long", n->name,
+             node_op_name(n), a->name);
+    return -1;
+}
+
+/* Constant's value arrives in one of several attributes; all become data
+ * of the output tensor. */
+static int load_constant(Loader *L, Node *n)
+{
+    Tensor *out = n->outputs[0];
+    for (int i = 0; i < n->nattrs; i++) {
+        const Attr *a = &n->attrs[i];
+        if (strcmp(a->name, "value") == 0 && a->type == ATTR_TENSOR) {
+            out->dtype = a->t->dtype;
+            out->rank = a->t->rank;
+            memcpy(out->dims, a->t->dims, sizeof(out->dims));
+            out->data = a->t->data;
+            out->nbytes = a->t->nbytes;
+            return 0;
+        }
+        if (strcmp(a->name, "value_float") == 0 || strcmp(a->name, "value_int") == 0) {
+            int is_f = a->type == ATTR_FLOAT;
+            void *p = arena_alloc(&L->g->arena, 8);
+            if (is_f)
+                memcpy(p, &a->f, 4);
+            else
+                memcpy(p, &a->i, 8);
+            out->dtype = is_f ? DT_F32 : DT_I64;
+            out->rank = 0;
+            out->data = p;
+            out->nbytes = is_f ? 4 : 8;
+            return 0;
+        }
+        if (strcmp(a->name, "value_floats") == 0 || strcmp(a->name, "value_ints") == 0) {
+            int is_f = a->type == ATTR_FLOATS;
+            out->dtype = is_f ? DT_F32 : DT_I64;
+            out->rank = 1;
+            out->dims[0] = a->n;
+            out->data = is_f ? (const void *)a->floats : (const void *)a->ints;
+            out->nbytes = (int64_t)a->n * (is_f ? 4 : 8);
+            return 0;
+        }
+    }
+    diag_add(L->d, "node \"%s\" (Constant): has no supported value attribute (value, value_float(s), value_int(s))",
+             n->name);
+    return -1;
+}
+
+static int node_is_function(const Onnx__ModelProto *m, const Onnx__NodeProto *np)
+{
+    for (size_t i = 0; i < m->n_functions; i++) {
+        const Onnx__FunctionProto *f = m->functions[i];
+        if (f->name && strcmp(f->name, np->op_type) == 0 &&
+            strcmp(f->domain ? f->domain : "", np->domain ? np->domain : "") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int load_nodes(Loader *L)
+{
+    const Onnx__GraphProto *gp = L->m->graph;
+    Graph *g = L->g;
+    /* Pass 1: create nodes and their outputs, so inputs may refer to
+     * tensors produced later in an unsorted graph. */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *op = np->op_type ? np->op_type : "";
+        const char *label = np->name && *np->name ? np->name : NULL;
+        char fallback[96];
+        if (!label) {
+            snprintf(fallback, sizeof(fallback), "%s_%zu", op, i);
+            label = fallback;
+        }
+        if (strcmp(op, "If") == 0 || strcmp(op, "Loop") == 0 || strcmp(op, "Scan") == 0) {
+            diag_add(L->d, "node \"%s\" (%s): control flow is not supported", label, op);
+            return -1;
+        }
+        if (node_is_function(L->m, np)) {
+            diag_add(L->d, "node \"%s\" (%s): calls a model-local function, which is not supported",
+                     label, op);
+            return -1;
+        }
+        int kind = is_default_domain(np->domain) ? op_from_name(op) : -1;
+        if (kind < 0) {
+            diag_add(L->d, "node \"%s\": op \"%s\"%s%s is not supported", label, op,
+                     is_default_domain(np->domain) ? "" : " of domain ",
+                     is_default_domain(np->domain) ? "" : np->domain);
+            return -1;
+        }
+        if (g->opset < op_table[kind].since_opset) {
+            diag_add(L->d, "node \"%s\" (%s): needs opset %d but the model imports opset %lld",
+                     label, op, op_table[kind].since_opset, (long long)g->opset);
+            return -1;
+        }
+        Node *n = graph_node_add(g, (OpKind)kind, np->name);
+        n->noutputs = (int)np->n_output;
+        n->outputs = arena_alloc(&g->arena, (np->n_output + 1) * sizeof(Tensor *));
+        for (size_t k = 0; k < np->n_output; k++) {
+            const char *nm = np->output[k];
+            if (!nm || !*nm)
+                continue;
+            Tensor *t = graph_tensor_find(g, nm);
+            if (t && (t->producer || t->is_input || t->is_initializer)) {
+                diag_add(L->d, "node \"%s\" (%s): output \"%s\" is already defined%s", n->name,
+                         op, nm, t->producer ? " by another node" : " as a graph input or initializer");
+                return -1;
+            }
+            t = graph_tensor_get(g, nm);
+            t->producer = n;
+            n->outputs[k] = t;
+        }
+        n->nattrs = (int)np->n_attribute;
+        n->attrs = arena_alloc(&g->arena, (np->n_attribute + 1) * sizeof(Attr));
+        for (size_t k = 0; k < np->n_attribute; k++)
+            if (load_attr(L, n, np->attribute[k], &n->attrs[k]))
+                return -1;
+        if (n->op == OP_CONSTANT && n->noutputs >= 1 && n->outputs[0] && load_constant(L, n))
+            return -1;
+    }
+    /* Pass 2: resolve inputs. */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        Node *n = g->nodes[i];
+        n->ninputs = (int)np->n_input;
+        n->inputs = arena_alloc(&g->arena, (np->n_input + 1) * sizeof(Tensor *));
+        for (size_t k = 0; k < np->n_input; k++) {
+            const char *nm = np->input[k];
+            if (!nm || !*nm)
+                continue;
+            Tensor *t = graph_tensor_find(g, nm);
+            if (!t || !(t->producer || t->is_input || t->is_initializer)) {
+                diag_add(L->d, "node \"%s\" (%s): input \"%s\" is not produced by any node, graph input or initializer",
+                         n->name, node_op_name(n), nm);
+                return -1;
+            }
+            n->inputs[k] = t;
+        }
+    }
+    return 0;
+}
+
+static int load_outputs(Loader *L)
+{
+    const Onnx__GraphProto *gp = L->m->graph;
+    Graph *g = L->g;
+    g->outputs = arena_alloc(&g->arena, (gp->n_output + 1) * sizeof(Tensor *));
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *nm = gp->output[i]->name ? gp->output[i]->name : "";
+        Tensor *t = graph_tensor_find(g, nm);
+        if (!t) {
+            diag_add(L->d, "graph output \"%s\" is not produced by any node, graph input or initializer", nm);
+            return -1;
+        }
+        if (load_type(L, gp->output[i], t, 0))
+            return -1;
+        t->is_output = 1;
+        g->outputs[g->noutputs++] = t;
+    }
+    if (g->noutputs == 0) {
+        diag_add(L->d, "graph has no outputs");
+        return -1;
+    }
+    for (size_t i = 0; i < gp->n_value_info; i++) {
+        Tensor *t = gp->value_info[i]->name ? graph_tensor_find(g, gp->value_info[i]->name) : NULL;
+        if (t && t->producer && t->decl_rank < 0 && load_type(L, gp->value_info[i], t, 0))
+            return -1;
+    }
+    return 0;
+}
+
+static int load_model(Loader *L)
+{
+    if (!L->m->graph) {
+        diag_add(L->d, "model has no graph");
+        return -1;
+    }
+    if (L->m->n_training_info) {
+        diag_add(L->d, "training_info is not supported");
+        return -1;
+    }
+    L->g->name = arena_strdup(&L->g->arena, L->m->graph->name);
+    if (load_opsets(L) || load_initializers(L) || load_inputs(L) || load_nodes(L) ||
+        load_outputs(L))
+        return -1;
+    for (int b = 0; b < L->opt->ndims; b++)
+        if (!L->dim_used[b]) {
+            diag_add(L->d, "--dim %s: no graph input has a symbolic dim of that name",
+                     L->opt->dims[b].name);
+            return -1;
+        }
+    if (graph_toposort(L->g, L->d) || frontend_normalize(L->g, L->d))
+        return -1;
+    graph_link_consumers(L->g);
+    return ir_infer_shapes(L->g, L->d);
+}
+
+int frontend_load_buffer(const void *buf, size_t len, const char *name,
+                         const char *base_dir, const FrontendOptions *opt,
+                         Graph **out, Diag *d)
+{
+    static const FrontendOptions none = {0};
+    Loader L = {.base_dir = base_dir, .opt = opt ? opt : &none, .d = d};
+    *out = NULL;
+    L.g = graph_new(name);
+    L.dim_used = calloc((size_t)L.opt->ndims + 1, sizeof(int));
+    if (!L.dim_used)
+        abort();
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    if (!m) {
+        diag_add(d, "not a valid ONNX model (protobuf decoding failed; truncated or corrupt file?)");
+        goto fail;
+    }
+    L.g->proto = m;
+    L.g->proto_free = proto_free;
+    L.m = m;
+    if (load_model(&L))
+        goto fail;
+    free(L.dim_used);
+    *out = L.g;
+    return 0;
+fail:
+    free(L.dim_used);
+    graph_free(L.g);
+    return -1;
+}
+
+int frontend_load_file(const char *path, const FrontendOptions *opt, Graph **out,
+                       Diag *d)
+{
+    int fd = -1, rc = -1;
+    void *map = MAP_FAILED;
+    struct stat st;
+    char dir[PATH_MAX];
+    *out = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        diag_add(d, "cannot open: %s", strerror(errno));
+        goto cleanup;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        diag_add(d, "not a regular file");
+        goto cleanup;
+    }
+    if (st.st_size == 0) {
+        diag_add(d, "file is empty");
+        goto cleanup;
+    }
+    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        diag_add(d, "cannot map: %s", strerror(errno));
+        goto cleanup;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    rc = frontend_load_buffer(map, (size_t)st.st_size, path, dirname(dir), opt, out, d);
+cleanup:
+    if (map != MAP_FAILED)
+        munmap(map, (size_t)st.st_size);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}

@@ -1,0 +1,106 @@
+/* normalize.c: one IR form for every opset from 13 to 21.
+ *
+ * Later opsets moved several attributes to inputs (Reshape's shape since 5,
+ * Slice's starts/ends/axes/steps since 10, Split's split, Squeeze's and
+ * Unsqueeze's and ReduceSum's axes since 13, ReduceMean's since 18). The
+ * compiler needs their values at compile time anyway (static shapes), so
+ * each such input must be a constant (an initializer or a Constant node);
+ * its values become the attribute of the old form and the input is
+ * dropped. After this pass the arity columns of ops.def hold.
+ */
+#include "frontend.h"
+
+#include <string.h>
+
+typedef struct FoldRule {
+    OpKind op;
+    int first;                 /* first input index folded */
+    const char *names[4];      /* attribute per folded input, in order */
+} FoldRule;
+
+static const FoldRule fold_rules[] = {
+    {OP_RESHAPE, 1, {"shape"}},
+    {OP_SLICE, 1, {"starts", "ends", "axes", "steps"}},
+    {OP_SPLIT, 1, {"split"}},
+    {OP_SQUEEZE, 1, {"axes"}},
+    {OP_UNSQUEEZE, 1, {"axes"}},
+    {OP_REDUCE_SUM, 1, {"axes"}},
+    {OP_REDUCE_MEAN, 1, {"axes"}},
+};
+
+static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
+{
+    Tensor *t = n->inputs[idx];
+    if (!t)
+        return 0; /* an omitted optional input keeps the default */
+    if (!t->data && t->nbytes != 0) {
+        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a constant: dynamic values are not supported",
+                 n->name, node_op_name(n), t->name, attr);
+        return -1;
+    }
+    if (t->dtype != DT_I64 || t->rank > 1) {
+        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a 1-D int64 constant",
+                 n->name, node_op_name(n), t->name, attr);
+        return -1;
+    }
+    int64_t count = t->rank == 0 ? 1 : t->dims[0];
+    if (count > 64) {
+        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) has %lld entries (at most 64)",
+                 n->name, node_op_name(n), t->name, attr, (long long)count);
+        return -1;
+    }
+    int64_t vals[64];
+    if (count)
+        memcpy(vals, t->data, (size_t)count * sizeof(int64_t)); /* may be unaligned */
+    node_attr_set_ints(g, n, attr, vals, (int)count);
+    return 0;
+}
+
+int frontend_normalize(Graph *g, Diag *d)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        const OpInfo *info = &op_table[n->op];
+        for (size_t r = 0; r < sizeof(fold_rules) / sizeof(fold_rules[0]); r++) {
+            const FoldRule *fr = &fold_rules[r];
+            if (fr->op != n->op || n->ninputs <= fr->first)
+                continue;
+            int nfold = n->ninputs - fr->first;
+            if (nfold > 4 || !fr->names[nfold - 1]) {
+                diag_add(d, "node \"%s\" (%s): has %d inputs, at most %d expected", n->name,
+                         info->name, n->ninputs, fr->first + (int)(sizeof(fr->names) / sizeof(fr->names[0])));
+                return -1;
+            }
+            for (int k = 0; k < nfold; k++)
+                if (fold_input(g, n, fr->first + k, fr->names[k], d))
+                    return -1;
+            n->ninputs = fr->first;
+        }
+        /* Trailing omitted optional inputs/outputs do not count. */
+        while (n->ninputs > 0 && !n->inputs[n->ninputs - 1])
+            n->ninputs--;
+        while (n->noutputs > 1 && !n->outputs[n->noutputs - 1])
+            n->noutputs--;
+        if (n->ninputs < info->min_inputs || n->ninputs > info->max_inputs) {
+            diag_add(d, "node \"%s\" (%s): has %d inputs, expected %d to %d", n->name,
+                     info->name, n->ninputs, info->min_inputs, info->max_inputs);
+            return -1;
+        }
+        if (n->noutputs < info->min_outputs || n->noutputs > info->max_outputs) {
+            diag_add(d, "node \"%s\" (%s): has %d outputs, expected %d to %d", n->name,
+                     info->name, n->noutputs, info->min_outputs, info->max_outputs);
+            return -1;
+        }
+        for (int k = 0; k < info->min_inputs; k++)
+            if (!n->inputs[k]) {
+                diag_add(d, "node \"%s\" (%s): required input %d is empty", n->name,
+                         info->name, k);
+                return -1;
+            }
+        if (!n->outputs[0]) {
+            diag_add(d, "node \"%s\" (%s): first output is empty", n->name, info->name);
+            return -1;
+        }
+    }
+    return 0;
+}

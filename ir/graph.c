@@ -1,0 +1,360 @@
+/* graph.c: tensors, nodes, attributes, the op table and topological order.
+ *
+ * Tensors are found by name through an open-addressing hash owned by the
+ * graph arena. graph_toposort() runs Kahn's algorithm keeping the model's
+ * own order among ready nodes, so an already-sorted graph is unchanged and
+ * the result is deterministic; a cycle is reported by walking back from a
+ * node that never became ready until a node repeats, which names a node
+ * that really lies on the cycle (not merely downstream of it).
+ */
+#include "ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+const OpInfo op_table[OP_COUNT] = {
+#define OP(e, nm, mi, ma, mo, mao, since, fn) [e] = {nm, mi, ma, mo, mao, since, fn},
+#include "ops.def"
+#undef OP
+};
+
+int op_from_name(const char *onnx_name)
+{
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(op_table[i].name, onnx_name) == 0)
+            return i;
+    return -1;
+}
+
+const char *node_op_name(const Node *n)
+{
+    return op_table[n->op].name;
+}
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+static const char *const onnx_dtype_names[] = {
+    "undefined", "float32", "uint8", "int8", "uint16", "int16", "int32",
+    "int64", "string", "bool", "float16", "float64", "uint32", "uint64",
+    "complex64", "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz",
+    "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
+    "float8e8m0", "uint2", "int2",
+};
+
+const char *dtype_onnx_name(int t)
+{
+    int n = (int)(sizeof(onnx_dtype_names) / sizeof(onnx_dtype_names[0]));
+    return t >= 0 && t < n ? onnx_dtype_names[t] : "unknown";
+}
+
+const char *dtype_name(DType t)
+{
+    return dtype_onnx_name((int)t);
+}
+
+size_t dtype_size(DType t)
+{
+    switch (t) {
+    case DT_F32: return 4;
+    case DT_I64: return 8;
+    case DT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+int dtype_supported(int t)
+{
+    return t == DT_F32 || t == DT_I64 || t == DT_BOOL;
+}
+
+/* ---- graph and tensors -------------------------------------------------- */
+
+Graph *graph_new(const char *path)
+{
+    Graph *g = calloc(1, sizeof(Graph));
+    if (!g)
+        abort();
+    g->path = arena_strdup(&g->arena, path ? path : "<memory>");
+    g->index_cap = 256;
+    g->index = arena_alloc(&g->arena, (size_t)g->index_cap * sizeof(Tensor *));
+    return g;
+}
+
+void graph_free(Graph *g)
+{
+    if (!g)
+        return;
+    if (g->proto && g->proto_free)
+        g->proto_free(g->proto);
+    for (Mapping *m = g->maps; m; m = m->next)
+        munmap(m->addr, m->len);
+    arena_free(&g->arena);
+    free(g);
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+Tensor *graph_tensor_find(const Graph *g, const char *name)
+{
+    uint64_t mask = (uint64_t)g->index_cap - 1;
+    for (uint64_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
+        Tensor *t = g->index[i];
+        if (!t || strcmp(t->name, name) == 0)
+            return t;
+    }
+}
+
+static void index_insert(Graph *g, Tensor *t)
+{
+    uint64_t mask = (uint64_t)g->index_cap - 1;
+    uint64_t i = name_hash(t->name) & mask;
+    while (g->index[i])
+        i = (i + 1) & mask;
+    g->index[i] = t;
+}
+
+/* Grows an arena-backed pointer array by doubling (old storage stays in the
+ * arena until the graph is freed; total waste is bounded by the final size). */
+static void **grow(Arena *a, void **arr, int n, int *cap)
+{
+    if (n < *cap)
+        return arr;
+    int nc = *cap ? 2 * *cap : 16;
+    void **na = arena_alloc(a, (size_t)nc * sizeof(void *));
+    if (n)
+        memcpy(na, arr, (size_t)n * sizeof(void *));
+    *cap = nc;
+    return na;
+}
+
+Tensor *graph_tensor_get(Graph *g, const char *name)
+{
+    Tensor *t = graph_tensor_find(g, name);
+    if (t)
+        return t;
+    if (2 * (g->ntensors + 1) > g->index_cap) {
+        g->index_cap *= 2;
+        g->index = arena_alloc(&g->arena, (size_t)g->index_cap * sizeof(Tensor *));
+        for (int i = 0; i < g->ntensors; i++)
+            index_insert(g, g->tensors[i]);
+    }
+    t = arena_alloc(&g->arena, sizeof(Tensor));
+    t->name = arena_strdup(&g->arena, name);
+    t->id = g->ntensors;
+    t->rank = -1;
+    t->decl_rank = -1;
+    g->tensors = (Tensor **)grow(&g->arena, (void **)g->tensors, g->ntensors,
+                                 &g->tensors_cap);
+    g->tensors[g->ntensors++] = t;
+    index_insert(g, t);
+    return t;
+}
+
+Node *graph_node_add(Graph *g, OpKind op, const char *name)
+{
+    Node *n = arena_alloc(&g->arena, sizeof(Node));
+    n->op = op;
+    n->id = g->nnodes;
+    if (name && *name) {
+        n->name = arena_strdup(&g->arena, name);
+    } else {
+        char buf[96];
+        snprintf(buf, sizeof(buf), "%s_%d", op_table[op].name, g->nnodes);
+        n->name = arena_strdup(&g->arena, buf);
+    }
+    g->nodes = (Node **)grow(&g->arena, (void **)g->nodes, g->nnodes, &g->nodes_cap);
+    g->nodes[g->nnodes++] = n;
+    return n;
+}
+
+int64_t tensor_numel(const Tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dims[i]; /* bounded by shape inference's checked product */
+    return n;
+}
+
+/* ---- attributes --------------------------------------------------------- */
+
+const Attr *node_attr(const Node *n, const char *name)
+{
+    for (int i = 0; i < n->nattrs; i++)
+        if (strcmp(n->attrs[i].name, name) == 0)
+            return &n->attrs[i];
+    return NULL;
+}
+
+int64_t node_attr_int(const Node *n, const char *name, int64_t dflt)
+{
+    const Attr *a = node_attr(n, name);
+    return a && a->type == ATTR_INT ? a->i : dflt;
+}
+
+float node_attr_float(const Node *n, const char *name, float dflt)
+{
+    const Attr *a = node_attr(n, name);
+    return a && a->type == ATTR_FLOAT ? a->f : dflt;
+}
+
+const char *node_attr_str(const Node *n, const char *name, const char *dflt)
+{
+    const Attr *a = node_attr(n, name);
+    return a && a->type == ATTR_STRING ? a->s : dflt;
+}
+
+void node_attr_set_ints(Graph *g, Node *n, const char *name,
+                        const int64_t *vals, int count)
+{
+    Attr *a = (Attr *)node_attr(n, name);
+    if (!a) {
+        Attr *na = arena_alloc(&g->arena, (size_t)(n->nattrs + 1) * sizeof(Attr));
+        if (n->nattrs)
+            memcpy(na, n->attrs, (size_t)n->nattrs * sizeof(Attr));
+        n->attrs = na;
+        a = &na[n->nattrs++];
+        a->name = arena_strdup(&g->arena, name);
+    }
+    a->type = ATTR_INTS;
+    a->n = count;
+    a->ints = arena_alloc(&g->arena, (size_t)(count ? count : 1) * sizeof(int64_t));
+    if (count)
+        memcpy(a->ints, vals, (size_t)count * sizeof(int64_t));
+}
+
+char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap)
+{
+    size_t off = 0;
+    off += (size_t)snprintf(buf + off, cap - off, "[");
+    for (int i = 0; i < rank && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%lld", i ? ", " : "",
+                                (long long)dims[i]);
+    if (off < cap)
+        snprintf(buf + off, cap - off, "]");
+    return buf;
+}
+
+/* ---- order -------------------------------------------------------------- */
+
+void graph_link_consumers(Graph *g)
+{
+    for (int i = 0; i < g->ntensors; i++) {
+        g->tensors[i]->nconsumers = 0;
+        g->tensors[i]->consumers = NULL;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->ninputs; j++)
+            if (g->nodes[i]->inputs[j])
+                g->nodes[i]->inputs[j]->nconsumers++;
+    for (int i = 0; i < g->ntensors; i++) {
+        Tensor *t = g->tensors[i];
+        if (t->nconsumers)
+            t->consumers = arena_alloc(&g->arena, (size_t)t->nconsumers * sizeof(Node *));
+        t->nconsumers = 0;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        for (int j = 0; j < n->ninputs; j++) {
+            Tensor *t = n->inputs[j];
+            /* A node reading the same tensor twice is one consumer. */
+            if (t && (t->nconsumers == 0 || t->consumers[t->nconsumers - 1] != n))
+                t->consumers[t->nconsumers++] = n;
+        }
+    }
+}
+
+int graph_toposort(Graph *g, Diag *d)
+{
+    int nn = g->nnodes, rc = -1;
+    int *pending = calloc((size_t)nn + 1, sizeof(int));
+    Node **order = calloc((size_t)nn + 1, sizeof(Node *));
+    int *ready = calloc((size_t)nn + 1, sizeof(int));
+    if (!pending || !order || !ready)
+        abort();
+    for (int i = 0; i < nn; i++)
+        g->nodes[i]->id = i;
+    graph_link_consumers(g);
+    /* pending[i]: inputs of node i whose producer has not been placed yet. */
+    for (int i = 0; i < nn; i++) {
+        Node *n = g->nodes[i];
+        for (int j = 0; j < n->ninputs; j++)
+            if (n->inputs[j] && n->inputs[j]->producer)
+                pending[i]++;
+    }
+    /* Ready nodes are taken lowest model index first: a min-heap would be
+     * O(n log n) but a sorted model (the norm) only ever has the next node
+     * ready, so a linear scan from a moving cursor is as fast in practice. */
+    int nready = 0, placed = 0;
+    for (int i = 0; i < nn; i++)
+        if (!pending[i])
+            ready[i] = 1, nready++;
+    int cursor = 0;
+    while (nready) {
+        while (!ready[cursor])
+            cursor++;
+        int i = cursor;
+        ready[i] = 0;
+        nready--;
+        Node *n = g->nodes[i];
+        order[placed++] = n;
+        pending[i] = -1;
+        for (int k = 0; k < n->noutputs; k++) {
+            Tensor *t = n->outputs[k];
+            if (!t)
+                continue;
+            for (int c = 0; c < t->nconsumers; c++) {
+                Node *u = t->consumers[c];
+                for (int j = 0; j < u->ninputs; j++)
+                    if (u->inputs[j] == t && --pending[u->id] == 0) {
+                        ready[u->id] = 1;
+                        nready++;
+                        if (u->id < cursor)
+                            cursor = u->id;
+                    }
+            }
+        }
+    }
+    if (placed < nn) {
+        /* Walk back through unplaced producers; the walk must revisit a node
+         * within nn steps, and that node lies on a cycle. */
+        Node *n = NULL;
+        for (int i = 0; i < nn && !n; i++)
+            if (pending[i] > 0)
+                n = g->nodes[i];
+        int *seen = calloc((size_t)nn, sizeof(int));
+        if (!seen)
+            abort();
+        while (!seen[n->id]) {
+            seen[n->id] = 1;
+            Node *prev = NULL;
+            for (int j = 0; j < n->ninputs && !prev; j++) {
+                Tensor *t = n->inputs[j];
+                if (t && t->producer && pending[t->producer->id] > 0)
+                    prev = t->producer;
+            }
+            IR_ASSERT(prev);
+            n = prev;
+        }
+        free(seen);
+        diag_add(d, "node \"%s\" (%s): lies on a cycle in the graph", n->name,
+                 node_op_name(n));
+        goto cleanup;
+    }
+    memcpy(g->nodes, order, (size_t)nn * sizeof(Node *));
+    for (int i = 0; i < nn; i++)
+        g->nodes[i]->id = i;
+    rc = 0;
+cleanup:
+    free(pending);
+    free(order);
+    free(ready);
+    return rc;
+}

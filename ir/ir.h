@@ -1,0 +1,239 @@
+/* ir.h: the intermediate representation every stage works on.
+ *
+ * A Graph owns everything it points to through one Arena; graph_free()
+ * releases the arena, the decoded protobuf message and any mapped external
+ * data files at once. Tensors carry static shapes after ir_infer_shapes();
+ * initializer data points into the decoded model or a mapped file and is
+ * never copied. Library code never prints: fallible functions return -1 and
+ * append a one-line diagnostic to a Diag.
+ *
+ * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), shape.c and
+ * shape_nn.c (shape inference), the op table (ops.def).
+ */
+#ifndef ONNX2SPMD_IR_H
+#define ONNX2SPMD_IR_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ONNX2SPMD_VERSION "0.1.0"
+#define IR_MAX_RANK 8
+
+/* Internal invariants only; never for anything user input can trigger. */
+#define IR_ASSERT(cond)                                                        \
+    ((cond) ? (void)0 : ir_assert_fail(#cond, __FILE__, __LINE__))
+void ir_assert_fail(const char *expr, const char *file, int line);
+
+/* ---- arena.c ------------------------------------------------------------ */
+
+typedef struct ArenaBlock ArenaBlock;
+typedef struct Arena {
+    ArenaBlock *head;
+} Arena;
+
+void *arena_alloc(Arena *a, size_t size); /* zeroed; aborts on OOM */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+void arena_free(Arena *a);
+
+/* Checked arithmetic for every size derived from input: 0 on success, -1
+ * when the result overflows (or, for int64, would be negative). */
+int ck_mul_i64(int64_t a, int64_t b, int64_t *out);
+int ck_add_i64(int64_t a, int64_t b, int64_t *out);
+int ck_mul_size(size_t a, size_t b, size_t *out);
+
+/* ---- diag.c ------------------------------------------------------------- */
+
+/* A list of one-line diagnostics. `context` (usually the model path) is
+ * prefixed to each message, so a line names the file and the culprit. */
+typedef struct Diag {
+    char **msgs;
+    int n, cap;
+    const char *context;
+} Diag;
+
+void diag_init(Diag *d, const char *context);
+void diag_add(Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void diag_vadd(Diag *d, const char *fmt, va_list ap);
+const char *diag_first(const Diag *d); /* "" when empty */
+void diag_free(Diag *d);
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+/* Values match TensorProto.DataType so import is a range check. */
+typedef enum DType {
+    DT_UNDEFINED = 0,
+    DT_F32 = 1,
+    DT_I64 = 7,
+    DT_BOOL = 9,
+} DType;
+
+const char *dtype_name(DType t);           /* "float32", "int64", "bool" */
+size_t dtype_size(DType t);                /* 0 for unsupported */
+int dtype_supported(int onnx_type);        /* 1 for f32, i64, bool */
+const char *dtype_onnx_name(int onnx_type); /* name of any ONNX dtype */
+
+/* ---- op table ----------------------------------------------------------- */
+
+typedef enum OpKind {
+#define OP(e, name, mi, ma, mo, mao, since, fn) e,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} OpKind;
+
+typedef struct Node Node;
+typedef struct Graph Graph;
+typedef int (*ShapeFn)(Graph *g, Node *n, Diag *d);
+
+typedef struct OpInfo {
+    const char *name;
+    int min_inputs, max_inputs, min_outputs, max_outputs;
+    int since_opset;
+    ShapeFn infer;
+} OpInfo;
+
+extern const OpInfo op_table[OP_COUNT];
+int op_from_name(const char *onnx_name); /* -1 when unknown */
+
+/* ---- graph.c ------------------------------------------------------------ */
+
+typedef struct Tensor {
+    const char *name;
+    int id;
+    DType dtype;
+    int rank;              /* -1 until inferred */
+    int64_t dims[IR_MAX_RANK];
+    Node *producer;        /* NULL for graph inputs and initializers */
+    Node **consumers;
+    int nconsumers;
+    const void *data;      /* initializer / Constant value, else NULL */
+    int64_t nbytes;
+    unsigned is_input : 1, is_output : 1, is_initializer : 1;
+    /* Shape declared in the model (graph output or value_info), checked
+     * against inference; decl_rank -1 when none was declared. */
+    int decl_rank;
+    int64_t decl_dims[IR_MAX_RANK]; /* -1 for a symbolic/unknown dim */
+} Tensor;
+
+typedef enum AttrType {
+    ATTR_UNDEFINED = 0,
+    ATTR_FLOAT = 1,
+    ATTR_INT = 2,
+    ATTR_STRING = 3,
+    ATTR_TENSOR = 4,
+    ATTR_GRAPH = 5,
+    ATTR_FLOATS = 6,
+    ATTR_INTS = 7,
+    ATTR_STRINGS = 8,
+    ATTR_OTHER = 100,
+} AttrType;
+
+typedef struct Attr {
+    const char *name;
+    AttrType type;
+    int64_t i;
+    float f;
+    const char *s;
+    int64_t *ints;
+    float *floats;
+    int n;         /* element count of ints / floats */
+    Tensor *t;     /* ATTR_TENSOR: a detached tensor with data */
+} Attr;
+
+struct Node {
+    const char *name; /* ONNX name, or "<Op>_<index>" when the model has none */
+    int id;
+    OpKind op;
+    Tensor **inputs;  /* NULL entries are omitted optional inputs */
+    int ninputs;
+    Tensor **outputs; /* NULL entries are omitted optional outputs */
+    int noutputs;
+    Attr *attrs;
+    int nattrs;
+};
+
+typedef struct OpsetImport {
+    const char *domain;
+    int64_t version;
+} OpsetImport;
+
+typedef struct Graph {
+    Arena arena;
+    const char *path;      /* model file, for diagnostics */
+    const char *name;
+    int64_t ir_version;
+    int64_t opset;         /* default-domain opset */
+    OpsetImport *opsets;
+    int nopsets;
+    const char *producer;
+    Tensor **tensors;
+    int ntensors, tensors_cap;
+    Node **nodes;
+    int nnodes, nodes_cap;
+    Tensor **inputs;       /* graph inputs that are not initializers */
+    int ninputs;
+    Tensor **outputs;
+    int noutputs;
+    /* name -> tensor hash (open addressing, power-of-two size) */
+    Tensor **index;
+    int index_cap;
+    /* resources released by graph_free */
+    void *proto;           /* decoded ModelProto, owned by the frontend */
+    void (*proto_free)(void *proto);
+    struct Mapping *maps;
+} Graph;
+
+typedef struct Mapping {
+    const char *path; /* resolved path, for reuse across tensors */
+    void *addr;
+    size_t len;
+    struct Mapping *next;
+} Mapping;
+
+Graph *graph_new(const char *path);
+void graph_free(Graph *g);
+Tensor *graph_tensor_find(const Graph *g, const char *name);
+Tensor *graph_tensor_get(Graph *g, const char *name); /* find or create */
+Node *graph_node_add(Graph *g, OpKind op, const char *name);
+int64_t tensor_numel(const Tensor *t); /* after shape inference */
+/* Sorts nodes topologically (stable for already-sorted graphs); a cycle is
+ * an error naming a node on it. Also rebuilds producer/consumer links. */
+int graph_toposort(Graph *g, Diag *d);
+void graph_link_consumers(Graph *g);
+const char *node_op_name(const Node *n);
+
+const Attr *node_attr(const Node *n, const char *name);
+int64_t node_attr_int(const Node *n, const char *name, int64_t dflt);
+float node_attr_float(const Node *n, const char *name, float dflt);
+const char *node_attr_str(const Node *n, const char *name, const char *dflt);
+/* Adds or replaces an INTS attribute (copies vals into the arena). */
+void node_attr_set_ints(Graph *g, Node *n, const char *name,
+                        const int64_t *vals, int count);
+
+/* Formats dims as "[2, 16, 64]" into buf; returns buf. */
+char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
+
+/* ---- shape.c / shape_nn.c ----------------------------------------------- */
+
+/* Infers every tensor's dtype and shape in topological order and checks
+ * them against shapes declared in the model. */
+int ir_infer_shapes(Graph *g, Diag *d);
+
+/* Shape functions, referenced from ops.def. */
+#define OP(e, name, mi, ma, mo, mao, since, fn)                                \
+    int fn(Graph *g, Node *n, Diag *d);
+#include "ops.def"
+#undef OP
+
+/* Helpers shared by the shape files. */
+int shape_fail(Diag *d, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int shape_norm_axis(Diag *d, const Node *n, int64_t axis, int rank,
+                    const char *what, int *out);
+int shape_set(Diag *d, const Node *n, Tensor *t, DType dt, int rank,
+              const int64_t *dims);
+
+#endif

@@ -1,0 +1,288 @@
+/* main.c: the onnx2spmd command line.
+ *
+ *   onnx2spmd inspect MODEL [--nodes] [--json] [--dim NAME=VALUE]...
+ *
+ * Reads as the list of stages: parse flags, load the model (frontend:
+ * decode, check, normalise, infer shapes), then the subcommand's report.
+ * Every diagnostic is printed here as one line "onnx2spmd: error: ...";
+ * bad input or usage exits 2.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+
+enum { EXIT_OK = 0, EXIT_BAD_INPUT = 2 };
+
+static const char usage_text[] =
+    "usage: onnx2spmd COMMAND [OPTIONS] MODEL\n"
+    "\n"
+    "Ahead-of-time compiler from ONNX models to per-rank SPMD C/CUDA programs.\n"
+    "\n"
+    "commands:\n"
+    "  inspect MODEL     print the model's IR: opsets, inputs and outputs,\n"
+    "                    node counts by op, parameters\n"
+    "\n"
+    "inspect options:\n"
+    "  --nodes           also list every node with its output shapes\n"
+    "  --json            print JSON instead of text\n"
+    "  --dim NAME=VALUE  bind the symbolic input dim NAME (repeatable)\n"
+    "\n"
+    "  -h, --help        print this help and exit\n"
+    "  -V, --version     print the version and exit\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "onnx2spmd: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see onnx2spmd --help)\n");
+    return EXIT_BAD_INPUT;
+}
+
+static void print_diags(const Diag *d)
+{
+    for (int i = 0; i < d->n; i++)
+        fprintf(stderr, "onnx2spmd: error: %s\n", d->msgs[i]);
+}
+
+/* ---- inspect ------------------------------------------------------------ */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_dims(FILE *f, const Tensor *t)
+{
+    fputc('[', f);
+    for (int i = 0; i < t->rank; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    fputc(']', f);
+}
+
+typedef struct Summary {
+    int op_count[OP_COUNT];
+    int64_t params, param_bytes;
+    int ninit;
+} Summary;
+
+static void summarize(const Graph *g, Summary *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < g->nnodes; i++)
+        s->op_count[g->nodes[i]->op]++;
+    /* Parameters: initializers some node still reads (constants folded
+     * into attributes by normalisation, such as Reshape shapes, are not). */
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (t->is_initializer && t->nconsumers) {
+            s->params += tensor_numel(t);
+            s->param_bytes += t->nbytes;
+            s->ninit++;
+        }
+    }
+}
+
+static void inspect_text(const Graph *g, int nodes)
+{
+    Summary s;
+    char buf[256];
+    summarize(g, &s);
+    printf("model      %s\n", g->path);
+    printf("ir_version %lld\n", (long long)g->ir_version);
+    printf("opsets    ");
+    for (int i = 0; i < g->nopsets; i++)
+        printf(" %s:%lld", *g->opsets[i].domain ? g->opsets[i].domain : "ai.onnx",
+               (long long)g->opsets[i].version);
+    printf("\nproducer   %s\n", *g->producer ? g->producer : "-");
+    printf("\ninputs\n");
+    for (int i = 0; i < g->ninputs; i++)
+        printf("  %-24s %-8s %s\n", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype),
+               shape_str(g->inputs[i]->dims, g->inputs[i]->rank, buf, sizeof buf));
+    printf("outputs\n");
+    for (int i = 0; i < g->noutputs; i++)
+        printf("  %-24s %-8s %s\n", g->outputs[i]->name, dtype_name(g->outputs[i]->dtype),
+               shape_str(g->outputs[i]->dims, g->outputs[i]->rank, buf, sizeof buf));
+    printf("\nnodes      %d\n", g->nnodes);
+    for (int op = 0; op < OP_COUNT; op++)
+        if (s.op_count[op])
+            printf("  %-24s %d\n", op_table[op].name, s.op_count[op]);
+    printf("\nparameters %lld in %d initializers, %lld bytes (%.2f MiB)\n",
+           (long long)s.params, s.ninit, (long long)s.param_bytes,
+           (double)s.param_bytes / (1024.0 * 1024.0));
+    if (!nodes)
+        return;
+    printf("\n%-5s %-32s %-20s %s\n", "#", "node", "op", "outputs");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        printf("%-5d %-32s %-20s", i, n->name, node_op_name(n));
+        for (int k = 0; k < n->noutputs; k++)
+            if (n->outputs[k])
+                printf(" %s%s %s", k ? ", " : "", n->outputs[k]->name,
+                       shape_str(n->outputs[k]->dims, n->outputs[k]->rank, buf, sizeof buf));
+        printf("\n");
+    }
+}
+
+static void json_values(FILE *f, const char *key, Tensor *const *ts, int n)
+{
+    fprintf(f, "  \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
+        json_str(f, ts[i]->name);
+        fprintf(f, ", \"dtype\": \"%s\", \"shape\": ", dtype_name(ts[i]->dtype));
+        json_dims(f, ts[i]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "\n  ],\n");
+}
+
+static void inspect_json(const Graph *g, int nodes)
+{
+    Summary s;
+    summarize(g, &s);
+    printf("{\n  \"model\": ");
+    json_str(stdout, g->path);
+    printf(",\n  \"ir_version\": %lld,\n  \"opset\": %lld,\n  \"opset_imports\": [",
+           (long long)g->ir_version, (long long)g->opset);
+    for (int i = 0; i < g->nopsets; i++) {
+        printf("%s{\"domain\": ", i ? ", " : "");
+        json_str(stdout, g->opsets[i].domain);
+        printf(", \"version\": %lld}", (long long)g->opsets[i].version);
+    }
+    printf("],\n  \"producer\": ");
+    json_str(stdout, g->producer);
+    printf(",\n");
+    json_values(stdout, "inputs", g->inputs, g->ninputs);
+    json_values(stdout, "outputs", g->outputs, g->noutputs);
+    printf("  \"node_count\": %d,\n  \"ops\": {", g->nnodes);
+    for (int op = 0, first = 1; op < OP_COUNT; op++)
+        if (s.op_count[op]) {
+            printf("%s\"%s\": %d", first ? "" : ", ", op_table[op].name, s.op_count[op]);
+            first = 0;
+        }
+    printf("},\n  \"parameters\": %lld,\n  \"parameter_bytes\": %lld,\n  \"initializers\": %d",
+           (long long)s.params, (long long)s.param_bytes, s.ninit);
+    if (nodes) {
+        printf(",\n  \"nodes\": [");
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = g->nodes[i];
+            printf("%s\n    {\"name\": ", i ? "," : "");
+            json_str(stdout, n->name);
+            printf(", \"op\": \"%s\", \"outputs\": [", node_op_name(n));
+            for (int k = 0, first = 1; k < n->noutputs; k++) {
+                if (!n->outputs[k])
+                    continue;
+                printf("%s{\"name\": ", first ? "" : ", ");
+                json_str(stdout, n->outputs[k]->name);
+                printf(", \"dtype\": \"%s\", \"shape\": ", dtype_name(n->outputs[k]->dtype));
+                json_dims(stdout, n->outputs[k]);
+                printf("}");
+                first = 0;
+            }
+            printf("]}");
+        }
+        printf("\n  ]");
+    }
+    printf("\n}\n");
+}
+
+/* ---- flags -------------------------------------------------------------- */
+
+enum { OPT_NODES = 256, OPT_JSON, OPT_DIM };
+
+static int parse_dim(const char *arg, DimBinding *b)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (errno || *end || end == eq + 1 || v < 0)
+        return -1;
+    b->name = strndup(arg, (size_t)(eq - arg));
+    b->value = v;
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"nodes", no_argument, 0, OPT_NODES},
+        {"json", no_argument, 0, OPT_JSON},
+        {"dim", required_argument, 0, OPT_DIM},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int nodes = 0, json = 0, rc = EXIT_BAD_INPUT, c;
+    DimBinding dims[64];
+    FrontendOptions opt = {.dims = dims, .ndims = 0};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_NODES: nodes = 1; break;
+        case OPT_JSON: json = 1; break;
+        case OPT_DIM:
+            if (opt.ndims == 64)
+                return usage_error("too many --dim flags (at most %s)", "64");
+            if (parse_dim(optarg, &dims[opt.ndims]))
+                return usage_error("--dim %s: expected NAME=VALUE with a non-negative integer", optarg);
+            opt.ndims++;
+            break;
+        case 'h': fputs(usage_text, stdout); return EXIT_OK;
+        default: return usage_error("inspect: bad option%s", "");
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("inspect: expected exactly one MODEL%s", "");
+    const char *path = argv[optind];
+    Diag d;
+    Graph *g = NULL;
+    diag_init(&d, path);
+    if (frontend_load_file(path, &opt, &g, &d) == 0) {
+        if (json)
+            inspect_json(g, nodes);
+        else
+            inspect_text(g, nodes);
+        rc = EXIT_OK;
+    }
+    print_diags(&d);
+    diag_free(&d);
+    graph_free(g);
+    for (int i = 0; i < opt.ndims; i++)
+        free((char *)dims[i].name);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("no command given%s", "");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("onnx2spmd %s\n", ONNX2SPMD_VERSION);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "inspect") == 0)
+        return cmd_inspect(argc - 1, argv + 1);
+    return usage_error("unknown command \"%s\"", cmd);
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what onnx2spmd needs on a fresh Debian machine: system packages
+# through apt-get, pinned Python packages into build/venv. Idempotent and
+# silent when everything is already there; prints the exact command and
+# fails when it cannot install (not root).
+set -euo pipefail
+
+PKGS="protobuf-c-compiler libprotobuf-c-dev libcmocka-dev openmpi-bin libopenmpi-dev
+      libopenblas-dev clang libclang-rt-14-dev pkg-config python3-venv"
+PY_PINS="onnx==1.22.0 onnxruntime==1.22.1 numpy==2.2.6"
+VENV=build/venv
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    cmd="apt-get update && apt-get install -y --no-install-recommends$missing"
+    if [ "$(id -u)" != 0 ]; then
+        echo "deps: missing Debian packages:$missing" >&2
+        echo "deps: run as root: $cmd" >&2
+        exit 1
+    fi
+    echo "deps: installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+stamp="$VENV/.pins"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$PY_PINS" ]; then
+    echo "deps: creating $VENV with $PY_PINS"
+    PYTHON=${PYTHON:-python3}
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check $PY_PINS
+    # The pinned onnx must carry the multi-device sharding messages (1.18+)
+    # and ship the backend node test data used by the conformance run.
+    "$VENV/bin/python" - <<'PYEOF'
+import os, sys, onnx
+d = os.path.dirname(onnx.__file__)
+proto = open(os.path.join(d, "onnx.proto")).read()
+for msg in ("ShardingSpecProto", "NodeDeviceConfigurationProto"):
+    if msg not in proto:
+        sys.exit("deps: onnx %s lacks %s in onnx.proto" % (onnx.__version__, msg))
+if not os.path.isdir(os.path.join(d, "backend", "test", "data", "node")):
+    sys.exit("deps: onnx %s wheel has no backend node test data" % onnx.__version__)
+PYEOF
+    echo "$PY_PINS" > "$stamp"
+fi
