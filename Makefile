@@ -87,10 +87,12 @@ build/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c $(LIB_SRC) $(GEN_SRC) | dep
 
 fuzz: build/fuzz/fuzz_frontend
 	@mkdir -p build/fuzz/corpus
-	@cp -n tests/models/*.onnx tests/models/bad/*.onnx build/fuzz/corpus/ 2>/dev/null || true
-	build/fuzz/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
-	    -rss_limit_mb=2048 build/fuzz/corpus 2>&1 | grep -E "stat::number_of_executed_units|Done|ERROR|SUMMARY" || true
-	@test -z "$$(ls build/fuzz/crash-* 2>/dev/null)" || { echo "fuzz: crash found"; exit 1; }
+	@cp -n tests/models/*.onnx tests/models/ops/*.onnx tests/models/bad/*.onnx tests/fuzz/regressions/* build/fuzz/corpus/ 2>/dev/null || true
+	@echo "fuzz: frontend for $(FUZZ_SECONDS)s"
+	@build/fuzz/fuzz_frontend -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -print_final_stats=1 -rss_limit_mb=2048 build/fuzz/corpus > build/fuzz/last.log 2>&1; rc=$$?; \
+	    grep -E "stat::number_of_executed_units" build/fuzz/last.log; \
+	    if [ $$rc -ne 0 ]; then grep -v "^#" build/fuzz/last.log | tail -30; echo "fuzz: FAILED"; exit 1; fi
 
 # ---- models and goldens -------------------------------------------------
 models: | deps

@@ -230,14 +230,16 @@ static int load_attr(Loader *L, Node *n, const Onnx__AttributeProto *ap, Attr *a
             goto too_long;
         a->n = (int)ap->n_floats;
         a->floats = arena_alloc(&g->arena, (ap->n_floats + 1) * sizeof(float));
-        memcpy(a->floats, ap->floats, ap->n_floats * sizeof(float));
+        if (ap->n_floats)
+            memcpy(a->floats, ap->floats, ap->n_floats * sizeof(float));
         break;
     case ATTR_INTS:
         if (ap->n_ints > (1u << 24))
             goto too_long;
         a->n = (int)ap->n_ints;
         a->ints = arena_alloc(&g->arena, (ap->n_ints + 1) * sizeof(int64_t));
-        memcpy(a->ints, ap->ints, ap->n_ints * sizeof(int64_t));
+        if (ap->n_ints)
+            memcpy(a->ints, ap->ints, ap->n_ints * sizeof(int64_t));
         break;
     case ATTR_TENSOR: {
         if (!ap->t) {

@@ -56,11 +56,62 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
     return 0;
 }
 
+/* The type every attribute the compiler reads must have; a model that
+ * gives, say, perm as floats is refused here rather than misread later. */
+static const struct {
+    const char *name;
+    AttrType type;
+} attr_types[] = {
+    {"perm", ATTR_INTS}, {"axes", ATTR_INTS}, {"pads", ATTR_INTS},
+    {"strides", ATTR_INTS}, {"dilations", ATTR_INTS}, {"kernel_shape", ATTR_INTS},
+    {"split", ATTR_INTS}, {"shape", ATTR_INTS}, {"starts", ATTR_INTS},
+    {"ends", ATTR_INTS}, {"steps", ATTR_INTS},
+    {"axis", ATTR_INT}, {"keepdims", ATTR_INT}, {"transA", ATTR_INT},
+    {"transB", ATTR_INT}, {"group", ATTR_INT}, {"ceil_mode", ATTR_INT},
+    {"to", ATTR_INT}, {"allowzero", ATTR_INT}, {"noop_with_empty_axes", ATTR_INT},
+    {"num_outputs", ATTR_INT}, {"storage_order", ATTR_INT}, {"training_mode", ATTR_INT},
+    {"stash_type", ATTR_INT},
+    {"epsilon", ATTR_FLOAT}, {"alpha", ATTR_FLOAT}, {"beta", ATTR_FLOAT},
+    {"momentum", ATTR_FLOAT},
+    {"auto_pad", ATTR_STRING}, {"approximate", ATTR_STRING},
+};
+
+static const char *attr_type_name(AttrType t)
+{
+    switch (t) {
+    case ATTR_FLOAT: return "float";
+    case ATTR_INT: return "int";
+    case ATTR_STRING: return "string";
+    case ATTR_TENSOR: return "tensor";
+    case ATTR_GRAPH: return "graph";
+    case ATTR_FLOATS: return "floats";
+    case ATTR_INTS: return "ints";
+    case ATTR_STRINGS: return "strings";
+    default: return "another type";
+    }
+}
+
+static int check_attr_types(const Node *n, Diag *d)
+{
+    for (int i = 0; i < n->nattrs; i++)
+        for (size_t k = 0; k < sizeof(attr_types) / sizeof(attr_types[0]); k++)
+            if (strcmp(n->attrs[i].name, attr_types[k].name) == 0 &&
+                n->attrs[i].type != attr_types[k].type) {
+                diag_add(d, "node \"%s\" (%s): attribute \"%s\" must be %s, not %s", n->name,
+                         node_op_name(n), n->attrs[i].name, attr_type_name(attr_types[k].type),
+                         attr_type_name(n->attrs[i].type));
+                return -1;
+            }
+    return 0;
+}
+
 int frontend_normalize(Graph *g, Diag *d)
 {
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i];
         const OpInfo *info = &op_table[n->op];
+        if (check_attr_types(n, d))
+            return -1;
         for (size_t r = 0; r < sizeof(fold_rules) / sizeof(fold_rules[0]); r++) {
             const FoldRule *fr = &fold_rules[r];
             if (fr->op != n->op || n->ninputs <= fr->first)

@@ -54,23 +54,23 @@ static int location_is_safe(const char *loc)
 
 /* Maps `loc` (relative to base_dir) once per graph; returns the mapping. */
 static Mapping *map_external(Graph *g, const char *base_dir, const char *loc,
-                             const char *tname, Diag *d)
+                             const char *what, const char *tname, Diag *d)
 {
     char path[PATH_MAX], real_base[PATH_MAX], real_file[PATH_MAX];
     Mapping *m = NULL;
     int fd = -1;
     if (snprintf(path, sizeof(path), "%s/%s", base_dir, loc) >= (int)sizeof(path)) {
-        diag_add(d, "tensor \"%s\": external data path \"%s\" is too long", tname, loc);
+        diag_add(d, "%s \"%s\": external data path \"%s\" is too long", what, tname, loc);
         return NULL;
     }
     if (!realpath(base_dir, real_base) || !realpath(path, real_file)) {
-        diag_add(d, "tensor \"%s\": external data file \"%s\": %s", tname, loc, strerror(errno));
+        diag_add(d, "%s \"%s\": external data file \"%s\": %s", what, tname, loc, strerror(errno));
         return NULL;
     }
     size_t bl = strlen(real_base);
     if (strncmp(real_file, real_base, bl) != 0 || real_file[bl] != '/') {
-        diag_add(d, "tensor \"%s\": external data file \"%s\" resolves outside the model's folder",
-                 tname, loc);
+        diag_add(d, "%s \"%s\": external data file \"%s\" resolves outside the model's folder",
+                 what, tname, loc);
         return NULL;
     }
     /* The mapping list doubles as a cache keyed by resolved path. */
@@ -80,8 +80,8 @@ static Mapping *map_external(Graph *g, const char *base_dir, const char *loc,
     fd = open(real_file, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        diag_add(d, "tensor \"%s\": external data file \"%s\" is not a readable regular file",
-                 tname, loc);
+        diag_add(d, "%s \"%s\": external data file \"%s\" is not a readable regular file",
+                 what, tname, loc);
         goto cleanup;
     }
     m = arena_alloc(&g->arena, sizeof(Mapping));
@@ -90,7 +90,7 @@ static Mapping *map_external(Graph *g, const char *base_dir, const char *loc,
     if (m->len) {
         m->addr = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m->addr == MAP_FAILED) {
-            diag_add(d, "tensor \"%s\": cannot map external data file \"%s\": %s", tname,
+            diag_add(d, "%s \"%s\": cannot map external data file \"%s\": %s", what, tname,
                      loc, strerror(errno));
             m = NULL;
             goto cleanup;
@@ -142,7 +142,7 @@ static int import_external(Graph *g, const Onnx__TensorProto *tp, Tensor *t,
                  what, t->name, loc);
         return -1;
     }
-    Mapping *m = map_external(g, base_dir, loc, t->name, d);
+    Mapping *m = map_external(g, base_dir, loc, what, t->name, d);
     if (!m)
         return -1;
     if (length < 0)

@@ -552,14 +552,20 @@ int shape_slice(Graph *g, Node *n, Diag *d)
             s = s < -dim ? 0 : s + dim;
         if (e < 0)
             e = e < -dim ? -1 : e + dim;
+        /* A step longer than the dim takes one element at most; clamping
+         * it keeps the arithmetic below far from overflow. */
+        if (step > dim + 1)
+            step = dim + 1;
+        if (step < -dim - 1)
+            step = -dim - 1;
         if (step > 0) {
             s = s > dim ? dim : s;
             e = e > dim ? dim : (e < 0 ? 0 : e);
-            out[axis] = e > s ? (e - s + step - 1) / step : 0;
+            out[axis] = e > s ? (e - s - 1) / step + 1 : 0;
         } else {
             s = s > dim - 1 ? dim - 1 : s;
             e = e > dim - 1 ? dim - 1 : e;
-            out[axis] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+            out[axis] = s > e ? (s - e - 1) / (-step) + 1 : 0;
         }
     }
     return shape_set(d, n, n->outputs[0], x->dtype, x->rank, out);

@@ -46,8 +46,8 @@ static int window_out(Graph *g, Node *n, Diag *d, const Tensor *x,
     for (int i = 0; i < ns; i++) {
         int64_t in = x->dims[2 + i], k = kernel[i], s = strides[i], dl = dil[i];
         if (k < 1 || s < 1 || dl < 1 || pads[i] < 0 || pads[ns + i] < 0 ||
-            k > (1ll << 32) || s > (1ll << 32) || dl > (1ll << 32) ||
-            pads[i] > (1ll << 32) || pads[ns + i] > (1ll << 32))
+            k > (1ll << 31) || s > (1ll << 31) || dl > (1ll << 31) ||
+            pads[i] > (1ll << 31) || pads[ns + i] > (1ll << 31))
             return shape_fail(d, n, "spatial dim %d: kernel, stride, dilation or pad out of range", i);
         int64_t span = (k - 1) * dl + 1;
         if (same_upper || same_lower) {
