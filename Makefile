@@ -12,7 +12,7 @@ VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60
 
-LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c)
+LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c
 TEST_SRC := $(wildcard tests/*/test_*.c)
 

@@ -312,6 +312,56 @@ static int load_constant(Loader *L, Node *n)
     return -1;
 }
 
+/* Keeps the node's ONNX sharding specs (multi-device configurations). */
+static int load_shard_specs(Loader *L, const Onnx__NodeProto *np, const Node *n)
+{
+    Graph *g = L->g;
+    for (size_t c = 0; c < np->n_device_configurations; c++) {
+        const Onnx__NodeDeviceConfigurationProto *dc = np->device_configurations[c];
+        for (size_t k = 0; k < dc->n_sharding_spec; k++) {
+            const Onnx__ShardingSpecProto *sp = dc->sharding_spec[k];
+            const char *tn = sp->tensor_name ? sp->tensor_name : "";
+            if (sp->n_sharded_dim > IR_MAX_RANK || sp->n_device > 65536) {
+                diag_add(L->d, "node \"%s\" (%s): sharding spec of \"%s\" is too large", n->name,
+                         node_op_name(n), tn);
+                return -1;
+            }
+            ModelShardSpec ms = {.tensor = arena_strdup(&g->arena, tn), .node = n->name};
+            ms.ndevices = (int)sp->n_device;
+            ms.devices = arena_alloc(&g->arena, (sp->n_device + 1) * sizeof(int64_t));
+            for (size_t i = 0; i < sp->n_device; i++) {
+                int64_t dev = sp->device[i];
+                /* With a group map, the entry is a group id: take its first device. */
+                for (size_t gm = 0; gm < sp->n_index_to_device_group_map; gm++) {
+                    const Onnx__IntIntListEntryProto *e = sp->index_to_device_group_map[gm];
+                    if (e->has_key && e->key == dev && e->n_value)
+                        dev = e->value[0];
+                }
+                ms.devices[i] = dev;
+            }
+            for (size_t i = 0; i < sp->n_sharded_dim; i++) {
+                const Onnx__ShardedDimProto *sd = sp->sharded_dim[i];
+                if (sd->n_simple_sharding != 1 || !sd->simple_sharding[0]->has_num_shards) {
+                    diag_add(L->d, "node \"%s\" (%s): sharding spec of \"%s\": dim %lld must have exactly one simple sharding with num_shards",
+                             n->name, node_op_name(n), tn, (long long)sd->axis);
+                    return -1;
+                }
+                ms.axis[i] = sd->axis;
+                ms.num_shards[i] = sd->simple_sharding[0]->num_shards;
+            }
+            ms.nsharded = (int)sp->n_sharded_dim;
+            if (g->nshard_specs % 16 == 0) {
+                ModelShardSpec *na = arena_alloc(&g->arena, (size_t)(g->nshard_specs + 16) * sizeof(ModelShardSpec));
+                if (g->nshard_specs)
+                    memcpy(na, g->shard_specs, (size_t)g->nshard_specs * sizeof(ModelShardSpec));
+                g->shard_specs = na;
+            }
+            g->shard_specs[g->nshard_specs++] = ms;
+        }
+    }
+    return 0;
+}
+
 static int node_is_function(const Onnx__ModelProto *m, const Onnx__NodeProto *np)
 {
     for (size_t i = 0; i < m->n_functions; i++) {
@@ -382,6 +432,8 @@ static int load_nodes(Loader *L)
             if (load_attr(L, n, np->attribute[k], &n->attrs[k]))
                 return -1;
         if (n->op == OP_CONSTANT && n->noutputs >= 1 && n->outputs[0] && load_constant(L, n))
+            return -1;
+        if (load_shard_specs(L, np, n))
             return -1;
     }
     /* Pass 2: resolve inputs. */

@@ -160,6 +160,19 @@ typedef struct OpsetImport {
     int64_t version;
 } OpsetImport;
 
+/* A sharding spec carried by the model itself (ONNX 1.18+:
+ * NodeProto.device_configurations[].sharding_spec[]), kept as ONNX states
+ * it; partition/annotate.c maps it onto the user's mesh. */
+typedef struct ModelShardSpec {
+    const char *tensor;
+    const char *node;          /* node that carries it, for diagnostics */
+    int64_t *devices;          /* shard k lives on devices[k] (mesh rank) */
+    int ndevices;
+    int nsharded;
+    int64_t axis[IR_MAX_RANK];
+    int64_t num_shards[IR_MAX_RANK];
+} ModelShardSpec;
+
 typedef struct Graph {
     Arena arena;
     const char *path;      /* model file, for diagnostics */
@@ -177,6 +190,8 @@ typedef struct Graph {
     int ninputs;
     Tensor **outputs;
     int noutputs;
+    ModelShardSpec *shard_specs;
+    int nshard_specs;
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;

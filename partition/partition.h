@@ -1,0 +1,254 @@
+/* partition.h: laying a graph's tensors out over a device mesh.
+ *
+ * Input: an ir Graph with static shapes, a Mesh and a list of annotations.
+ * Output: a Plan: every tensor's sharding with the origin of that decision,
+ * every node's factor sharding, and every reshard (a short sequence of
+ * collectives) that some consumer needs, with its cause and cost.
+ *
+ * Sections: mesh.c (mesh, link and device presets, rank groups),
+ * sharding.c (specs, text form, local shapes), rules.c (per-op factor
+ * rules), annotate.c (--shard, --shardings files, ONNX sharding specs),
+ * propagate.c (fixed-point propagation and requirement lowering),
+ * reshard.c (layout-to-layout collective sequences), report.c (plan
+ * tables, JSON, --explain, Graphviz).
+ */
+#ifndef ONNX2SPMD_PARTITION_H
+#define ONNX2SPMD_PARTITION_H
+
+#include <stdio.h>
+
+#include "../ir/ir.h"
+
+#define MESH_MAX_AXES 8
+
+/* ---- mesh.c ------------------------------------------------------------- */
+
+typedef struct LinkClass {
+    const char *name;
+    double latency_s;      /* alpha */
+    double bandwidth_Bps;  /* beta: bytes per second, per direction */
+} LinkClass;
+
+typedef struct DeviceClass {
+    const char *name;
+    double flops;          /* float32 FLOP/s */
+    double mem_Bps;        /* memory bandwidth */
+} DeviceClass;
+
+typedef struct MeshAxis {
+    char name[32];
+    int size;
+    const LinkClass *link;
+} MeshAxis;
+
+typedef struct Mesh {
+    MeshAxis axes[MESH_MAX_AXES];
+    int naxes;
+    int nranks;
+    const DeviceClass *device;
+} Mesh;
+
+const LinkClass *link_preset_find(const char *name);
+const DeviceClass *device_preset_find(const char *name);
+/* "dp=2,tp=4" (row-major, last axis fastest). Errors name the flag. */
+int mesh_parse(const char *spec, Mesh *m, Diag *d);
+/* "tp=nvlink,dp=ib"; axes not named keep their default link. */
+int mesh_links_parse(Mesh *m, const char *spec, Diag *d);
+int mesh_axis_find(const Mesh *m, const char *name);
+/* Coordinate of rank r along axis a. */
+int mesh_coord(const Mesh *m, int rank, int axis);
+/* Slowest link over a set of axes (bitmask). */
+const LinkClass *mesh_group_link(const Mesh *m, unsigned axes);
+int mesh_group_size(const Mesh *m, unsigned axes);
+void mesh_str(const Mesh *m, char *buf, size_t cap);
+
+/* ---- sharding.c --------------------------------------------------------- */
+
+/* Per tensor dim, an ordered list of mesh axes (major to minor) that split
+ * it, plus the set of axes over which the value is partial (unreduced). */
+typedef struct Sharding {
+    int rank;
+    unsigned char naxes[IR_MAX_RANK];
+    unsigned char axes[IR_MAX_RANK][MESH_MAX_AXES];
+    unsigned partial; /* bitmask over mesh axes */
+} Sharding;
+
+void sharding_replicated(Sharding *s, int rank);
+int sharding_equal(const Sharding *a, const Sharding *b);
+int sharding_is_replicated(const Sharding *s); /* no split, no partial */
+unsigned sharding_used_axes(const Sharding *s); /* split axes, bitmask */
+int64_t sharding_dim_shards(const Sharding *s, const Mesh *m, int dim);
+/* Parses "[dp,_,tp]" or "[dp+tp,_]" with optional " partial(dp)". */
+int sharding_parse(const char *text, const Mesh *m, Sharding *s, char *err, size_t errcap);
+char *sharding_str(const Sharding *s, const Mesh *m, char *buf, size_t cap);
+/* Checks divisibility and axis reuse; the error names tensor, dim, size. */
+int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d);
+void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out);
+int64_t sharding_local_bytes(const Sharding *s, const Mesh *m, const Tensor *t);
+
+/* ---- rules.c ------------------------------------------------------------ */
+
+typedef enum FactorKind {
+    FK_PASS = 0,     /* pass-through: every tensor holding it is split alike */
+    FK_REDUCTION,    /* contracted: sharding it leaves the result partial */
+    FK_NEED_REPL,    /* must be replicated (softmax axis, norm axis, ...) */
+} FactorKind;
+
+#define RULE_MAX_FACTORS 24
+#define RULE_MAX_PER_DIM 4
+
+/* Shardy-style op sharding rule: every operand and result dim is a list of
+ * factors (major to minor; a Reshape dim may hold several). Tensors are
+ * numbered inputs first, then outputs; omitted optional ones are NULL. */
+typedef struct DimFactors {
+    unsigned char n;
+    unsigned char f[RULE_MAX_PER_DIM];
+} DimFactors;
+
+typedef struct FactorRule {
+    int nfactors;
+    int64_t size[RULE_MAX_FACTORS];
+    unsigned char kind[RULE_MAX_FACTORS];
+    const char *why[RULE_MAX_FACTORS]; /* for need-replication: the reason */
+    int ntensors;
+    Tensor **tensors;
+    DimFactors (*dims)[IR_MAX_RANK];   /* [ntensors][rank] */
+} FactorRule;
+
+/* Builds the rule for a node; an op without a rule is an error naming it. */
+int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d);
+int op_has_rule(OpKind op);
+
+/* ---- plan --------------------------------------------------------------- */
+
+typedef enum Origin {
+    ORIGIN_DEFAULT = 0,   /* replicated: nothing reached it */
+    ORIGIN_USER,          /* --shard / --shardings */
+    ORIGIN_MODEL,         /* the model's own ONNX sharding spec */
+    ORIGIN_PROPAGATED,    /* from a neighbour through a node's rule */
+    ORIGIN_OUTPUT,        /* graph output: replicated by contract */
+} Origin;
+
+typedef struct TensorPlan {
+    Sharding sharding;    /* layout the value is produced/stored in */
+    Origin origin;
+    const char *source;   /* annotation text (user/model) */
+    const Node *via;      /* propagated: the node whose rule carried it */
+    const Tensor *from;   /* propagated: the neighbour it came from */
+    int depth;            /* propagation steps from the annotation */
+    int fixed;            /* annotated: propagation may not change it */
+} TensorPlan;
+
+typedef enum CollKind {
+    COLL_SLICE = 0,       /* local: keep this rank's part (free) */
+    COLL_ALL_TO_ALL,
+    COLL_REDUCE_SCATTER,
+    COLL_ALL_REDUCE,
+    COLL_ALL_GATHER,
+    COLL_PARTIALIZE,      /* local: keep the value on one coordinate, zero elsewhere */
+    COLL_COUNT
+} CollKind;
+
+const char *coll_name(CollKind k);
+
+/* One step of a reshard. */
+typedef struct ReshardStep {
+    CollKind kind;
+    unsigned axes;        /* mesh axes of the group (bitmask) */
+    int dim;              /* gathered / scattered / sliced dim, -1 if none */
+    int dim_to;           /* all-to-all: destination dim */
+    int64_t bytes;        /* bytes sent per rank */
+    double seconds;       /* cost model time */
+    Sharding after;       /* layout after this step */
+} ReshardStep;
+
+#define RESHARD_MAX_STEPS 24
+
+typedef struct Reshard {
+    int nsteps;
+    ReshardStep steps[RESHARD_MAX_STEPS];
+    int64_t bytes;
+    double seconds;
+    int full_gather;      /* fell back to gather-everything-then-slice */
+} Reshard;
+
+/* ---- reshard.c ---------------------------------------------------------- */
+
+/* Cheapest-first lowering of src -> dst for tensor t. */
+void reshard_lower(const Mesh *m, const Tensor *t, const Sharding *src,
+                   const Sharding *dst, Reshard *out);
+double coll_seconds(const Mesh *m, CollKind k, unsigned axes, int64_t local_bytes);
+
+/* A reshard inserted in front of a consumer. */
+typedef struct PlanReshard {
+    const Tensor *tensor;
+    const Node *consumer;  /* NULL: graph output */
+    int operand;
+    const char *reason;
+    Sharding src, dst;
+    Reshard r;
+} PlanReshard;
+
+typedef struct NodePlan {
+    FactorRule rule;
+    /* Factor shardings chosen for the node: axes per factor. */
+    unsigned char fnaxes[RULE_MAX_FACTORS];
+    unsigned char faxes[RULE_MAX_FACTORS][MESH_MAX_AXES];
+} NodePlan;
+
+typedef struct Annotation {
+    const char *tensor;
+    const char *spec;      /* text, for reports */
+    Sharding sharding;
+    Origin origin;
+} Annotation;
+
+typedef struct Plan {
+    Arena arena;
+    const Graph *g;
+    Mesh mesh;
+    TensorPlan *tensors;   /* by Tensor id */
+    NodePlan *nodes;       /* by node index */
+    PlanReshard *reshards;
+    int nreshards, reshards_cap;
+    int iterations;        /* propagation node visits */
+} Plan;
+
+/* ---- annotate.c --------------------------------------------------------- */
+
+typedef struct AnnotationList {
+    Annotation *items;
+    int n, cap;
+} AnnotationList;
+
+/* "NAME=SPEC" from --shard. */
+int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
+                      const char *arg, const char *what, Diag *d);
+/* A --shardings file: one NAME=SPEC per line, # comments. */
+int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
+                      const char *path, Diag *d);
+/* The model's own ONNX sharding specs (NodeProto.device_configurations). */
+int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, Diag *d);
+
+/* ---- propagate.c -------------------------------------------------------- */
+
+/* Runs propagation to a fixed point and lowers every requirement to
+ * reshards. Returns NULL with a diagnostic on failure. */
+Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d);
+void plan_free(Plan *p);
+
+/* ---- report.c ----------------------------------------------------------- */
+
+typedef struct PlanTotals {
+    int64_t comm_bytes, weight_bytes, activation_bytes;
+    int ncollectives;
+    int count[COLL_COUNT];
+} PlanTotals;
+
+void plan_totals(const Plan *p, PlanTotals *t);
+void plan_print_text(const Plan *p, FILE *f);
+void plan_print_json(const Plan *p, FILE *f);
+int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
+void plan_print_dot(const Plan *p, FILE *f);
+
+#endif

@@ -1,0 +1,474 @@
+/* propagate.c: from a few annotations to a complete, explained layout.
+ *
+ * Two phases, in the manner of GSPMD/Shardy:
+ *
+ * 1. Propagation. Annotated tensors are fixed; unannotated graph inputs are
+ *    fixed replicated; everything else starts replicated. A FIFO worklist
+ *    visits nodes: the node's rule projects each tensor's sharding onto
+ *    the op's factors, the best candidate per factor wins (annotation over
+ *    propagated, then the closer annotation, then the cheaper reshard), and
+ *    the result is projected back onto every unfixed tensor. A tensor only
+ *    ever gains axes (its layout is refined, never replaced), so the
+ *    worklist reaches a fixed point. Every update records its origin.
+ *
+ * 2. Lowering, in topological order. Each node's factor sharding fixes the
+ *    layout each operand must have; where the producer's layout differs, a
+ *    reshard is recorded with its cause. A split reduction factor makes the
+ *    result partial; a partial value may flow on only into consumers that
+ *    are linear in it (a replicated bias added to a partial sum would be
+ *    added once per rank), otherwise it is reduced first. Graph outputs are
+ *    gathered to replicated.
+ */
+#include "partition.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Candidate {
+    unsigned char n;
+    unsigned char axes[MESH_MAX_AXES];
+    int prio;        /* 3 fixed annotation, 2 propagated, 0 default */
+    int depth;
+    int tensor;      /* rule tensor index it came from */
+} Candidate;
+
+static int tensor_prio(const TensorPlan *tp)
+{
+    if (tp->origin == ORIGIN_USER || tp->origin == ORIGIN_MODEL)
+        return 3;
+    if (tp->origin == ORIGIN_PROPAGATED)
+        return 2;
+    return 0;
+}
+
+/* Splits the axes of dim `dim` of sharding s among the dim's factors
+ * (major first). A factor takes axes while they divide what is left of it;
+ * a later factor gets axes only once the earlier ones are fully split. */
+static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors *df,
+                           const Sharding *s, int dim, Candidate *out /* per factor */)
+{
+    int k = 0;
+    for (int fi = 0; fi < df->n && k < s->naxes[dim]; fi++) {
+        int f = df->f[fi];
+        int64_t left = r->size[f];
+        Candidate *c = &out[f];
+        while (k < s->naxes[dim]) {
+            int sz = m->axes[s->axes[dim][k]].size;
+            if (left % sz)
+                break;
+            c->axes[c->n++] = s->axes[dim][k++];
+            left /= sz;
+        }
+        if (left != 1)
+            break; /* this factor is not fully split: no axes for later ones */
+    }
+}
+
+/* Projects factor shardings onto tensor t of the rule. */
+static void factors_to_tensor(const FactorRule *r, int t, const unsigned char *fn,
+                              const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m,
+                              Sharding *out)
+{
+    const Tensor *tt = r->tensors[t];
+    sharding_replicated(out, tt->rank);
+    for (int i = 0; i < tt->rank; i++) {
+        const DimFactors *df = &r->dims[t][i];
+        for (int fi = 0; fi < df->n; fi++) {
+            int f = df->f[fi];
+            int64_t prod = 1;
+            for (int k = 0; k < fn[f]; k++) {
+                out->axes[i][out->naxes[i]++] = fa[f][k];
+                prod *= m->axes[fa[f][k]].size;
+            }
+            if (prod != r->size[f])
+                break;
+        }
+    }
+}
+
+static int cand_equal(const Candidate *a, const Candidate *b)
+{
+    return a->n == b->n && memcmp(a->axes, b->axes, a->n) == 0;
+}
+
+/* Chooses every factor's sharding for node n from its tensors' current
+ * layouts. Writes the winning candidate per factor into win (for origins). */
+static void merge_factors(const Plan *p, const FactorRule *r, NodePlan *np, Candidate *win)
+{
+    const Mesh *m = &p->mesh;
+    memset(np->fnaxes, 0, sizeof(np->fnaxes));
+    memset(win, 0, sizeof(Candidate) * RULE_MAX_FACTORS);
+    /* Candidates per (tensor, factor). */
+    Candidate cands[RULE_MAX_FACTORS][8];
+    int ncands[RULE_MAX_FACTORS] = {0};
+    for (int t = 0; t < r->ntensors; t++) {
+        const Tensor *tt = r->tensors[t];
+        if (!tt)
+            continue;
+        const TensorPlan *tp = &p->tensors[tt->id];
+        Candidate per[RULE_MAX_FACTORS];
+        memset(per, 0, sizeof per);
+        for (int i = 0; i < tt->rank; i++)
+            dim_to_factors(m, r, &r->dims[t][i], &tp->sharding, i, per);
+        for (int f = 0; f < r->nfactors; f++) {
+            if (per[f].n == 0 || r->kind[f] == FK_NEED_REPL)
+                continue;
+            per[f].prio = tensor_prio(tp);
+            per[f].depth = tp->depth;
+            per[f].tensor = t;
+            if (ncands[f] < 8)
+                cands[f][ncands[f]++] = per[f];
+        }
+    }
+    /* Best candidate per factor: priority, then closeness, then the
+     * cheapest reshard of the factor's other tensors, then model order. */
+    for (int f = 0; f < r->nfactors; f++) {
+        int best = -1;
+        double best_cost = 0;
+        for (int c = 0; c < ncands[f]; c++) {
+            const Candidate *cd = &cands[f][c];
+            double cost = 0;
+            for (int o = 0; o < ncands[f]; o++)
+                if (!cand_equal(cd, &cands[f][o]))
+                    cost += (double)sharding_local_bytes(
+                        &p->tensors[r->tensors[cands[f][o].tensor]->id].sharding, m,
+                        r->tensors[cands[f][o].tensor]);
+            if (best < 0) {
+                best = c;
+                best_cost = cost;
+                continue;
+            }
+            const Candidate *bd = &cands[f][best];
+            if (cd->prio != bd->prio ? cd->prio > bd->prio
+                : cd->depth != bd->depth ? cd->depth < bd->depth
+                : cost < best_cost) {
+                best = c;
+                best_cost = cost;
+            }
+        }
+        if (best >= 0)
+            win[f] = cands[f][best];
+    }
+    /* An axis may split only one factor: higher-priority factors claim
+     * their axes first; a later factor's list stops at a taken axis. */
+    int order[RULE_MAX_FACTORS];
+    for (int f = 0; f < r->nfactors; f++)
+        order[f] = f;
+    for (int i = 1; i < r->nfactors; i++)
+        for (int j = i; j > 0; j--) {
+            const Candidate *a = &win[order[j]], *b = &win[order[j - 1]];
+            if (a->prio > b->prio || (a->prio == b->prio && a->n && b->n && a->depth < b->depth)) {
+                int tmp = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = tmp;
+            }
+        }
+    unsigned taken = 0;
+    for (int i = 0; i < r->nfactors; i++) {
+        int f = order[i];
+        Candidate *c = &win[f];
+        int k = 0;
+        int64_t prod = 1;
+        while (k < c->n && !(taken & (1u << c->axes[k])) && r->size[f] % (prod * m->axes[c->axes[k]].size) == 0) {
+            prod *= m->axes[c->axes[k]].size;
+            np->faxes[f][k] = c->axes[k];
+            taken |= 1u << c->axes[k];
+            k++;
+        }
+        np->fnaxes[f] = (unsigned char)k;
+        c->n = (unsigned char)k;
+    }
+}
+
+/* Is `a` a refinement of `b` (b's axes are a prefix of a's, per dim)? */
+static int refines(const Sharding *a, const Sharding *b)
+{
+    int more = 0;
+    for (int i = 0; i < a->rank; i++) {
+        if (a->naxes[i] < b->naxes[i] || memcmp(a->axes[i], b->axes[i], b->naxes[i]) != 0)
+            return 0;
+        more |= a->naxes[i] > b->naxes[i];
+    }
+    return more;
+}
+
+static Plan *plan_new(const Graph *g, const Mesh *m)
+{
+    Plan *p = calloc(1, sizeof(Plan));
+    if (!p)
+        abort();
+    p->g = g;
+    p->mesh = *m;
+    p->tensors = arena_alloc(&p->arena, (size_t)(g->ntensors + 1) * sizeof(TensorPlan));
+    p->nodes = arena_alloc(&p->arena, (size_t)(g->nnodes + 1) * sizeof(NodePlan));
+    for (int i = 0; i < g->ntensors; i++)
+        sharding_replicated(&p->tensors[i].sharding, g->tensors[i]->rank < 0 ? 0 : g->tensors[i]->rank);
+    return p;
+}
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    free(p->reshards);
+    arena_free(&p->arena);
+    free(p);
+}
+
+static void apply_annotations(Plan *p, const AnnotationList *ann)
+{
+    const Graph *g = p->g;
+    for (int i = 0; i < g->ninputs; i++)
+        p->tensors[g->inputs[i]->id].fixed = 1; /* replicated unless annotated */
+    for (int i = 0; ann && i < ann->n; i++) {
+        const Annotation *a = &ann->items[i];
+        const Tensor *t = graph_tensor_find(g, a->tensor);
+        IR_ASSERT(t); /* annotate.c checked the name */
+        TensorPlan *tp = &p->tensors[t->id];
+        tp->sharding = a->sharding;
+        tp->origin = a->origin;
+        tp->source = a->spec;
+        tp->fixed = 1;
+    }
+}
+
+/* ---- phase 1: propagation ----------------------------------------------- */
+
+static int propagate(Plan *p, Diag *d)
+{
+    const Graph *g = p->g;
+    int nn = g->nnodes;
+    int *queue = malloc(sizeof(int) * (size_t)(nn + 1));
+    char *queued = calloc((size_t)nn + 1, 1);
+    if (!queue || !queued)
+        abort();
+    int head = 0, count = 0;
+    for (int i = 0; i < nn; i++) {
+        queue[i] = i;
+        queued[i] = 1;
+    }
+    count = nn;
+    int budget = 64 * (nn + 8);
+    while (count > 0) {
+        if (--budget < 0)
+            break; /* cannot happen with refinement-only updates; be safe */
+        int ni = queue[head];
+        head = (head + 1) % (nn ? nn : 1);
+        count--;
+        queued[ni] = 0;
+        p->iterations++;
+        const Node *n = g->nodes[ni];
+        NodePlan *np = &p->nodes[ni];
+        Candidate win[RULE_MAX_FACTORS];
+        merge_factors(p, &np->rule, np, win);
+        for (int t = 0; t < np->rule.ntensors; t++) {
+            const Tensor *tt = np->rule.tensors[t];
+            if (!tt)
+                continue;
+            TensorPlan *tp = &p->tensors[tt->id];
+            if (tp->fixed)
+                continue;
+            Sharding proj;
+            factors_to_tensor(&np->rule, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
+                              &p->mesh, &proj);
+            if (!refines(&proj, &tp->sharding))
+                continue;
+            /* Origin: the winning candidate of the first factor that
+             * gave this tensor new axes. */
+            const Candidate *src = NULL;
+            for (int i = 0; i < tt->rank && !src; i++)
+                for (int fi = 0; fi < np->rule.dims[t][i].n && !src; fi++) {
+                    int f = np->rule.dims[t][i].f[fi];
+                    if (win[f].n && win[f].tensor != t)
+                        src = &win[f];
+                }
+            if (sharding_check(&proj, &p->mesh, tt, d)) {
+                free(queue);
+                free(queued);
+                return -1;
+            }
+            tp->sharding = proj;
+            tp->origin = ORIGIN_PROPAGATED;
+            tp->via = n;
+            tp->from = src ? np->rule.tensors[src->tensor] : NULL;
+            tp->depth = (src ? p->tensors[tp->from->id].depth : 0) + 1;
+            /* Revisit every node touching this tensor. */
+            const Node *touch[1];
+            int ntouch = 0;
+            if (tt->producer)
+                touch[ntouch++] = tt->producer;
+            for (int k = -ntouch; k < tt->nconsumers; k++) {
+                const Node *u = k < 0 ? touch[0] : tt->consumers[k];
+                if (u == n || queued[u->id])
+                    continue;
+                queue[(head + count) % nn] = u->id;
+                queued[u->id] = 1;
+                count++;
+            }
+        }
+    }
+    free(queue);
+    free(queued);
+    return 0;
+}
+
+/* ---- phase 2: lowering requirements to reshards ------------------------- */
+
+/* May operand k of n stay partial (the op is linear in it)? */
+static int linear_in(const Node *n, int k, const Plan *p)
+{
+    unsigned pk = p->tensors[n->inputs[k]->id].sharding.partial;
+    switch (n->op) {
+    case OP_IDENTITY: case OP_RESHAPE: case OP_TRANSPOSE: case OP_SQUEEZE:
+    case OP_UNSQUEEZE: case OP_FLATTEN: case OP_SLICE: case OP_SPLIT:
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN:
+        return 1;
+    case OP_GATHER:
+        return k == 0;
+    case OP_ADD: case OP_SUB: case OP_CONCAT:
+        /* A sum of partial sums is a partial sum only if every term is. */
+        for (int j = 0; j < n->ninputs; j++)
+            if (n->inputs[j] && p->tensors[n->inputs[j]->id].sharding.partial != pk)
+                return 0;
+        return 1;
+    case OP_MUL: case OP_MATMUL:
+        /* Linear in one operand when the other is a plain value. */
+        return p->tensors[n->inputs[1 - k]->id].sharding.partial == 0;
+    case OP_DIV:
+        return k == 0 && p->tensors[n->inputs[1]->id].sharding.partial == 0;
+    default:
+        return 0;
+    }
+}
+
+static void add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
+                        const char *reason, const Sharding *src, const Sharding *dst)
+{
+    for (int i = 0; i < p->nreshards; i++)
+        if (p->reshards[i].tensor == t && sharding_equal(&p->reshards[i].dst, dst))
+            return; /* one reshard serves every consumer needing that layout */
+    if (p->nreshards == p->reshards_cap) {
+        p->reshards_cap = p->reshards_cap ? 2 * p->reshards_cap : 16;
+        p->reshards = realloc(p->reshards, (size_t)p->reshards_cap * sizeof(PlanReshard));
+        if (!p->reshards)
+            abort();
+    }
+    PlanReshard *r = &p->reshards[p->nreshards++];
+    memset(r, 0, sizeof(*r));
+    r->tensor = t;
+    r->consumer = consumer;
+    r->operand = operand;
+    r->reason = reason;
+    r->src = *src;
+    r->dst = *dst;
+    reshard_lower(&p->mesh, t, src, dst, &r->r);
+}
+
+/* Why operand t of node n must change from `have` to `need`. */
+static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, int t,
+                                  const Sharding *have, const Sharding *need)
+{
+    char buf[320];
+    const Mesh *m = &p->mesh;
+    if (have->partial && !need->partial) {
+        snprintf(buf, sizeof buf, "partial sum feeds %s \"%s\", which is not linear in it; reduce first",
+                 node_op_name(n), n->name);
+        return arena_strdup(&p->arena, buf);
+    }
+    for (int i = 0; i < have->rank; i++) {
+        if (have->naxes[i] == need->naxes[i] &&
+            memcmp(have->axes[i], need->axes[i], have->naxes[i]) == 0)
+            continue;
+        const DimFactors *df = &r->dims[t][i];
+        for (int fi = 0; fi < df->n; fi++)
+            if (r->kind[df->f[fi]] == FK_NEED_REPL && have->naxes[i]) {
+                snprintf(buf, sizeof buf, "%s \"%s\": %s (dim %d must be whole)", node_op_name(n),
+                         n->name, r->why[df->f[fi]], i);
+                return arena_strdup(&p->arena, buf);
+            }
+        char hs[96], ns[96];
+        snprintf(buf, sizeof buf, "%s \"%s\" computes with operand %d as %s (from its other tensors), not %s",
+                 node_op_name(n), n->name, t, sharding_str(need, m, ns, sizeof ns),
+                 sharding_str(have, m, hs, sizeof hs));
+        return arena_strdup(&p->arena, buf);
+    }
+    return "layout differs";
+}
+
+static int lower(Plan *p, Diag *d)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
+        NodePlan *np = &p->nodes[ni];
+        Candidate win[RULE_MAX_FACTORS];
+        merge_factors(p, &np->rule, np, win);
+        unsigned carried = 0;
+        for (int k = 0; k < n->ninputs; k++) {
+            const Tensor *t = n->inputs[k];
+            if (!t)
+                continue;
+            Sharding need, have = p->tensors[t->id].sharding;
+            factors_to_tensor(&np->rule, k, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &need);
+            if (have.partial && linear_in(n, k, p)) {
+                need.partial = have.partial;
+                carried |= have.partial;
+            }
+            if (!sharding_equal(&have, &need))
+                add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need), &have, &need);
+        }
+        unsigned reduced = 0;
+        for (int f = 0; f < np->rule.nfactors; f++)
+            if (np->rule.kind[f] == FK_REDUCTION)
+                for (int k = 0; k < np->fnaxes[f]; k++)
+                    reduced |= 1u << np->faxes[f][k];
+        for (int k = 0; k < n->noutputs; k++) {
+            const Tensor *t = n->outputs[k];
+            if (!t)
+                continue;
+            TensorPlan *tp = &p->tensors[t->id];
+            Sharding out;
+            factors_to_tensor(&np->rule, n->ninputs + k, np->fnaxes,
+                              (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &out);
+            out.partial = reduced | carried;
+            if (sharding_check(&out, m, t, d))
+                return -1;
+            if (tp->fixed && !sharding_equal(&out, &tp->sharding)) {
+                /* An annotated intermediate: produce, then reshard to it. */
+                Sharding want = tp->sharding;
+                tp->sharding = out;
+                add_reshard(p, t, n, -1, "annotated layout differs from what its producer computes",
+                            &out, &want);
+                tp->sharding = want;
+                continue;
+            }
+            tp->sharding = out;
+        }
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        TensorPlan *tp = &p->tensors[t->id];
+        if (!sharding_is_replicated(&tp->sharding)) {
+            Sharding rep;
+            sharding_replicated(&rep, t->rank);
+            add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
+        }
+    }
+    return 0;
+}
+
+Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d)
+{
+    Plan *p = plan_new(g, m);
+    for (int i = 0; i < g->nnodes; i++)
+        if (rule_build(&p->arena, g->nodes[i], &p->nodes[i].rule, d))
+            goto fail;
+    apply_annotations(p, ann);
+    if (propagate(p, d) || lower(p, d))
+        goto fail;
+    return p;
+fail:
+    plan_free(p);
+    return NULL;
+}

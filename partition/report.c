@@ -1,0 +1,356 @@
+/* report.c: the plan as people and tools read it.
+ *
+ * Text: every tensor (global shape, sharding, local shape, origin), every
+ * reshard step (kind, tensor, mesh axes, bytes sent per rank, the consumer
+ * and the requirement that caused it), per-rank totals. JSON carries the
+ * same. --explain walks one tensor's chain of decisions back to the
+ * annotation it came from; --dot draws the graph with tensors coloured by
+ * sharding and collectives as nodes of their own. Output is deterministic:
+ * graph order throughout, no addresses, no timestamps.
+ */
+#include "partition.h"
+
+#include <string.h>
+
+static void axes_str(const Mesh *m, unsigned axes, char *buf, size_t cap)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (int a = 0; a < m->naxes; a++)
+        if (axes & (1u << a))
+            off += (size_t)snprintf(buf + off, cap - off, "%s%s", off ? "+" : "", m->axes[a].name);
+    if (!off)
+        snprintf(buf, cap, "-");
+}
+
+static const char *origin_name(Origin o)
+{
+    switch (o) {
+    case ORIGIN_USER: return "user";
+    case ORIGIN_MODEL: return "model";
+    case ORIGIN_PROPAGATED: return "propagated";
+    case ORIGIN_OUTPUT: return "output";
+    default: return "default";
+    }
+}
+
+static void origin_str(const Plan *p, const Tensor *t, char *buf, size_t cap)
+{
+    const TensorPlan *tp = &p->tensors[t->id];
+    switch (tp->origin) {
+    case ORIGIN_USER: snprintf(buf, cap, "annotation %s=%s", t->name, tp->source); break;
+    case ORIGIN_MODEL: snprintf(buf, cap, "model sharding spec %s", tp->source); break;
+    case ORIGIN_PROPAGATED:
+        snprintf(buf, cap, "from %s via %s (%s)", tp->from ? tp->from->name : "-", tp->via->name,
+                 node_op_name(tp->via));
+        break;
+    default:
+        snprintf(buf, cap, t->is_input ? "graph input, replicated by default" : "replicated by default");
+        break;
+    }
+}
+
+void plan_totals(const Plan *p, PlanTotals *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (int i = 0; i < p->nreshards; i++)
+        for (int k = 0; k < p->reshards[i].r.nsteps; k++) {
+            const ReshardStep *s = &p->reshards[i].r.steps[k];
+            t->count[s->kind]++;
+            if (s->kind != COLL_SLICE && s->kind != COLL_PARTIALIZE) {
+                t->ncollectives++;
+                t->comm_bytes += s->bytes;
+            }
+        }
+    for (int i = 0; i < p->g->ntensors; i++) {
+        const Tensor *tt = p->g->tensors[i];
+        if (tt->rank < 0 || (!tt->producer && !tt->is_input && !tt->is_initializer))
+            continue;
+        int64_t b = sharding_local_bytes(&p->tensors[i].sharding, &p->mesh, tt);
+        if (tt->is_initializer) {
+            if (tt->nconsumers)
+                t->weight_bytes += b;
+        } else {
+            t->activation_bytes += b;
+        }
+    }
+}
+
+static void print_header(const Plan *p, FILE *f)
+{
+    char mesh[128];
+    mesh_str(&p->mesh, mesh, sizeof mesh);
+    fprintf(f, "plan     %s\nmesh     %s (%d ranks), device %s\nlinks   ", p->g->path, mesh,
+            p->mesh.nranks, p->mesh.device->name);
+    for (int a = 0; a < p->mesh.naxes; a++)
+        fprintf(f, " %s=%s", p->mesh.axes[a].name, p->mesh.axes[a].link->name);
+    fprintf(f, "\n");
+}
+
+void plan_print_text(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    char a[128], b[128], c[128], o[256];
+    print_header(p, f);
+    fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (t->rank < 0 || (!t->producer && !t->is_input && !(t->is_initializer && t->nconsumers)))
+            continue;
+        int64_t local[IR_MAX_RANK];
+        sharding_local_dims(&p->tensors[i].sharding, m, t, local);
+        origin_str(p, t, o, sizeof o);
+        fprintf(f, "  %-22s %-16s %-22s %-16s %s\n", t->name, shape_str(t->dims, t->rank, a, sizeof a),
+                sharding_str(&p->tensors[i].sharding, m, b, sizeof b),
+                shape_str(local, t->rank, c, sizeof c), o);
+    }
+    fprintf(f, "\ncollectives\n  %-3s %-15s %-18s %-6s %12s  %-36s %s\n", "#", "kind", "tensor", "axes",
+            "bytes/rank", "layout change", "cause");
+    int idx = 0;
+    for (int i = 0; i < p->nreshards; i++) {
+        const PlanReshard *r = &p->reshards[i];
+        for (int k = 0; k < r->r.nsteps; k++) {
+            const ReshardStep *s = &r->r.steps[k];
+            const Sharding *before = k ? &r->r.steps[k - 1].after : &r->src;
+            char change[300];
+            snprintf(change, sizeof change, "%s -> %s", sharding_str(before, m, b, sizeof b),
+                     sharding_str(&s->after, m, c, sizeof c));
+            axes_str(m, s->axes, a, sizeof a);
+            fprintf(f, "  %-3d %-15s %-18s %-6s %12lld  %-36s ", ++idx, coll_name(s->kind),
+                    r->tensor->name, a, (long long)s->bytes, change);
+            if (r->consumer)
+                fprintf(f, "for %s (%s): %s", r->consumer->name, node_op_name(r->consumer), r->reason);
+            else
+                fprintf(f, "%s", r->reason);
+            fprintf(f, "%s\n", r->r.full_gather ? " [full gather-then-slice: nothing cheaper]" : "");
+        }
+    }
+    if (!idx)
+        fprintf(f, "  (none)\n");
+    PlanTotals t;
+    plan_totals(p, &t);
+    fprintf(f, "\nper rank\n  communication %lld bytes in %d collectives", (long long)t.comm_bytes,
+            t.ncollectives);
+    for (int k = 0; k < COLL_COUNT; k++)
+        if (t.count[k] && k != COLL_SLICE && k != COLL_PARTIALIZE)
+            fprintf(f, ", %d %s", t.count[k], coll_name((CollKind)k));
+    fprintf(f, "\n  weights       %lld bytes\n  activations   %lld bytes (all values, before liveness)\n",
+            (long long)t.weight_bytes, (long long)t.activation_bytes);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_dims(FILE *f, const int64_t *d, int r)
+{
+    fputc('[', f);
+    for (int i = 0; i < r; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)d[i]);
+    fputc(']', f);
+}
+
+void plan_print_json(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    char b[256];
+    fprintf(f, "{\n  \"model\": ");
+    json_str(f, g->path);
+    fprintf(f, ",\n  \"mesh\": {\"ranks\": %d, \"device\": \"%s\", \"axes\": [", m->nranks, m->device->name);
+    for (int a = 0; a < m->naxes; a++)
+        fprintf(f, "%s{\"name\": \"%s\", \"size\": %d, \"link\": \"%s\"}", a ? ", " : "",
+                m->axes[a].name, m->axes[a].size, m->axes[a].link->name);
+    fprintf(f, "]},\n  \"tensors\": [");
+    int first = 1;
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (t->rank < 0 || (!t->producer && !t->is_input && !(t->is_initializer && t->nconsumers)))
+            continue;
+        const TensorPlan *tp = &p->tensors[i];
+        int64_t local[IR_MAX_RANK];
+        sharding_local_dims(&tp->sharding, m, t, local);
+        fprintf(f, "%s\n    {\"name\": ", first ? "" : ",");
+        first = 0;
+        json_str(f, t->name);
+        fprintf(f, ", \"dtype\": \"%s\", \"shape\": ", dtype_name(t->dtype));
+        json_dims(f, t->dims, t->rank);
+        fprintf(f, ", \"sharding\": ");
+        json_str(f, sharding_str(&tp->sharding, m, b, sizeof b));
+        fprintf(f, ", \"local_shape\": ");
+        json_dims(f, local, t->rank);
+        fprintf(f, ", \"origin\": \"%s\"", origin_name(tp->origin));
+        if (tp->origin == ORIGIN_PROPAGATED) {
+            fprintf(f, ", \"via\": ");
+            json_str(f, tp->via->name);
+            if (tp->from) {
+                fprintf(f, ", \"from\": ");
+                json_str(f, tp->from->name);
+            }
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "\n  ],\n  \"collectives\": [");
+    first = 1;
+    for (int i = 0; i < p->nreshards; i++) {
+        const PlanReshard *r = &p->reshards[i];
+        for (int k = 0; k < r->r.nsteps; k++) {
+            const ReshardStep *s = &r->r.steps[k];
+            const Sharding *before = k ? &r->r.steps[k - 1].after : &r->src;
+            fprintf(f, "%s\n    {\"kind\": \"%s\", \"tensor\": ", first ? "" : ",", coll_name(s->kind));
+            first = 0;
+            json_str(f, r->tensor->name);
+            fprintf(f, ", \"axes\": [");
+            for (int a = 0, fa = 1; a < m->naxes; a++)
+                if (s->axes & (1u << a)) {
+                    fprintf(f, "%s\"%s\"", fa ? "" : ", ", m->axes[a].name);
+                    fa = 0;
+                }
+            fprintf(f, "], \"dim\": %d, \"bytes_per_rank\": %lld, \"seconds\": %.3e, \"from\": ",
+                    s->dim, (long long)s->bytes, s->seconds);
+            json_str(f, sharding_str(before, m, b, sizeof b));
+            fprintf(f, ", \"to\": ");
+            json_str(f, sharding_str(&s->after, m, b, sizeof b));
+            fprintf(f, ", \"consumer\": ");
+            if (r->consumer)
+                json_str(f, r->consumer->name);
+            else
+                fprintf(f, "null");
+            fprintf(f, ", \"reason\": ");
+            json_str(f, r->reason);
+            fprintf(f, ", \"full_gather\": %s}", r->r.full_gather ? "true" : "false");
+        }
+    }
+    PlanTotals t;
+    plan_totals(p, &t);
+    fprintf(f, "\n  ],\n  \"per_rank\": {\"communication_bytes\": %lld, \"collectives\": %d, "
+               "\"weight_bytes\": %lld, \"activation_bytes\": %lld}\n}\n",
+            (long long)t.comm_bytes, t.ncollectives, (long long)t.weight_bytes,
+            (long long)t.activation_bytes);
+}
+
+int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
+{
+    const Tensor *t = graph_tensor_find(p->g, name);
+    if (!t || t->rank < 0) {
+        diag_add(d, "--explain %s: no tensor named \"%s\" in the model", name, name);
+        return -1;
+    }
+    const Mesh *m = &p->mesh;
+    char a[128], b[128];
+    fprintf(f, "%s %s: %s\n", t->name, shape_str(t->dims, t->rank, a, sizeof a),
+            sharding_str(&p->tensors[t->id].sharding, m, b, sizeof b));
+    for (const Tensor *cur = t; cur;) {
+        const TensorPlan *tp = &p->tensors[cur->id];
+        sharding_str(&tp->sharding, m, b, sizeof b);
+        switch (tp->origin) {
+        case ORIGIN_PROPAGATED:
+            fprintf(f, "  %s is %s: propagated by node \"%s\" (%s) from \"%s\"\n", cur->name, b,
+                    tp->via->name, node_op_name(tp->via), tp->from ? tp->from->name : "?");
+            cur = tp->from;
+            continue;
+        case ORIGIN_USER:
+            fprintf(f, "  %s is %s: user annotation (--shard / --shardings)\n", cur->name, b);
+            break;
+        case ORIGIN_MODEL:
+            fprintf(f, "  %s is %s: the model's own ONNX sharding spec\n", cur->name, b);
+            break;
+        default:
+            fprintf(f, "  %s is %s: %s\n", cur->name, b,
+                    cur->is_input ? "graph input, replicated unless annotated"
+                                  : "no annotation reaches it, replicated by default");
+            break;
+        }
+        break;
+    }
+    /* Producer's view: partial results come from split reduction factors. */
+    if (p->tensors[t->id].sharding.partial && t->producer)
+        fprintf(f, "  partial: node \"%s\" (%s) contracts a dim split over those axes\n",
+                t->producer->name, node_op_name(t->producer));
+    for (int i = 0; i < p->nreshards; i++) {
+        const PlanReshard *r = &p->reshards[i];
+        if (r->tensor != t)
+            continue;
+        fprintf(f, "  reshard %s -> %s for %s: %s\n", sharding_str(&r->src, m, a, sizeof a),
+                sharding_str(&r->dst, m, b, sizeof b), r->consumer ? r->consumer->name : "graph output",
+                r->reason);
+        for (int k = 0; k < r->r.nsteps; k++) {
+            char ax[64];
+            axes_str(m, r->r.steps[k].axes, ax, sizeof ax);
+            fprintf(f, "    %s over %s, %lld bytes per rank\n", coll_name(r->r.steps[k].kind), ax,
+                    (long long)r->r.steps[k].bytes);
+        }
+    }
+    return 0;
+}
+
+void plan_print_dot(const Plan *p, FILE *f)
+{
+    static const char *const palette[] = {"#ffffff", "#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f",
+                                          "#cab2d6", "#ffff99", "#1f78b4", "#33a02c", "#e31a1c"};
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    char b[128];
+    /* One colour per distinct sharding, in order of first appearance. */
+    char seen[10][128];
+    int nseen = 0;
+    fprintf(f, "digraph plan {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (t->rank < 0 || (!t->producer && !t->is_input && !(t->is_initializer && t->nconsumers)))
+            continue;
+        sharding_str(&p->tensors[i].sharding, m, b, sizeof b);
+        int c = 0;
+        while (c < nseen && strcmp(seen[c], b) != 0)
+            c++;
+        if (c == nseen && nseen < 10)
+            snprintf(seen[nseen++], sizeof seen[0], "%s", b);
+        fprintf(f, "  t%d [shape=ellipse, style=filled, fillcolor=\"%s\", label=\"%s\\n%s\"];\n", i,
+                palette[c < 10 ? c : 9], t->name, b);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        fprintf(f, "  n%d [shape=box, label=\"%s\\n%s\"];\n", i, n->name, node_op_name(n));
+        for (int k = 0; k < n->noutputs; k++)
+            if (n->outputs[k])
+                fprintf(f, "  n%d -> t%d;\n", i, n->outputs[k]->id);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        for (int k = 0; k < n->ninputs; k++) {
+            const Tensor *t = n->inputs[k];
+            if (!t || (t->is_initializer && !t->nconsumers))
+                continue;
+            int via = -1;
+            for (int r = 0; r < p->nreshards; r++)
+                if (p->reshards[r].tensor == t && p->reshards[r].consumer == n)
+                    via = r;
+            if (via < 0) {
+                fprintf(f, "  t%d -> n%d;\n", t->id, i);
+                continue;
+            }
+            fprintf(f, "  r%d [shape=diamond, style=filled, fillcolor=\"#ff7f00\", label=\"", via);
+            for (int s = 0; s < p->reshards[via].r.nsteps; s++)
+                fprintf(f, "%s%s", s ? "\\n" : "", coll_name(p->reshards[via].r.steps[s].kind));
+            fprintf(f, "\"];\n  t%d -> r%d;\n  r%d -> n%d;\n", t->id, via, via, i);
+        }
+    }
+    for (int r = 0; r < p->nreshards; r++)
+        if (!p->reshards[r].consumer)
+            fprintf(f, "  r%d [shape=diamond, style=filled, fillcolor=\"#ff7f00\", label=\"%s\"];\n"
+                       "  t%d -> r%d;\n",
+                    r, coll_name(p->reshards[r].r.steps[0].kind), p->reshards[r].tensor->id, r);
+    fprintf(f, "}\n");
+}
