@@ -1,6 +1,7 @@
 /* main.c: the onnx2spmd command line.
  *
  *   onnx2spmd inspect MODEL [--nodes] [--json] [--dim NAME=VALUE]...
+ *   onnx2spmd plan MODEL --mesh dp=2,tp=4 [--shard NAME=SPEC]... [--json]
  *
  * Reads as the list of stages: parse flags, load the model (frontend:
  * decode, check, normalise, infer shapes), then the subcommand's report.
@@ -12,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "partition/partition.h"
 
 enum { EXIT_OK = 0, EXIT_BAD_INPUT = 2 };
 
@@ -26,11 +29,25 @@ static const char usage_text[] =
     "commands:\n"
     "  inspect MODEL     print the model's IR: opsets, inputs and outputs,\n"
     "                    node counts by op, parameters\n"
+    "  plan MODEL        lay tensors out over a mesh and list the collectives\n"
     "\n"
     "inspect options:\n"
     "  --nodes           also list every node with its output shapes\n"
     "  --json            print JSON instead of text\n"
     "  --dim NAME=VALUE  bind the symbolic input dim NAME (repeatable)\n"
+    "\n"
+    "plan options:\n"
+    "  --mesh AXES       named mesh axes, row-major, e.g. dp=2,tp=4 (required)\n"
+    "  --link A=CLASS    link class per axis: nvlink, pcie, ib, ethernet, shm\n"
+    "                    (comma-separated; default nvlink)\n"
+    "  --device NAME     device preset for the cost model: H100, H200, A100, cpu\n"
+    "  --shard N=SPEC    annotate tensor N, e.g. W1=[_,tp], x=[dp,_], y=[dp+tp,_]\n"
+    "                    (repeatable)\n"
+    "  --shardings FILE  annotations, one NAME=SPEC per line, # comments\n"
+    "  --json            print the plan as JSON\n"
+    "  --explain TENSOR  print the chain of decisions behind one tensor\n"
+    "  --dot FILE        write a Graphviz drawing of the plan\n"
+    "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
@@ -203,7 +220,8 @@ static void inspect_json(const Graph *g, int nodes)
 
 /* ---- flags -------------------------------------------------------------- */
 
-enum { OPT_NODES = 256, OPT_JSON, OPT_DIM };
+enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
+       OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT };
 
 static int parse_dim(const char *arg, DimBinding *b)
 {
@@ -269,6 +287,131 @@ static int cmd_inspect(int argc, char **argv)
     return rc;
 }
 
+/* ---- plan --------------------------------------------------------------- */
+
+/* Writes through a temporary name and renames, so a failed run leaves no
+ * half-written file behind. */
+static int write_dot(const Plan *p, const char *path, Diag *d)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        diag_add(d, "--dot %s: %s", path, strerror(errno));
+        return -1;
+    }
+    plan_print_dot(p, f);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        diag_add(d, "--dot %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"mesh", required_argument, 0, OPT_MESH},
+        {"link", required_argument, 0, OPT_LINK},
+        {"device", required_argument, 0, OPT_DEVICE},
+        {"shard", required_argument, 0, OPT_SHARD},
+        {"shardings", required_argument, 0, OPT_SHARDINGS},
+        {"json", no_argument, 0, OPT_JSON},
+        {"explain", required_argument, 0, OPT_EXPLAIN},
+        {"dot", required_argument, 0, OPT_DOT},
+        {"dim", required_argument, 0, OPT_DIM},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
+    const char *explain = NULL, *dot = NULL;
+    const char *shards[256];
+    int nshards = 0, json = 0, c, rc = EXIT_BAD_INPUT;
+    DimBinding dims[64];
+    FrontendOptions opt = {.dims = dims, .ndims = 0};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MESH: mesh_spec = optarg; break;
+        case OPT_LINK: links = optarg; break;
+        case OPT_DEVICE: device = optarg; break;
+        case OPT_SHARDINGS: shardings = optarg; break;
+        case OPT_JSON: json = 1; break;
+        case OPT_EXPLAIN: explain = optarg; break;
+        case OPT_DOT: dot = optarg; break;
+        case OPT_SHARD:
+            if (nshards == 256)
+                return usage_error("too many --shard flags (at most %s)", "256");
+            shards[nshards++] = optarg;
+            break;
+        case OPT_DIM:
+            if (opt.ndims == 64)
+                return usage_error("too many --dim flags (at most %s)", "64");
+            if (parse_dim(optarg, &dims[opt.ndims]))
+                return usage_error("--dim %s: expected NAME=VALUE with a non-negative integer", optarg);
+            opt.ndims++;
+            break;
+        case 'h': fputs(usage_text, stdout); return EXIT_OK;
+        default: return usage_error("plan: bad option%s", "");
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("plan: expected exactly one MODEL%s", "");
+    if (!mesh_spec)
+        return usage_error("plan: --mesh is required (e.g. --mesh dp=2,tp=4)%s", "");
+    const char *path = argv[optind];
+    Diag d;
+    Graph *g = NULL;
+    Plan *p = NULL;
+    Arena arena = {0};
+    AnnotationList ann = {0};
+    Mesh mesh;
+    diag_init(&d, NULL);
+    if (mesh_parse(mesh_spec, &mesh, &d) || (links && mesh_links_parse(&mesh, links, &d)))
+        goto cleanup;
+    if (device && !(mesh.device = device_preset_find(device))) {
+        diag_add(&d, "--device %s: unknown device (H100, H200, A100, cpu)", device);
+        goto cleanup;
+    }
+    d.context = path;
+    if (frontend_load_file(path, &opt, &g, &d))
+        goto cleanup;
+    if (annotate_add_model(&ann, &arena, g, &mesh, &d))
+        goto cleanup;
+    d.context = NULL;
+    for (int i = 0; i < nshards; i++)
+        if (annotate_add_flag(&ann, &arena, g, &mesh, shards[i], "--shard", &d))
+            goto cleanup;
+    if (shardings && annotate_add_file(&ann, &arena, g, &mesh, shardings, &d))
+        goto cleanup;
+    d.context = path;
+    if (!(p = partition_propagate(g, &mesh, &ann, &d)))
+        goto cleanup;
+    d.context = NULL;
+    if (dot && write_dot(p, dot, &d))
+        goto cleanup;
+    if (explain) {
+        if (plan_print_explain(p, explain, stdout, &d))
+            goto cleanup;
+    } else if (json) {
+        plan_print_json(p, stdout);
+    } else {
+        plan_print_text(p, stdout);
+    }
+    rc = EXIT_OK;
+cleanup:
+    print_diags(&d);
+    diag_free(&d);
+    plan_free(p);
+    graph_free(g);
+    free(ann.items);
+    arena_free(&arena);
+    for (int i = 0; i < opt.ndims; i++)
+        free((char *)dims[i].name);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -284,5 +427,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc - 1, argv + 1);
     return usage_error("unknown command \"%s\"", cmd);
 }

@@ -251,6 +251,29 @@ def make_convnet(rng):
     return model(g), {"x": rng.standard_normal((B, C, HW, HW), dtype=np.float32)}
 
 
+def make_mlp_sharded(mlp):
+    """mlp.onnx carrying ONNX's own sharding spec (onnx 1.18+): W1 split by
+    columns over two devices, as `--shard W1=[_,tp]` on a tp=2 mesh says."""
+    m = onnx.ModelProto()
+    m.CopyFrom(mlp)
+    cfg = m.configuration.add()
+    cfg.name = "tp2"
+    cfg.num_devices = 2
+    cfg.device.extend(["0", "1"])
+    fc1 = [n for n in m.graph.node if n.name == "fc1"][0]
+    dc = fc1.device_configurations.add()
+    dc.configuration_id = "tp2"
+    spec = dc.sharding_spec.add()
+    spec.tensor_name = "W1"
+    spec.device.extend([0, 1])
+    sd = spec.sharded_dim.add()
+    sd.axis = 1
+    ss = sd.simple_sharding.add()
+    ss.dim_value = 256
+    ss.num_shards = 2
+    return m
+
+
 # ---- per-op models: shapes from ORT are the expected shape inference ------
 
 def op_cases():
@@ -450,6 +473,8 @@ def main():
         save(m, path)
         names, outs = run_ort(path, feeds)
         write_golden(os.path.join(GOLDEN, name), feeds, names, outs)
+        if name == "mlp":
+            save(make_mlp_sharded(m), os.path.join(MODELS, "mlp_sharded.onnx"))
     make_op_models()
     with open(os.path.join(MODELS, "mlp.onnx"), "rb") as fh:
         make_bad_models(fh.read())

@@ -1,0 +1,296 @@
+/* test_propagate.c: sharding propagation on the golden models and the
+ * errors users hit first. Each case is a model, a mesh and annotations;
+ * the assertions are on the plan's layouts and collectives. */
+#include "tests/test_util.h"
+
+#include "partition/partition.h"
+
+typedef struct Setup {
+    Graph *g;
+    Plan *p;
+    Mesh mesh;
+    AnnotationList ann;
+    Arena arena;
+} Setup;
+
+static void setup_free(Setup *s)
+{
+    plan_free(s->p);
+    graph_free(s->g);
+    free(s->ann.items);
+    arena_free(&s->arena);
+}
+
+/* Loads `model`, applies the model's own specs, the --shard flags and an
+ * optional --shardings file, and propagates; all must succeed. */
+static void plan_ok(Setup *s, const char *model, const char *mesh, const char *file,
+                    const char *const *shards)
+{
+    memset(s, 0, sizeof(*s));
+    s->g = load_ok(model);
+    Diag d;
+    diag_init(&d, model);
+    assert_int_equal(mesh_parse(mesh, &s->mesh, &d), 0);
+    assert_int_equal(annotate_add_model(&s->ann, &s->arena, s->g, &s->mesh, &d), 0);
+    for (int i = 0; shards && shards[i]; i++)
+        assert_int_equal(annotate_add_flag(&s->ann, &s->arena, s->g, &s->mesh, shards[i], "--shard", &d), 0);
+    if (file)
+        assert_int_equal(annotate_add_file(&s->ann, &s->arena, s->g, &s->mesh, file, &d), 0);
+    s->p = partition_propagate(s->g, &s->mesh, &s->ann, &d);
+    if (!s->p)
+        print_error("%s\n", diag_first(&d));
+    assert_non_null(s->p);
+    diag_free(&d);
+}
+
+static const char *layout(Setup *s, const char *tensor, char *buf)
+{
+    const Tensor *t = graph_tensor_find(s->g, tensor);
+    assert_non_null(t);
+    return sharding_str(&s->p->tensors[t->id].sharding, &s->mesh, buf, 128);
+}
+
+/* Counts communicating steps of kind k over exactly `axes` (names, "+"). */
+static int count_coll(Setup *s, CollKind k, const char *axes)
+{
+    unsigned mask = 0;
+    char copy[64];
+    snprintf(copy, sizeof copy, "%s", axes);
+    for (char *save = NULL, *tok = strtok_r(copy, "+", &save); tok; tok = strtok_r(NULL, "+", &save))
+        mask |= 1u << mesh_axis_find(&s->mesh, tok);
+    int n = 0;
+    for (int i = 0; i < s->p->nreshards; i++)
+        for (int j = 0; j < s->p->reshards[i].r.nsteps; j++)
+            n += s->p->reshards[i].r.steps[j].kind == k && s->p->reshards[i].r.steps[j].axes == mask;
+    return n;
+}
+
+static int count_comm(Setup *s)
+{
+    PlanTotals t;
+    plan_totals(s->p, &t);
+    return t.ncollectives;
+}
+
+static void test_partition_propagate_mlp_megatron(void **st)
+{
+    (void)st;
+    Setup s;
+    char b[128];
+    const char *shards[] = {"W1=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    assert_string_equal(layout(&s, "h", b), "[_,tp]");
+    assert_string_equal(layout(&s, "a", b), "[_,tp]");
+    /* The second weight is row-split by propagation, not annotation. */
+    assert_string_equal(layout(&s, "W2", b), "[tp,_]");
+    assert_int_equal(s.p->tensors[graph_tensor_find(s.g, "W2")->id].origin, ORIGIN_PROPAGATED);
+    assert_string_equal(layout(&s, "o", b), "[_,_] partial(tp)");
+    /* Exactly one all-reduce, and it sits before the bias Add. */
+    assert_int_equal(count_comm(&s), 1);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
+    assert_string_equal(s.p->reshards[0].tensor->name, "o");
+    assert_string_equal(s.p->reshards[0].consumer->name, "bias2");
+    assert_string_equal(layout(&s, "y", b), "[_,_]");
+    setup_free(&s);
+}
+
+static void test_partition_propagate_attention_heads(void **st)
+{
+    (void)st;
+    Setup s;
+    char b[128];
+    const char *shards[] = {"Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/attention.onnx", "tp=2", NULL, shards);
+    /* The split of D = H*dh lands on the head factor through Reshape and
+     * stays on heads through Transpose, MatMul and Softmax. */
+    assert_string_equal(layout(&s, "q_h", b), "[_,_,tp,_]");
+    assert_string_equal(layout(&s, "q_t", b), "[_,tp,_,_]");
+    assert_string_equal(layout(&s, "k_t", b), "[_,tp,_,_]");
+    assert_string_equal(layout(&s, "probs", b), "[_,tp,_,_]");
+    assert_string_equal(layout(&s, "ctx_m", b), "[_,_,tp]");
+    assert_string_equal(layout(&s, "Wo", b), "[tp,_]");
+    assert_string_equal(layout(&s, "bq", b), "[tp]");
+    assert_int_equal(count_comm(&s), 1);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
+    assert_string_equal(s.p->reshards[0].consumer->name, "o_bias");
+    setup_free(&s);
+}
+
+static void test_partition_propagate_tiny_gpt_dp_tp(void **st)
+{
+    (void)st;
+    Setup s;
+    char b[128];
+    plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    /* Two all-reduces per block over tp, none over dp. */
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 4);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "dp"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "dp+tp"), 0);
+    /* Embedding and LM head: no reshard of the vocab tables at all. */
+    for (int i = 0; i < s.p->nreshards; i++) {
+        assert_string_not_equal(s.p->reshards[i].tensor->name, "tok_emb");
+        assert_string_not_equal(s.p->reshards[i].tensor->name, "lm_head");
+    }
+    assert_string_equal(layout(&s, "tok", b), "[dp,_,_]");
+    assert_string_equal(layout(&s, "l0_probs", b), "[dp,tp,_,_]");
+    assert_string_equal(layout(&s, "l1_act", b), "[dp,_,tp]");
+    /* The only other collective gathers the logits for the output. */
+    assert_int_equal(count_comm(&s), 5);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "dp"), 1);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_vocab_parallel_embedding(void **st)
+{
+    (void)st;
+    Setup s;
+    char b[128];
+    /* A table split over the vocabulary makes the lookup a partial sum. */
+    const char *shards[] = {"tok_emb=[tp,_]", NULL};
+    plan_ok(&s, "tests/models/tiny_gpt.onnx", "tp=2", NULL, shards);
+    assert_string_equal(layout(&s, "tok", b), "[_,_,_] partial(tp)");
+    /* Adding the (unsplit) position embedding is linear only if both terms
+     * are partial, so the lookup is reduced first. */
+    int found = 0;
+    for (int i = 0; i < s.p->nreshards; i++)
+        if (strcmp(s.p->reshards[i].tensor->name, "tok") == 0) {
+            found = 1;
+            assert_int_equal(s.p->reshards[i].r.steps[0].kind, COLL_ALL_REDUCE);
+        }
+    assert_true(found);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_onnx_annotations_match_flags(void **st)
+{
+    (void)st;
+    Setup a, f;
+    const char *shards[] = {"W1=[_,tp]", NULL};
+    plan_ok(&a, "tests/models/mlp_sharded.onnx", "tp=2", NULL, NULL);
+    plan_ok(&f, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    assert_int_equal(a.g->ntensors, f.g->ntensors);
+    char x[128], y[128];
+    for (int i = 0; i < a.g->ntensors; i++)
+        assert_string_equal(sharding_str(&a.p->tensors[i].sharding, &a.mesh, x, sizeof x),
+                            sharding_str(&f.p->tensors[i].sharding, &f.mesh, y, sizeof y));
+    assert_int_equal(a.p->nreshards, f.p->nreshards);
+    for (int i = 0; i < a.p->nreshards; i++) {
+        assert_string_equal(a.p->reshards[i].tensor->name, f.p->reshards[i].tensor->name);
+        assert_int_equal(a.p->reshards[i].r.nsteps, f.p->reshards[i].r.nsteps);
+        assert_int_equal(a.p->reshards[i].r.bytes, f.p->reshards[i].r.bytes);
+    }
+    assert_int_equal(a.p->tensors[graph_tensor_find(a.g, "W1")->id].origin, ORIGIN_MODEL);
+    setup_free(&a);
+    setup_free(&f);
+}
+
+static void test_partition_propagate_convnet_dp(void **st)
+{
+    (void)st;
+    Setup s;
+    char b[128];
+    const char *shards[] = {"x=[dp,_,_,_]", NULL};
+    plan_ok(&s, "tests/models/convnet.onnx", "dp=2", NULL, shards);
+    assert_string_equal(layout(&s, "c1_pool", b), "[dp,_,_,_]");
+    assert_string_equal(layout(&s, "flat", b), "[dp,_]");
+    assert_string_equal(layout(&s, "c0_W", b), "[_,_,_,_]");
+    /* Data parallel inference: only the output gather communicates. */
+    assert_int_equal(count_comm(&s), 1);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "dp"), 1);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_deterministic(void **st)
+{
+    (void)st;
+    char *out[2];
+    size_t len[2];
+    for (int k = 0; k < 2; k++) {
+        Setup s;
+        plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+        FILE *f = open_memstream(&out[k], &len[k]);
+        plan_print_json(s.p, f);
+        plan_print_text(s.p, f);
+        fclose(f);
+        setup_free(&s);
+    }
+    assert_int_equal(len[0], len[1]);
+    assert_memory_equal(out[0], out[1], len[0]);
+    free(out[0]);
+    free(out[1]);
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+static char *flag_error(const char *model, const char *mesh, const char *shard)
+{
+    Graph *g = load_ok(model);
+    Mesh m;
+    Diag d;
+    Arena a = {0};
+    AnnotationList l = {0};
+    diag_init(&d, NULL);
+    int rc = mesh_parse(mesh, &m, &d);
+    if (rc == 0 && shard)
+        rc = annotate_add_flag(&l, &a, g, &m, shard, "--shard", &d);
+    Plan *p = NULL;
+    if (rc == 0) {
+        p = partition_propagate(g, &m, &l, &d);
+        rc = p ? 0 : -1;
+    }
+    assert_int_equal(rc, -1);
+    assert_int_equal(d.n, 1);
+    char *msg = strdup(d.msgs[0]);
+    plan_free(p);
+    diag_free(&d);
+    free(l.items);
+    arena_free(&a);
+    graph_free(g);
+    return msg;
+}
+
+static void expect_flag_error(const char *mesh, const char *shard, const char *a, const char *b)
+{
+    char *msg = flag_error("tests/models/mlp.onnx", mesh, shard);
+    assert_mentions(msg, a, b, NULL);
+    free(msg);
+}
+
+static void test_annotate_unknown_tensor(void **st) { (void)st; expect_flag_error("tp=2", "W9=[_,tp]", "--shard W9=[_,tp]", "no tensor named \"W9\""); }
+static void test_annotate_unknown_axis(void **st) { (void)st; expect_flag_error("tp=2", "W1=[_,mp]", "W1=[_,mp]", "unknown mesh axis \"mp\""); }
+static void test_annotate_axis_twice(void **st) { (void)st; expect_flag_error("dp=2,tp=2", "W1=[tp,tp]", "W1=[tp,tp]", "axis \"tp\" is used twice"); }
+static void test_mesh_axis_size_zero(void **st) { (void)st; expect_flag_error("dp=2,tp=0", NULL, "--mesh dp=2,tp=0", "axis \"tp\" has size 0"); }
+static void test_annotate_wrong_rank(void **st) { (void)st; expect_flag_error("tp=2", "W1=[_,tp,_]", "W1=[_,tp,_]", "spec has 3 dims but tensor \"W1\" has rank 2"); }
+static void test_annotate_not_divisible(void **st) { (void)st; expect_flag_error("tp=3", "W1=[_,tp]", "tensor \"W1\"", "dim 1 (size 256) is not divisible by tp=3"); }
+
+static void test_annotate_not_divisible_output(void **st)
+{
+    (void)st;
+    /* Factors carry one size through every tensor that holds them, so
+     * propagation cannot create an uneven split; an uneven annotation on
+     * an output is refused, never silently replicated. */
+    char *msg = flag_error("tests/models/mlp.onnx", "tp=3", "y=[_,tp]");
+    assert_mentions(msg, "not divisible by tp=3", NULL);
+    free(msg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_partition_propagate_mlp_megatron),
+        cmocka_unit_test(test_partition_propagate_attention_heads),
+        cmocka_unit_test(test_partition_propagate_tiny_gpt_dp_tp),
+        cmocka_unit_test(test_partition_propagate_vocab_parallel_embedding),
+        cmocka_unit_test(test_partition_propagate_onnx_annotations_match_flags),
+        cmocka_unit_test(test_partition_propagate_convnet_dp),
+        cmocka_unit_test(test_partition_propagate_deterministic),
+        cmocka_unit_test(test_annotate_unknown_tensor),
+        cmocka_unit_test(test_annotate_unknown_axis),
+        cmocka_unit_test(test_annotate_axis_twice),
+        cmocka_unit_test(test_mesh_axis_size_zero),
+        cmocka_unit_test(test_annotate_wrong_rank),
+        cmocka_unit_test(test_annotate_not_divisible),
+        cmocka_unit_test(test_annotate_not_divisible_output),
+    };
+    return cmocka_run_group_tests_name("partition/propagate", tests, NULL, NULL);
+}
