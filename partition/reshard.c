@@ -11,7 +11,13 @@
  *   all-gather      the axes of a dim that dst does not want there (minor
  *                   first, a dim's whole tail in one call);
  *   local slice     axes dst adds (free: each rank keeps its block);
- * and the loop repeats until the layout equals dst. A dim's axis list is
+ * and the loop repeats until the layout equals dst. That greedy order is
+ * the fallback; the lowering proper is a shortest-path search over those
+ * same moves (Dijkstra on the alpha-beta cost, ties broken by fewer calls,
+ * then fewer bytes), restricted to the mesh axes either layout uses, so
+ * it finds e.g. that gathering [dp+tp,_] whole and slicing tp locally
+ * beats an all-to-all followed by a gather on a small tensor, and the
+ * reverse on a large one. A dim's axis list is
  * ordered major to minor, so only its minor-most axis can leave it without
  * disturbing the others; that is why an axis swap such as [dp,tp] to
  * [tp,dp] costs a gather and an all-to-all. Bytes are those sent per rank
@@ -19,6 +25,7 @@
  */
 #include "partition.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const char *coll_name(CollKind k)
@@ -43,6 +50,12 @@ static int64_t coll_bytes(CollKind k, int n, int64_t local)
     }
 }
 
+/* Fixed cost of issuing one collective (kernel launch, NCCL/MPI setup),
+ * on top of the ring's alpha-beta time. Without it the model prefers two
+ * small-group calls to one large-group call for every small tensor, which
+ * is not what real launches cost. */
+#define COLL_LAUNCH_S 5e-6
+
 double coll_seconds(const Mesh *m, CollKind k, unsigned axes, int64_t local)
 {
     int n = mesh_group_size(m, axes);
@@ -50,7 +63,7 @@ double coll_seconds(const Mesh *m, CollKind k, unsigned axes, int64_t local)
         return 0;
     const LinkClass *l = mesh_group_link(m, axes);
     double hops = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) : (double)(n - 1);
-    return hops * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
+    return COLL_LAUNCH_S + hops * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
 }
 
 static void push(const Mesh *m, const Tensor *t, Reshard *out, CollKind k, unsigned axes,
@@ -96,8 +109,8 @@ static int dim_of_axis(const Sharding *s, int ax)
     return -1;
 }
 
-void reshard_lower(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst,
-                   Reshard *out)
+static void reshard_greedy(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst,
+                           Reshard *out)
 {
     memset(out, 0, sizeof(*out));
     Sharding cur = *src, next;
@@ -219,4 +232,187 @@ void reshard_lower(const Mesh *m, const Tensor *t, const Sharding *src, const Sh
         full.full_gather = 1;
         *out = full;
     }
+}
+
+/* ---- shortest path over layouts ------------------------------------------ */
+
+enum { SEARCH_MAX_STATES = 4096, SEARCH_MAX_MOVES = 256 };
+
+typedef struct Node_ {
+    Sharding s;
+    double cost;
+    int ncoll;
+    int64_t bytes;
+    int parent;
+    ReshardStep step; /* move from parent to here */
+    int done;
+} SearchNode;
+
+typedef struct Move {
+    Sharding to;
+    CollKind kind;
+    unsigned axes;
+    int dim, dim_to;
+} Move;
+
+static int divisible(const Mesh *m, const Tensor *t, const Sharding *s, int dim)
+{
+    return t->dims[dim] % sharding_dim_shards(s, m, dim) == 0;
+}
+
+static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned relevant, Move *mv)
+{
+    int n = 0;
+    unsigned used = sharding_used_axes(s);
+    for (int i = 0; i < s->rank; i++) {
+        unsigned tail = 0;
+        for (int k = s->naxes[i] - 1; k >= 0 && n < SEARCH_MAX_MOVES; k--) { /* all-gather a tail */
+            tail |= 1u << s->axes[i][k];
+            mv[n] = (Move){.to = *s, .kind = COLL_ALL_GATHER, .axes = tail, .dim = i, .dim_to = -1};
+            mv[n++].to.naxes[i] = (unsigned char)k;
+        }
+        for (int j = 0; j < s->rank && s->naxes[i] && n < SEARCH_MAX_MOVES; j++) { /* all-to-all */
+            if (j == i)
+                continue;
+            int ax = s->axes[i][s->naxes[i] - 1];
+            mv[n] = (Move){.to = *s, .kind = COLL_ALL_TO_ALL, .axes = 1u << ax, .dim = i, .dim_to = j};
+            mv[n].to.naxes[i]--;
+            mv[n].to.axes[j][mv[n].to.naxes[j]++] = (unsigned char)ax;
+            if (divisible(m, t, &mv[n].to, j))
+                n++;
+        }
+        for (int ax = 0; ax < m->naxes && n < SEARCH_MAX_MOVES; ax++) {
+            if (!((relevant >> ax) & 1) || s->naxes[i] >= MESH_MAX_AXES)
+                continue;
+            if ((s->partial >> ax) & 1) { /* reduce-scatter onto dim i */
+                mv[n] = (Move){.to = *s, .kind = COLL_REDUCE_SCATTER, .axes = 1u << ax, .dim = i, .dim_to = -1};
+                mv[n].to.partial &= ~(1u << ax);
+                mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
+                if (divisible(m, t, &mv[n].to, i))
+                    n++;
+            } else if (!((used >> ax) & 1)) { /* local slice */
+                mv[n] = (Move){.to = *s, .kind = COLL_SLICE, .axes = 1u << ax, .dim = i, .dim_to = -1};
+                mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
+                if (divisible(m, t, &mv[n].to, i))
+                    n++;
+            }
+        }
+    }
+    unsigned free_axes = relevant & ~used & ~s->partial;
+    for (unsigned sub = 1; sub <= relevant && n < SEARCH_MAX_MOVES; sub++) {
+        if ((sub & relevant) != sub)
+            continue;
+        if ((s->partial & sub) == sub) { /* all-reduce a subset of the partial axes */
+            mv[n] = (Move){.to = *s, .kind = COLL_ALL_REDUCE, .axes = sub, .dim = -1, .dim_to = -1};
+            mv[n++].to.partial &= ~sub;
+        }
+        if ((free_axes & sub) == sub) { /* partialize */
+            mv[n] = (Move){.to = *s, .kind = COLL_PARTIALIZE, .axes = sub, .dim = -1, .dim_to = -1};
+            mv[n++].to.partial |= sub;
+        }
+    }
+    return n;
+}
+
+/* Lexicographic: seconds, then number of collectives, then bytes. */
+static int better(double c1, int n1, int64_t b1, double c2, int n2, int64_t b2)
+{
+    if (c1 < c2 * (1 - 1e-12))
+        return 1;
+    if (c1 > c2 * (1 + 1e-12))
+        return 0;
+    return n1 != n2 ? n1 < n2 : b1 < b2;
+}
+
+static int search(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst, Reshard *out)
+{
+    unsigned relevant = sharding_used_axes(src) | src->partial | sharding_used_axes(dst) | dst->partial;
+    SearchNode *v = malloc(sizeof(SearchNode) * SEARCH_MAX_STATES);
+    Move *mv = malloc(sizeof(Move) * SEARCH_MAX_MOVES);
+    int nv = 1, found = -1;
+    if (!v || !mv)
+        abort();
+    memset(&v[0], 0, sizeof v[0]);
+    v[0].s = *src;
+    v[0].parent = -1;
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < nv; i++)
+            if (!v[i].done && (best < 0 || better(v[i].cost, v[i].ncoll, v[i].bytes, v[best].cost,
+                                                  v[best].ncoll, v[best].bytes)))
+                best = i;
+        if (best < 0)
+            break;
+        if (sharding_equal(&v[best].s, dst)) {
+            found = best;
+            break;
+        }
+        v[best].done = 1;
+        int nm = gen_moves(m, t, &v[best].s, relevant, mv);
+        int64_t local = sharding_local_bytes(&v[best].s, m, t);
+        for (int k = 0; k < nm; k++) {
+            int coll = mv[k].kind != COLL_SLICE && mv[k].kind != COLL_PARTIALIZE;
+            int64_t b = coll_bytes(mv[k].kind, mesh_group_size(m, mv[k].axes), local);
+            double sec = coll_seconds(m, mv[k].kind, mv[k].axes, local);
+            double c = v[best].cost + sec;
+            int nc = v[best].ncoll + coll;
+            int64_t nb = v[best].bytes + b;
+            int at = -1;
+            for (int i = 0; i < nv && at < 0; i++)
+                if (sharding_equal(&v[i].s, &mv[k].to))
+                    at = i;
+            if (at < 0) {
+                if (nv == SEARCH_MAX_STATES)
+                    goto give_up;
+                at = nv++;
+                memset(&v[at], 0, sizeof v[at]);
+                v[at].s = mv[k].to;
+            } else if (v[at].done || !better(c, nc, nb, v[at].cost, v[at].ncoll, v[at].bytes)) {
+                continue;
+            }
+            v[at].cost = c;
+            v[at].ncoll = nc;
+            v[at].bytes = nb;
+            v[at].parent = best;
+            v[at].step = (ReshardStep){.kind = mv[k].kind, .axes = mv[k].axes, .dim = mv[k].dim,
+                                       .dim_to = mv[k].dim_to, .bytes = b, .seconds = sec,
+                                       .after = mv[k].to};
+        }
+    }
+    if (found < 0)
+        goto give_up;
+    int path[RESHARD_MAX_STEPS], np = 0;
+    for (int i = found; v[i].parent >= 0; i = v[i].parent) {
+        if (np == RESHARD_MAX_STEPS)
+            goto give_up;
+        path[np++] = i;
+    }
+    memset(out, 0, sizeof(*out));
+    int was_sharded = sharding_used_axes(src) != 0, through_replicated = 0;
+    for (int k = np - 1; k >= 0; k--) {
+        out->steps[out->nsteps++] = v[path[k]].step;
+        out->bytes += v[path[k]].step.bytes;
+        out->seconds += v[path[k]].step.seconds;
+        if (k > 0 && sharding_is_replicated(&v[path[k]].s))
+            through_replicated = 1;
+    }
+    /* Report a plan that gathers everything and then slices again. */
+    out->full_gather = was_sharded && through_replicated && sharding_used_axes(dst) != 0;
+    free(v);
+    free(mv);
+    return 0;
+give_up:
+    free(v);
+    free(mv);
+    return -1;
+}
+
+void reshard_lower(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst,
+                   Reshard *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (sharding_equal(src, dst))
+        return;
+    if (search(m, t, src, dst, out) != 0)
+        reshard_greedy(m, t, src, dst, out);
 }

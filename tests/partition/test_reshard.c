@@ -1,0 +1,264 @@
+/* test_reshard.c: layout-to-layout lowering on mesh dp=2,tp=2.
+ *
+ * For a [8,16] float32 tensor (512 bytes), every pair of ten layouts is
+ * lowered; each result must end in the target layout and use no more
+ * collectives than the minimum found by an exhaustive search over the
+ * primitive moves (a separate, brute-force model of what each collective
+ * can do). A table of representative pairs also pins the exact sequence
+ * and bytes per rank.
+ */
+#include "tests/test_util.h"
+
+#include "partition/partition.h"
+
+static const char *const layouts[] = {
+    "[_,_]", "[dp,_]", "[_,dp]", "[tp,_]", "[_,tp]", "[dp,tp]", "[tp,dp]", "[dp+tp,_]",
+    "[_,_] partial(dp)", "[_,_] partial(tp)",
+};
+enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
+
+static Mesh mesh;
+static Tensor tensor = {.name = "t", .dtype = DT_F32, .rank = 2, .dims = {8, 16}};
+
+static void parse(const char *text, Sharding *s)
+{
+    char err[128];
+    if (sharding_parse(text, &mesh, s, err, sizeof err))
+        print_error("%s: %s\n", text, err);
+    assert_int_equal(sharding_parse(text, &mesh, s, err, sizeof err), 0);
+}
+
+/* ---- brute force: states are (dim0 list, dim1 list, partial) ----------- */
+
+typedef struct State {
+    Sharding s;
+    int cost;
+} State;
+
+static int state_find(const State *v, int n, const Sharding *s)
+{
+    for (int i = 0; i < n; i++)
+        if (sharding_equal(&v[i].s, s))
+            return i;
+    return -1;
+}
+
+/* All layouts reachable from s in one move, with the move's cost (1 for a
+ * collective, 0 for a local slice or partialize). */
+static int moves(const Sharding *s, Sharding *out, int *cost)
+{
+    int n = 0;
+    unsigned used = sharding_used_axes(s) | s->partial;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < s->naxes[i]; k++) { /* all-gather a suffix */
+            out[n] = *s;
+            out[n].naxes[i] = (unsigned char)k;
+            cost[n++] = 1;
+        }
+        if (s->naxes[i]) /* all-to-all of the minor-most axis */
+            for (int j = 0; j < 2; j++)
+                if (j != i) {
+                    out[n] = *s;
+                    int ax = out[n].axes[i][--out[n].naxes[i]];
+                    out[n].axes[j][out[n].naxes[j]++] = (unsigned char)ax;
+                    cost[n++] = 1;
+                }
+        for (int ax = 0; ax < 2; ax++) {
+            if ((s->partial >> ax) & 1) { /* reduce-scatter onto dim i */
+                out[n] = *s;
+                out[n].partial &= ~(1u << ax);
+                out[n].axes[i][out[n].naxes[i]++] = (unsigned char)ax;
+                cost[n++] = 1;
+            }
+            if (!((used >> ax) & 1)) { /* local slice */
+                out[n] = *s;
+                out[n].axes[i][out[n].naxes[i]++] = (unsigned char)ax;
+                cost[n++] = 0;
+            }
+        }
+    }
+    for (unsigned sub = 1; sub < 4; sub++) {
+        if ((s->partial & sub) == sub) { /* all-reduce a subset */
+            out[n] = *s;
+            out[n].partial &= ~sub;
+            cost[n++] = 1;
+        }
+        if (!(used & sub)) { /* partialize */
+            out[n] = *s;
+            out[n].partial |= sub;
+            cost[n++] = 0;
+        }
+    }
+    return n;
+}
+
+static int min_collectives(const Sharding *src, const Sharding *dst)
+{
+    State v[512];
+    int nv = 1, done[512] = {0};
+    v[0].s = *src;
+    v[0].cost = 0;
+    for (;;) { /* Dijkstra on 0/1 weights over a few hundred states */
+        int best = -1;
+        for (int i = 0; i < nv; i++)
+            if (!done[i] && (best < 0 || v[i].cost < v[best].cost))
+                best = i;
+        assert_true(best >= 0);
+        if (sharding_equal(&v[best].s, dst))
+            return v[best].cost;
+        done[best] = 1;
+        Sharding next[64];
+        int cost[64];
+        int nm = moves(&v[best].s, next, cost);
+        for (int k = 0; k < nm; k++) {
+            int c = v[best].cost + cost[k], at = state_find(v, nv, &next[k]);
+            if (at < 0) {
+                assert_true(nv < 512);
+                v[nv].s = next[k];
+                v[nv++].cost = c;
+            } else if (!done[at] && c < v[at].cost) {
+                v[at].cost = c;
+            }
+        }
+    }
+}
+
+static int comm_steps(const Reshard *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->nsteps; i++)
+        n += r->steps[i].kind != COLL_SLICE && r->steps[i].kind != COLL_PARTIALIZE;
+    return n;
+}
+
+static void test_reshard_lower_all_pairs_minimal(void **st)
+{
+    (void)st;
+    for (int a = 0; a < NLAYOUTS; a++)
+        for (int b = 0; b < NLAYOUTS; b++) {
+            Sharding src, dst;
+            Reshard r;
+            parse(layouts[a], &src);
+            parse(layouts[b], &dst);
+            reshard_lower(&mesh, &tensor, &src, &dst, &r);
+            const Sharding *end = r.nsteps ? &r.steps[r.nsteps - 1].after : &src;
+            if (!sharding_equal(end, &dst) || comm_steps(&r) != min_collectives(&src, &dst))
+                print_error("%s -> %s: %d collectives, minimum %d\n", layouts[a], layouts[b],
+                            comm_steps(&r), min_collectives(&src, &dst));
+            assert_true(sharding_equal(end, &dst));
+            /* Gathering whole and slicing again is reported when chosen. */
+            if (r.full_gather)
+                assert_true(strcmp(layouts[a], "[dp+tp,_]") == 0 || strcmp(layouts[a], "[dp,tp]") == 0 ||
+                            strcmp(layouts[a], "[tp,dp]") == 0 || comm_steps(&r) == 1);
+            assert_int_equal(comm_steps(&r), min_collectives(&src, &dst));
+        }
+}
+
+/* src, dst, expected steps ("kind:axes:bytes" separated by spaces). */
+static const char *const table[][3] = {
+    {"[_,_]", "[_,_]", ""},
+    {"[_,_]", "[dp,_]", "slice:dp:0"},
+    {"[dp,_]", "[_,_]", "all-gather:dp:256"},
+    {"[dp,_]", "[_,dp]", "all-to-all:dp:128"},
+    {"[dp,_]", "[tp,_]", "all-gather:dp:256 slice:tp:0"},
+    {"[_,_] partial(dp)", "[_,_]", "all-reduce:dp:512"},
+    {"[_,_] partial(tp)", "[tp,_]", "reduce-scatter:tp:256"},
+    {"[_,_] partial(tp)", "[_,tp]", "reduce-scatter:tp:256"},
+    /* slicing a partial sum is local and halves what the scatter moves */
+    {"[_,_] partial(dp)", "[dp,tp]", "slice:tp:0 reduce-scatter:dp:128"},
+    /* on a small tensor one gather beats an all-to-all plus a gather */
+    {"[dp+tp,_]", "[_,tp]", "all-gather:dp+tp:384 slice:tp:0"},
+    {"[_,_] partial(dp)", "[_,tp]", "slice:tp:0 all-reduce:dp:256"},
+    {"[_,_] partial(dp)", "[_,_] partial(tp)", "partialize:tp:0 all-reduce:dp:512"},
+    {"[dp+tp,_]", "[_,_]", "all-gather:dp+tp:384"},
+    {"[dp+tp,_]", "[dp,_]", "all-gather:tp:128"},
+    {"[dp,_]", "[dp+tp,_]", "slice:tp:0"},
+    {"[dp,tp]", "[tp,dp]", "all-gather:dp:128 all-to-all:tp:128 slice:dp:0"},
+    {"[dp,tp]", "[_,_]", "all-gather:dp:128 all-gather:tp:256"},
+    {"[tp,dp]", "[dp,_]", "all-gather:tp:128 all-to-all:dp:128"},
+    {"[_,_]", "[_,_] partial(tp)", "partialize:tp:0"},
+};
+
+static void test_reshard_lower_table(void **st)
+{
+    (void)st;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        Sharding src, dst;
+        Reshard r;
+        parse(table[i][0], &src);
+        parse(table[i][1], &dst);
+        reshard_lower(&mesh, &tensor, &src, &dst, &r);
+        char got[256] = "";
+        size_t off = 0;
+        for (int k = 0; k < r.nsteps; k++) {
+            char axes[32] = "";
+            for (int a = 0; a < mesh.naxes; a++)
+                if (r.steps[k].axes & (1u << a))
+                    snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%s%s",
+                             axes[0] ? "+" : "", mesh.axes[a].name);
+            off += (size_t)snprintf(got + off, sizeof got - off, "%s%s:%s:%lld", k ? " " : "",
+                                    coll_name(r.steps[k].kind), axes, (long long)r.steps[k].bytes);
+        }
+        if (strcmp(got, table[i][2]) != 0)
+            print_error("%s -> %s: got \"%s\", expected \"%s\"\n", table[i][0], table[i][1], got,
+                        table[i][2]);
+        assert_string_equal(got, table[i][2]);
+    }
+}
+
+static void test_reshard_cost_model(void **st)
+{
+    (void)st;
+    Mesh m;
+    Diag d;
+    diag_init(&d, NULL);
+    assert_int_equal(mesh_parse("dp=4,tp=8", &m, &d), 0);
+    assert_int_equal(mesh_links_parse(&m, "dp=ib,tp=nvlink", &d), 0);
+    /* all-reduce of 1 MiB over 8 ranks on NVLink: 2*7/8 MiB / 450 GB/s
+     * + 14 alpha + one launch */
+    double t = coll_seconds(&m, COLL_ALL_REDUCE, 2u, 1 << 20);
+    double want = 2.0 * 7 / 8 * (1 << 20) / 450e9 + 14 * 3e-6 + 5e-6;
+    assert_true(t > want * 0.999 && t < want * 1.001);
+    /* a group spanning both axes runs at the slower (ib) link */
+    assert_string_equal(mesh_group_link(&m, 3u)->name, "ib");
+    assert_int_equal(mesh_coord(&m, 13, 0), 1);
+    assert_int_equal(mesh_coord(&m, 13, 1), 5);
+    diag_free(&d);
+}
+
+static void test_sharding_parse_print_roundtrip(void **st)
+{
+    (void)st;
+    for (int i = 0; i < NLAYOUTS; i++) {
+        Sharding s;
+        char buf[128];
+        parse(layouts[i], &s);
+        assert_string_equal(sharding_str(&s, &mesh, buf, sizeof buf), layouts[i]);
+    }
+    Sharding s;
+    char err[128];
+    assert_int_equal(sharding_parse("[dp,", &mesh, &s, err, sizeof err), -1);
+    assert_int_equal(sharding_parse("[dp] partial(dp)", &mesh, &s, err, sizeof err), -1);
+    assert_non_null(strstr(err, "used twice"));
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    Diag d;
+    diag_init(&d, NULL);
+    int rc = mesh_parse("dp=2,tp=2", &mesh, &d);
+    diag_free(&d);
+    return rc;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reshard_lower_all_pairs_minimal),
+        cmocka_unit_test(test_reshard_lower_table),
+        cmocka_unit_test(test_reshard_cost_model),
+        cmocka_unit_test(test_sharding_parse_print_roundtrip),
+    };
+    return cmocka_run_group_tests_name("partition/reshard", tests, setup, NULL);
+}
