@@ -98,6 +98,10 @@ fuzz: build/fuzz/fuzz_frontend
 models: | deps
 	$(PY) tests/models/make_models.py
 
+# ---- benchmarks ---------------------------------------------------------
+bench: deps all
+	@bash bench/plan_bench.sh
+
 # ---- top-level ----------------------------------------------------------
 test: deps all unit cli
 	@$(MAKE) --no-print-directory asan

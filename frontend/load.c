@@ -362,11 +362,11 @@ static int load_shard_specs(Loader *L, const Onnx__NodeProto *np, const Node *n)
     return 0;
 }
 
-static int node_is_function(const Onnx__ModelProto *m, const Onnx__NodeProto *np)
+static int node_is_function(const Onnx__ModelProto *m, const Onnx__NodeProto *np, const char *op)
 {
     for (size_t i = 0; i < m->n_functions; i++) {
         const Onnx__FunctionProto *f = m->functions[i];
-        if (f->name && strcmp(f->name, np->op_type) == 0 &&
+        if (f->name && strcmp(f->name, op) == 0 &&
             strcmp(f->domain ? f->domain : "", np->domain ? np->domain : "") == 0)
             return 1;
     }
@@ -392,7 +392,7 @@ static int load_nodes(Loader *L)
             diag_add(L->d, "node \"%s\" (%s): control flow is not supported", label, op);
             return -1;
         }
-        if (node_is_function(L->m, np)) {
+        if (node_is_function(L->m, np, op)) {
             diag_add(L->d, "node \"%s\" (%s): calls a model-local function, which is not supported",
                      label, op);
             return -1;

@@ -37,6 +37,11 @@ static const char *origin_name(Origin o)
 static void origin_str(const Plan *p, const Tensor *t, char *buf, size_t cap)
 {
     const TensorPlan *tp = &p->tensors[t->id];
+    if (tp->sharding.partial && t->producer) {
+        snprintf(buf, cap, "partial sum: %s (%s) contracts a split dim", t->producer->name,
+                 node_op_name(t->producer));
+        return;
+    }
     switch (tp->origin) {
     case ORIGIN_USER: snprintf(buf, cap, "annotation %s=%s", t->name, tp->source); break;
     case ORIGIN_MODEL: snprintf(buf, cap, "model sharding spec %s", tp->source); break;

@@ -28,5 +28,38 @@ done
 "$BIN" inspect --dim nonsense tests/models/mlp.onnx >/dev/null 2>&1; [ $? -eq 2 ] || err "bad --dim must exit 2"
 "$BIN" inspect /nonexistent.onnx 2>&1 | grep -q "/nonexistent.onnx: cannot open" || err "missing file message"
 
+# plan: the user errors, each exit 2 with one line naming the culprit.
+plan_err() { # expected-substring args...
+    local want=$1; shift
+    out=$("$BIN" plan "$@" 2>&1 >/dev/null); rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    [ $rc -eq 2 ] || err "plan $*: exit $rc, expected 2"
+    [ "$lines" -eq 1 ] || err "plan $*: $lines stderr lines: $out"
+    case "$out" in *"$want"*) ;; *) err "plan $*: '$out' does not mention '$want'";; esac
+}
+M=tests/models/mlp.onnx
+plan_err 'no tensor named "W9"' $M --mesh tp=2 --shard 'W9=[_,tp]'
+plan_err 'unknown mesh axis "mp"' $M --mesh tp=2 --shard 'W1=[_,mp]'
+plan_err 'axis "tp" is used twice' $M --mesh dp=2,tp=2 --shard 'W1=[tp,tp]'
+plan_err 'axis "tp" has size 0' $M --mesh dp=2,tp=0
+plan_err 'tensor "W1" has rank 2' $M --mesh tp=2 --shard 'W1=[tp]'
+plan_err 'dim 1 (size 256) is not divisible by tp=3' $M --mesh tp=3 --shard 'W1=[_,tp]'
+plan_err '--mesh is required' $M
+plan_err 'unknown link class' $M --mesh tp=2 --link tp=carrier-pigeon
+plan_err 'no tensor named "nope"' $M --mesh tp=2 --explain nope
+plan_err 'match no axis of the mesh' tests/models/mlp_sharded.onnx --mesh tp=4
+printf 'W1=[_,tp]\nbogus line\n' > build/bad_shardings.txt
+plan_err 'build/bad_shardings.txt:2:' $M --mesh tp=2 --shardings build/bad_shardings.txt
+
+# plan: outputs users and tools read.
+"$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' | grep -q 'all-reduce .* o .*for bias2 (Add)' || err "plan mlp all-reduce line"
+"$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' --json | "$PY" -m json.tool >/dev/null || err "plan --json does not parse"
+"$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' --explain W2 | grep -q 'W1 is \[_,tp\]: user annotation' || err "plan --explain chain"
+rm -f build/plan.dot
+"$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' --dot build/plan.dot >/dev/null && grep -q 'shape=diamond' build/plan.dot || err "plan --dot"
+a=$("$BIN" plan tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --json)
+b=$("$BIN" plan tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --json)
+[ "$a" = "$b" ] || err "plan output is not deterministic"
+
 [ $fail -eq 0 ] && echo "cli: all passed ($BIN)"
 exit $fail
