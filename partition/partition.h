@@ -191,6 +191,7 @@ typedef struct PlanReshard {
 
 typedef struct NodePlan {
     FactorRule rule;
+    int *in_reshard;       /* per input: index into Plan.reshards, or -1 */
     /* Factor shardings chosen for the node: axes per factor. */
     unsigned char fnaxes[RULE_MAX_FACTORS];
     unsigned char faxes[RULE_MAX_FACTORS][MESH_MAX_AXES];
@@ -211,6 +212,7 @@ typedef struct Plan {
     NodePlan *nodes;       /* by node index */
     PlanReshard *reshards;
     int nreshards, reshards_cap;
+    int *out_reshard;      /* per graph output: index into reshards, or -1 */
     int iterations;        /* propagation node visits */
 } Plan;
 

@@ -341,12 +341,13 @@ static int linear_in(const Node *n, int k, const Plan *p)
     }
 }
 
-static void add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
-                        const char *reason, const Sharding *src, const Sharding *dst)
+static int add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
+                       const char *reason, const Sharding *src, const Sharding *dst)
 {
     for (int i = 0; i < p->nreshards; i++)
-        if (p->reshards[i].tensor == t && sharding_equal(&p->reshards[i].dst, dst))
-            return; /* one reshard serves every consumer needing that layout */
+        if (p->reshards[i].tensor == t && sharding_equal(&p->reshards[i].src, src) &&
+            sharding_equal(&p->reshards[i].dst, dst))
+            return i; /* one reshard serves every consumer needing that layout */
     if (p->nreshards == p->reshards_cap) {
         p->reshards_cap = p->reshards_cap ? 2 * p->reshards_cap : 16;
         p->reshards = realloc(p->reshards, (size_t)p->reshards_cap * sizeof(PlanReshard));
@@ -362,6 +363,39 @@ static void add_reshard(Plan *p, const Tensor *t, const Node *consumer, int oper
     r->src = *src;
     r->dst = *dst;
     reshard_lower(&p->mesh, t, src, dst, &r->r);
+    return p->nreshards - 1;
+}
+
+/* Drops the split of any factor that some tensor of the rule cannot
+ * represent (a minor factor of a dim whose major factor is not fully
+ * split), so every tensor's local block is exactly what the node computes
+ * on; the operands are then resharded instead. */
+static void make_representable(const Plan *p, NodePlan *np)
+{
+    const FactorRule *r = &np->rule;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int t = 0; t < r->ntensors && !changed; t++) {
+            const Tensor *tt = r->tensors[t];
+            if (!tt)
+                continue;
+            Sharding proj;
+            factors_to_tensor(r, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
+                              &p->mesh, &proj);
+            Candidate back[RULE_MAX_FACTORS];
+            memset(back, 0, sizeof back);
+            for (int i = 0; i < tt->rank; i++)
+                dim_to_factors(&p->mesh, r, &r->dims[t][i], &proj, i, back);
+            for (int i = 0; i < tt->rank && !changed; i++)
+                for (int fi = 0; fi < r->dims[t][i].n && !changed; fi++) {
+                    int f = r->dims[t][i].f[fi];
+                    if (np->fnaxes[f] && back[f].n != np->fnaxes[f]) {
+                        np->fnaxes[f] = 0;
+                        changed = 1;
+                    }
+                }
+        }
+    }
 }
 
 /* Why operand t of node n must change from `have` to `need`. */
@@ -404,9 +438,12 @@ static int lower(Plan *p, Diag *d)
         NodePlan *np = &p->nodes[ni];
         Candidate win[RULE_MAX_FACTORS];
         merge_factors(p, &np->rule, np, win);
+        make_representable(p, np);
+        np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
         unsigned carried = 0;
         for (int k = 0; k < n->ninputs; k++) {
             const Tensor *t = n->inputs[k];
+            np->in_reshard[k] = -1;
             if (!t)
                 continue;
             Sharding need, have = p->tensors[t->id].sharding;
@@ -416,7 +453,8 @@ static int lower(Plan *p, Diag *d)
                 carried |= have.partial;
             }
             if (!sharding_equal(&have, &need))
-                add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need), &have, &need);
+                np->in_reshard[k] = add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need),
+                                                &have, &need);
         }
         unsigned reduced = 0;
         for (int f = 0; f < np->rule.nfactors; f++)
@@ -434,25 +472,22 @@ static int lower(Plan *p, Diag *d)
             out.partial = reduced | carried;
             if (sharding_check(&out, m, t, d))
                 return -1;
-            if (tp->fixed && !sharding_equal(&out, &tp->sharding)) {
-                /* An annotated intermediate: produce, then reshard to it. */
-                Sharding want = tp->sharding;
-                tp->sharding = out;
-                add_reshard(p, t, n, -1, "annotated layout differs from what its producer computes",
-                            &out, &want);
-                tp->sharding = want;
-                continue;
-            }
+            /* An annotated intermediate normally comes out as annotated
+             * (annotations win the factor merge); if its producer's other
+             * constraints make that impossible, the value is stored as
+             * produced and each consumer reshards from there. */
             tp->sharding = out;
         }
     }
+    p->out_reshard = arena_alloc(&p->arena, (size_t)(g->noutputs + 1) * sizeof(int));
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
         TensorPlan *tp = &p->tensors[t->id];
+        p->out_reshard[i] = -1;
         if (!sharding_is_replicated(&tp->sharding)) {
             Sharding rep;
             sharding_replicated(&rep, t->rank);
-            add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
+            p->out_reshard[i] = add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
         }
     }
     return 0;
