@@ -12,17 +12,18 @@ VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60
 
-LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c)
-GEN_SRC  := build/gen/onnx.pb-c.c
+LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c)
+GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
+TEMPLATES := templates/runtime.c templates/kernels.c
 TEST_SRC := $(wildcard tests/*/test_*.c)
 
 OBJ_DIR  := build/obj
-LIB_OBJ  := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o) $(OBJ_DIR)/gen/onnx.pb-c.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o) $(OBJ_DIR)/gen/onnx.pb-c.o $(OBJ_DIR)/gen/templates.o
 TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
 
 ASAN_DIR  := build/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o
+ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
 .PHONY: all deps test unit cli asan fuzz demo models bench clean
@@ -39,6 +40,20 @@ build/gen/onnx.pb-c.c: | deps
 	@cp "$$($(PY) -c 'import onnx, os; print(os.path.dirname(onnx.__file__))')/onnx.proto" build/gen/onnx.proto
 	cd build/gen && protoc-c --c_out=. onnx.proto
 build/gen/onnx.pb-c.h: build/gen/onnx.pb-c.c
+
+# ---- templates, embedded in the compiler --------------------------------
+build/tools/embed: tools/embed.c
+	@mkdir -p build/tools
+	$(CC) -std=c11 -O2 -o $@ $<
+build/gen/templates.c: build/tools/embed $(TEMPLATES)
+	@mkdir -p build/gen
+	build/tools/embed $@ template_runtime_c=templates/runtime.c template_kernels_c=templates/kernels.c
+$(OBJ_DIR)/gen/templates.o: build/gen/templates.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -c $< -o $@
+$(ASAN_DIR)/gen/templates.o: build/gen/templates.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -c $< -o $@
 
 # ---- compiler -----------------------------------------------------------
 $(OBJ_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps

@@ -2,6 +2,7 @@
  *
  *   onnx2spmd inspect MODEL [--nodes] [--json] [--dim NAME=VALUE]...
  *   onnx2spmd plan MODEL --mesh dp=2,tp=4 [--shard NAME=SPEC]... [--json]
+ *   onnx2spmd compile MODEL --mesh ... [--shard ...] --target c -o DIR
  *
  * Reads as the list of stages: parse flags, load the model (frontend:
  * decode, check, normalise, infer shapes), then the subcommand's report.
@@ -17,6 +18,7 @@
 
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "codegen/codegen.h"
 #include "partition/partition.h"
 
 enum { EXIT_OK = 0, EXIT_BAD_INPUT = 2 };
@@ -30,6 +32,7 @@ static const char usage_text[] =
     "  inspect MODEL     print the model's IR: opsets, inputs and outputs,\n"
     "                    node counts by op, parameters\n"
     "  plan MODEL        lay tensors out over a mesh and list the collectives\n"
+    "  compile MODEL     plan, then write per-rank programs to -o DIR\n"
     "\n"
     "inspect options:\n"
     "  --nodes           also list every node with its output shapes\n"
@@ -48,6 +51,11 @@ static const char usage_text[] =
     "  --explain TENSOR  print the chain of decisions behind one tensor\n"
     "  --dot FILE        write a Graphviz drawing of the plan\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
+    "\n"
+    "compile options: the plan options, and\n"
+    "  --target c        C + MPI + OpenBLAS (default)\n"
+    "  -o DIR            output folder: rank<k>.c, weights.rank<k>.bin, Makefile,\n"
+    "                    run.sh, plan.txt, plan.json (written whole or not at all)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
@@ -221,7 +229,7 @@ static void inspect_json(const Graph *g, int nodes)
 /* ---- flags -------------------------------------------------------------- */
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
-       OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT };
+       OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET };
 
 static int parse_dim(const char *arg, DimBinding *b)
 {
@@ -309,7 +317,7 @@ static int write_dot(const Plan *p, const char *path, Diag *d)
     return 0;
 }
 
-static int cmd_plan(int argc, char **argv)
+static int cmd_plan(int argc, char **argv, int compile)
 {
     static const struct option longopts[] = {
         {"mesh", required_argument, 0, OPT_MESH},
@@ -321,9 +329,11 @@ static int cmd_plan(int argc, char **argv)
         {"explain", required_argument, 0, OPT_EXPLAIN},
         {"dot", required_argument, 0, OPT_DOT},
         {"dim", required_argument, 0, OPT_DIM},
+        {"target", required_argument, 0, OPT_TARGET},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    const char *target = "c", *out_dir = NULL;
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
     const char *shards[256];
@@ -331,8 +341,10 @@ static int cmd_plan(int argc, char **argv)
     DimBinding dims[64];
     FrontendOptions opt = {.dims = dims, .ndims = 0};
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
+        case OPT_TARGET: target = optarg; break;
+        case 'o': out_dir = optarg; break;
         case OPT_MESH: mesh_spec = optarg; break;
         case OPT_LINK: links = optarg; break;
         case OPT_DEVICE: device = optarg; break;
@@ -359,7 +371,11 @@ static int cmd_plan(int argc, char **argv)
     if (optind != argc - 1)
         return usage_error("plan: expected exactly one MODEL%s", "");
     if (!mesh_spec)
-        return usage_error("plan: --mesh is required (e.g. --mesh dp=2,tp=4)%s", "");
+        return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
+    if (compile && !out_dir)
+        return usage_error("compile: -o DIR is required%s", "");
+    if (compile && strcmp(target, "c") != 0)
+        return usage_error("--target %s: unknown target (c)", target);
     const char *path = argv[optind];
     Diag d;
     Graph *g = NULL;
@@ -391,6 +407,18 @@ static int cmd_plan(int argc, char **argv)
     d.context = NULL;
     if (dot && write_dot(p, dot, &d))
         goto cleanup;
+    if (compile) {
+        /* The command line as typed, for the generated files' front matter. */
+        char cmdline[4096] = "onnx2spmd compile";
+        for (int i = 1; i < argc; i++)
+            snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
+        CompileOptions co = {.out_dir = out_dir, .target = target, .command_line = cmdline, .model = path};
+        d.context = path;
+        if (codegen_compile(p, &co, &d))
+            goto cleanup;
+        rc = EXIT_OK;
+        goto cleanup;
+    }
     if (explain) {
         if (plan_print_explain(p, explain, stdout, &d))
             goto cleanup;
@@ -428,6 +456,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "plan") == 0)
-        return cmd_plan(argc - 1, argv + 1);
+        return cmd_plan(argc - 1, argv + 1, 0);
+    if (strcmp(cmd, "compile") == 0)
+        return cmd_plan(argc - 1, argv + 1, 1);
     return usage_error("unknown command \"%s\"", cmd);
 }

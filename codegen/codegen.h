@@ -1,0 +1,118 @@
+/* codegen.h: from a Plan to per-rank programs and the files that run them.
+ *
+ * Sections: program.c (one Program per rank: buffers with local shapes,
+ * the overlap schedule, the liveness-based arena plan), emit_c.c and
+ * emit_ops.c (the C/MPI emitter), weights.c (per-rank weight shards),
+ * output.c (the output folder: sources, Makefile, run.sh, plan files,
+ * written completely or not at all).
+ */
+#ifndef ONNX2SPMD_CODEGEN_H
+#define ONNX2SPMD_CODEGEN_H
+
+#include <stdio.h>
+
+#include "../partition/partition.h"
+
+/* ---- program.c ---------------------------------------------------------- */
+
+typedef enum BufKind {
+    BUF_WEIGHT,   /* initializer or Constant value: this rank's shard, loaded once */
+    BUF_INPUT,    /* graph input: this rank's slice, persistent */
+    BUF_VALUE,    /* a node's output, in the arena */
+    BUF_RESHARD,  /* a step of a reshard (result or packing scratch), in the arena */
+    BUF_SCRATCH,  /* a node's scratch (im2col), in the arena */
+} BufKind;
+
+typedef struct Buffer {
+    char name[128];         /* C identifier */
+    const Tensor *tensor;   /* NULL for scratch */
+    BufKind kind;
+    DType dtype;
+    int rank;
+    int64_t dims[IR_MAX_RANK]; /* local */
+    Sharding layout;
+    int64_t bytes;
+    int64_t offset;         /* in the arena (values) or weight blob (weights) */
+    int first, last;        /* instruction range it must live over */
+} Buffer;
+
+typedef enum InstKind {
+    INST_COMPUTE,  /* run node */
+    INST_START,    /* start reshard (its first collective) */
+    INST_WAIT,     /* wait for reshard, finish its remaining steps */
+} InstKind;
+
+typedef struct Inst {
+    InstKind kind;
+    const Node *node;
+    int reshard;
+} Inst;
+
+/* Per reshard step: buffers it reads and writes, packing scratch. */
+typedef struct StepBufs {
+    int in, out, pack, unpack; /* buffer indices, -1 if unused */
+} StepBufs;
+
+typedef struct Program {
+    Arena arena;
+    const Plan *plan;
+    const Graph *g;
+    int rank;
+    int coords[MESH_MAX_AXES];
+    Buffer *bufs;
+    int nbufs, bufs_cap;
+    int *tensor_buf;        /* Tensor id -> buffer of its produced layout */
+    int *reshard_buf;       /* reshard -> buffer of its result */
+    StepBufs (*steps)[RESHARD_MAX_STEPS];
+    int *node_scratch;      /* node index -> scratch buffer or -1 */
+    Inst *insts;
+    int ninsts, insts_cap;
+    int *start_at, *wait_at; /* reshard -> instruction index */
+    int64_t arena_bytes, weight_bytes, input_bytes;
+} Program;
+
+Program *program_build(const Plan *p, int rank, Diag *d);
+void program_free(Program *prog);
+/* Buffer a node reads for operand k (the reshard result when it has one). */
+int program_operand_buf(const Program *prog, const Node *n, int k);
+/* Coordinate of this rank within a group of axes ordered as listed. */
+int program_group_key(const Program *prog, const unsigned char *axes, int naxes);
+/* Identifies the group (the coordinates outside it), for MPI_Comm_split. */
+int program_group_color(const Program *prog, unsigned axes);
+
+/* ---- emit_c.c ----------------------------------------------------------- */
+
+typedef struct EmitOptions {
+    const char *command_line;
+    const char *model;
+} EmitOptions;
+
+/* Writes rank<k>.c for one program. */
+int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
+
+/* ---- emit_ops.c --------------------------------------------------------- */
+
+/* Emits the kernel call(s) for one node. */
+int emit_c_node(const Program *prog, const Node *n, FILE *f, Diag *d);
+const char *emit_ctype(DType t);
+void emit_dims(FILE *f, const int64_t *dims, int rank);
+
+/* ---- weights.c ---------------------------------------------------------- */
+
+/* Lays out this rank's weight shards (offsets, 64-byte aligned) and
+ * returns the blob; *checksum is FNV-1a 64 over it. */
+unsigned char *weights_pack(const Program *prog, int64_t *bytes, uint64_t *checksum, Diag *d);
+uint64_t weights_fnv1a(const unsigned char *p, size_t n);
+
+/* ---- output.c ----------------------------------------------------------- */
+
+typedef struct CompileOptions {
+    const char *out_dir;
+    const char *target;      /* "c" */
+    const char *command_line;
+    const char *model;
+} CompileOptions;
+
+int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d);
+
+#endif

@@ -1,0 +1,389 @@
+/* emit_c.c: writes rank<k>.c, a standalone C/MPI program for one rank.
+ *
+ * Layout of the generated file: front matter (tool, command line, model,
+ * mesh, rank), the runtime and kernel templates (embedded in the compiler
+ * at build time), buffer definitions (weights in the loaded weight blob,
+ * inputs in their own allocations, everything else at fixed offsets in one
+ * liveness-planned arena), communicators (one MPI_Comm_split per mesh-axis
+ * group used), forward() with one block per instruction, and main().
+ * Every collective names its tensor, its axes and the reshard that caused
+ * it; every wait says what it waits for and why there.
+ */
+#include "codegen.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const char template_runtime_c[];
+extern const char template_kernels_c[];
+
+static const char *mpi_type(DType t)
+{
+    return t == DT_F32 ? "MPI_FLOAT" : t == DT_I64 ? "MPI_INT64_T" : "MPI_UNSIGNED_CHAR";
+}
+
+static void contiguous_strides(const int64_t *dims, int rank, int64_t *st)
+{
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= dims[i];
+    }
+}
+
+/* The ordered axes a step works over (group order = block order). */
+static int step_axes(const Program *pr, const ReshardStep *s, const Sharding *before, unsigned char *out)
+{
+    int n = 0;
+    switch (s->kind) {
+    case COLL_ALL_GATHER:
+        for (int k = s->after.naxes[s->dim]; k < before->naxes[s->dim]; k++)
+            out[n++] = before->axes[s->dim][k];
+        break;
+    case COLL_SLICE:
+        for (int k = before->naxes[s->dim]; k < s->after.naxes[s->dim]; k++)
+            out[n++] = s->after.axes[s->dim][k];
+        break;
+    default:
+        for (int a = 0; a < pr->plan->mesh.naxes; a++)
+            if (s->axes & (1u << a))
+                out[n++] = (unsigned char)a;
+    }
+    return n;
+}
+
+static void comm_name(const Program *pr, const unsigned char *axes, int n, char *buf, size_t cap)
+{
+    size_t off = (size_t)snprintf(buf, cap, "comm");
+    for (int i = 0; i < n; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "_%s", pr->plan->mesh.axes[axes[i]].name);
+}
+
+static const Sharding *step_before(const Program *pr, int r, int j)
+{
+    const PlanReshard *pr_r = &pr->plan->reshards[r];
+    return j ? &pr_r->r.steps[j - 1].after : &pr_r->src;
+}
+
+static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
+{
+    char g[128], l[128], s[128];
+    const Tensor *t = b->tensor;
+    shape_str(b->dims, b->rank, l, sizeof l);
+    if (b->kind == BUF_WEIGHT) {
+        fprintf(f, "#define %s ((%s *)(g_weights + %lld)) /* %s: local %s of %s, %s */\n", b->name,
+                emit_ctype(b->dtype), (long long)b->offset, t->name, l, shape_str(t->dims, t->rank, g, sizeof g),
+                sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+    } else if (b->kind == BUF_INPUT) {
+        fprintf(f, "static %s *%s; /* graph input %s: local %s of %s, %s */\n", emit_ctype(b->dtype), b->name,
+                t->name, l, shape_str(t->dims, t->rank, g, sizeof g),
+                sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+    } else if (b->last >= 0) {
+        fprintf(f, "#define %s ((%s *)(g_arena + %lld)) /* %lld bytes, live [%d, %d]", b->name,
+                emit_ctype(b->dtype), (long long)b->offset, (long long)b->bytes, b->first, b->last);
+        if (t)
+            fprintf(f, ": %s local %s, %s", t->name, l, sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+        fprintf(f, " */\n");
+    }
+}
+
+static int64_t numel(const Buffer *b)
+{
+    return b->bytes / (int64_t)dtype_size(b->dtype);
+}
+
+/* Starts step j of reshard r (a local step runs to completion here). */
+static void emit_step_start(const Program *pr, int r, int j, FILE *f)
+{
+    const PlanReshard *rr = &pr->plan->reshards[r];
+    const ReshardStep *s = &rr->r.steps[j];
+    const StepBufs *sb = &pr->steps[r][j];
+    const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
+    const Sharding *before = step_before(pr, r, j);
+    unsigned char axes[MESH_MAX_AXES];
+    int na = step_axes(pr, s, before, axes), p = mesh_group_size(&pr->plan->mesh, s->axes);
+    char comm[96], bs[128], as[128];
+    comm_name(pr, axes, na, comm, sizeof comm);
+    size_t es = dtype_size(in->dtype);
+    int64_t sin[IR_MAX_RANK], sout[IR_MAX_RANK];
+    contiguous_strides(in->dims, in->rank, sin);
+    contiguous_strides(out->dims, out->rank, sout);
+    fprintf(f, "    /* %s of %s over %s: %s -> %s, %lld bytes sent per rank */\n", coll_name(s->kind),
+            rr->tensor->name, comm + 5, sharding_str(before, &pr->plan->mesh, bs, sizeof bs),
+            sharding_str(&s->after, &pr->plan->mesh, as, sizeof as), (long long)s->bytes);
+    switch (s->kind) {
+    case COLL_SLICE: {
+        int key = program_group_key(pr, axes, na);
+        fprintf(f, "    {\n        static const int64_t dims[] = ");
+        emit_dims(f, out->dims, out->rank);
+        fprintf(f, ", strides[] = ");
+        emit_dims(f, sin, in->rank);
+        fprintf(f, ";\n        k_strided_copy(%s, %s, %zu, %d, dims, strides, %lld); /* block %d of %d */\n    }\n",
+                out->name, in->name, es, in->rank, (long long)(key * out->dims[s->dim] * sin[s->dim]), key, p);
+        break;
+    }
+    case COLL_PARTIALIZE: {
+        int key = program_group_key(pr, axes, na);
+        if (key == 0)
+            fprintf(f, "    memcpy(%s, %s, %lld); /* this rank keeps the value */\n", out->name, in->name,
+                    (long long)in->bytes);
+        else
+            fprintf(f, "    memset(%s, 0, %lld); /* coordinate %d holds zeros */\n", out->name, (long long)out->bytes,
+                    key);
+        break;
+    }
+    case COLL_ALL_REDUCE:
+        fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", in->name, out->name,
+                (long long)numel(in), mpi_type(in->dtype), comm, r);
+        break;
+    case COLL_ALL_GATHER:
+        fprintf(f, "    CHECK_MPI(MPI_Iallgather(%s, %lld, %s, %s, %lld, %s, %s, &req_r%d));\n", in->name,
+                (long long)numel(in), mpi_type(in->dtype), sb->unpack >= 0 ? pr->bufs[sb->unpack].name : out->name,
+                (long long)numel(in), mpi_type(in->dtype), comm, r);
+        break;
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALL_TO_ALL: {
+        int dim = s->kind == COLL_ALL_TO_ALL ? s->dim_to : s->dim;
+        int64_t bdims[IR_MAX_RANK];
+        memcpy(bdims, in->dims, sizeof bdims);
+        bdims[dim] /= p;
+        int64_t blk = numel(in) / p;
+        const char *send = in->name;
+        if (sb->pack >= 0) {
+            send = pr->bufs[sb->pack].name;
+            fprintf(f, "    { /* pack: block q of dim %d goes to group rank q */\n"
+                       "        static const int64_t dims[] = ", dim);
+            emit_dims(f, bdims, in->rank);
+            fprintf(f, ", strides[] = ");
+            emit_dims(f, sin, in->rank);
+            fprintf(f, ";\n        for (int q = 0; q < %d; q++)\n"
+                       "            k_strided_copy(%s + q * %lld, %s, %zu, %d, dims, strides, q * %lld);\n    }\n",
+                    p, send, (long long)blk, in->name, es, in->rank, (long long)(bdims[dim] * sin[dim]));
+        }
+        if (s->kind == COLL_ALL_TO_ALL)
+            fprintf(f, "    CHECK_MPI(MPI_Ialltoall(%s, %lld, %s, %s, %lld, %s, %s, &req_r%d));\n", send,
+                    (long long)blk, mpi_type(in->dtype), pr->bufs[sb->unpack].name, (long long)blk,
+                    mpi_type(in->dtype), comm, r);
+        else
+            fprintf(f, "    CHECK_MPI(MPI_Ireduce_scatter_block(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send,
+                    out->name, (long long)blk, mpi_type(in->dtype), comm, r);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Completes step j of reshard r (wait and unpack); local steps are no-ops. */
+static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
+{
+    const ReshardStep *s = &pr->plan->reshards[r].r.steps[j];
+    const StepBufs *sb = &pr->steps[r][j];
+    if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
+        return;
+    const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
+    fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", r);
+    if (sb->unpack < 0)
+        return;
+    int p = mesh_group_size(&pr->plan->mesh, s->axes);
+    size_t es = dtype_size(in->dtype);
+    int64_t sout[IR_MAX_RANK], bdims[IR_MAX_RANK];
+    contiguous_strides(out->dims, out->rank, sout);
+    memcpy(bdims, in->dims, sizeof bdims);
+    if (s->kind == COLL_ALL_TO_ALL)
+        bdims[s->dim_to] /= p;
+    int64_t blk = numel(in) / p * (s->kind == COLL_ALL_GATHER ? p : 1);
+    if (s->kind == COLL_ALL_GATHER)
+        blk = numel(in);
+    fprintf(f, "    { /* unpack: the block from group rank q lands at position q of dim %d */\n"
+               "        static const int64_t dims[] = ", s->dim);
+    emit_dims(f, bdims, in->rank);
+    fprintf(f, ", strides[] = ");
+    emit_dims(f, sout, out->rank);
+    fprintf(f, ";\n        for (int q = 0; q < %d; q++)\n"
+               "            k_strided_store(%s, %s + q * %lld, %zu, %d, dims, strides, q * %lld);\n    }\n",
+            p, out->name, pr->bufs[sb->unpack].name, (long long)blk, es, in->rank,
+            (long long)(in->dims[s->dim] * sout[s->dim]));
+}
+
+static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
+{
+    const Inst *in = &pr->insts[i];
+    if (in->kind == INST_COMPUTE) {
+        if (emit_c_node(pr, in->node, f, d))
+            *rc = -1;
+        return;
+    }
+    const PlanReshard *rr = &pr->plan->reshards[in->reshard];
+    int r = in->reshard;
+    if (in->kind == INST_START) {
+        fprintf(f, "\n    /* start reshard %d of %s: %s */\n    rt_node = \"%s\";\n", r, rr->tensor->name, rr->reason,
+                in->node ? in->node->name : "(start)");
+        emit_step_start(pr, r, 0, f);
+        return;
+    }
+    fprintf(f, "\n    /* wait for reshard %d of %s here: %s is its first reader */\n    rt_node = \"%s\";\n", r,
+            rr->tensor->name, in->node ? in->node->name : "the graph output",
+            in->node ? in->node->name : "(outputs)");
+    emit_step_finish(pr, r, 0, f);
+    for (int j = 1; j < rr->r.nsteps; j++) {
+        emit_step_start(pr, r, j, f);
+        emit_step_finish(pr, r, j, f);
+    }
+}
+
+int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
+{
+    const Plan *p = pr->plan;
+    const Graph *g = pr->g;
+    const Mesh *m = &p->mesh;
+    char buf[256];
+    int rc = 0;
+    mesh_str(m, buf, sizeof buf);
+    fprintf(f, "/* rank%d.c: generated by onnx2spmd %s; do not edit.\n", pr->rank, ONNX2SPMD_VERSION);
+    fprintf(f, " * command: %s\n * model:   %s\n * mesh:    %s (%d ranks); this is rank %d at", opt->command_line,
+            opt->model, buf, m->nranks, pr->rank);
+    for (int a = 0; a < m->naxes; a++)
+        fprintf(f, " %s=%d", m->axes[a].name, pr->coords[a]);
+    fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, inputs %lld bytes\n */\n",
+            (long long)pr->arena_bytes, (long long)pr->weight_bytes, (long long)pr->input_bytes);
+    fprintf(f, "#define RANK %d\n#define WORLD %d\n\n", pr->rank, m->nranks);
+    fputs(template_runtime_c, f);
+    fputs("\n", f);
+    fputs(template_kernels_c, f);
+
+    fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
+    for (int i = 0; i < pr->nbufs; i++)
+        buf_decl(pr, &pr->bufs[i], f);
+
+    /* Communicators: one per ordered axis group any step uses. */
+    char names[64][256];
+    int nnames = 0;
+    fprintf(f, "\n/* ---- communicators and requests ---- */\n\n");
+    for (int r = 0; r < p->nreshards; r++)
+        for (int j = 0; j < p->reshards[r].r.nsteps; j++) {
+            const ReshardStep *s = &p->reshards[r].r.steps[j];
+            if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
+                continue;
+            unsigned char axes[MESH_MAX_AXES];
+            int na = step_axes(pr, s, step_before(pr, r, j), axes);
+            comm_name(pr, axes, na, buf, sizeof buf);
+            int seen = 0;
+            for (int k = 0; k < nnames; k++)
+                seen |= strcmp(names[k], buf) == 0;
+            if (!seen && nnames < 64) {
+                snprintf(names[nnames++], sizeof names[0], "%s", buf);
+                fprintf(f, "static MPI_Comm %s; /* ranks that differ only in %s; this rank is %d of %d */\n", buf,
+                        buf + 5, program_group_key(pr, axes, na), mesh_group_size(m, s->axes));
+            }
+        }
+    for (int r = 0; r < p->nreshards; r++)
+        fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
+                p->reshards[r].tensor->name);
+    fprintf(f, "\nstatic void init_comms(void)\n{\n");
+    for (int k = 0; k < nnames; k++) {
+        /* Recover the ordered axes from the name. */
+        unsigned char axes[MESH_MAX_AXES];
+        int na = 0;
+        unsigned mask = 0;
+        char copy[96];
+        snprintf(copy, sizeof copy, "%s", names[k] + 5);
+        for (char *save = NULL, *tok = strtok_r(copy, "_", &save); tok; tok = strtok_r(NULL, "_", &save)) {
+            int a = mesh_axis_find(m, tok);
+            if (a >= 0 && na < MESH_MAX_AXES) {
+                axes[na++] = (unsigned char)a;
+                mask |= 1u << a;
+            }
+        }
+        fprintf(f, "    %s = rt_comm_split(%d, %d);\n", names[k], program_group_color(pr, mask),
+                program_group_key(pr, axes, na));
+    }
+    if (!nnames)
+        fprintf(f, "    /* this plan needs no collectives */\n");
+    fprintf(f, "}\n");
+
+    fprintf(f, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{");
+    for (int i = 0; i < pr->ninsts; i++)
+        emit_inst(pr, i, f, d, &rc);
+    fprintf(f, "}\n");
+
+    /* main: flags, weights, inputs, runs, outputs. */
+    uint64_t sum = 0;
+    int64_t wbytes = 0;
+    unsigned char *blob = weights_pack(pr, &wbytes, &sum, d);
+    free(blob);
+    fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
+            (long long)wbytes, (unsigned long long)sum);
+    fprintf(f, "static const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
+               "{\n    for (int i = 0; i < n; i++)\n        if (strcmp(names[i], name) == 0)\n"
+               "            return paths[i];\n    return NULL;\n}\n\n");
+    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int world = 0, me = -1;\n"
+               "    CHECK_MPI(MPI_Init(&argc, &argv));\n"
+               "    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));\n"
+               "    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
+               "    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));\n"
+               "    if (world != WORLD || me != RANK)\n"
+               "        rt_die(\"launched as rank %%d of %%d, but this binary is rank %%d of %%d: use run.sh (mpirun -np %%d)\",\n"
+               "               me, world, RANK, WORLD, WORLD);\n"
+               "    openblas_set_num_threads(1);\n"
+               "    rt_parse_args(argc, argv, &args);\n"
+               "    init_comms();\n"
+               "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
+               "    g_arena = rt_alloc(%lld);\n",
+            pr->rank, (long long)pr->arena_bytes);
+    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
+    for (int i = 0; i < g->ninputs; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
+    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
+               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
+               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
+            g->ninputs ? ", " : "");
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
+        for (int k = 0; k < t->rank; k++) {
+            nsh[k] = sharding_dim_shards(&b->layout, m, k);
+            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+        }
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", t->name, dtype_name(t->dtype),
+                shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
+        fprintf(f, "        static const int64_t gdims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", nshards[] = ");
+        emit_dims(f, nsh, t->rank);
+        fprintf(f, ", index[] = ");
+        emit_dims(f, idx, t->rank);
+        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
+                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
+                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
+                   "        %s = rt_alloc(%lld);\n        rt_take_block(%s, t.data, %d, gdims, nshards, index, %zu);\n    }\n",
+                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
+                (int)t->dtype, t->rank, b->name, (long long)b->bytes, b->name, t->rank, dtype_size(t->dtype));
+    }
+    fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
+               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t0 = MPI_Wtime();\n"
+               "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
+               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t1 = MPI_Wtime();\n"
+               "        if (RANK == 0)\n"
+               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\",\n"
+               "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD);\n"
+               "    } else {\n        forward();\n    }\n");
+    fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        int r = p->out_reshard[i];
+        const Buffer *b = &pr->bufs[r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[t->id]];
+        fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
+                t->name);
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ";\n            if (RANK == 0) /* every rank holds the gathered output */\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n            continue;\n        }\n",
+                (int)t->dtype, t->rank, b->name);
+    }
+    fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
+    fprintf(f, "    CHECK_MPI(MPI_Finalize());\n    return 0;\n}\n");
+    return rc;
+}

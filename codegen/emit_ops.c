@@ -1,0 +1,500 @@
+/* emit_ops.c: the kernel call for each op, on local blocks.
+ *
+ * Every node works on this rank's blocks with shapes fixed at compile
+ * time. Sharded dims never need special handling here, by construction of
+ * the plan: a split pass-through dim is split alike in every operand, a
+ * need-replication dim is whole, and a split reduction dim makes the
+ * output a partial sum. Three places do need the rank's position: a
+ * masked Gather over a split table (its row offset), a bias added inside a
+ * node whose result is partial (added on one coordinate only, or it would
+ * be summed once per rank), and ReduceMean over a split dim (divided by
+ * the global count).
+ */
+#include "codegen.h"
+
+#include <string.h>
+
+const char *emit_ctype(DType t)
+{
+    return t == DT_F32 ? "float" : t == DT_I64 ? "int64_t" : "unsigned char";
+}
+
+void emit_dims(FILE *f, const int64_t *dims, int rank)
+{
+    fputc('{', f);
+    for (int i = 0; i < rank; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (rank == 0)
+        fputc('0', f);
+    fputc('}', f);
+}
+
+/* A float constant as a valid C literal ("1.0f", not "1f"). */
+static const char *cf(float v, char *buf)
+{
+    int n = snprintf(buf, 40, "%.9g", (double)v);
+    if (!strpbrk(buf, ".en"))
+        snprintf(buf + n, 40 - (size_t)n, ".0");
+    strcat(buf, "f");
+    return buf;
+}
+
+static void strides(const int64_t *dims, int rank, int64_t *st)
+{
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= dims[i];
+    }
+}
+
+static int64_t prod(const int64_t *dims, int from, int to)
+{
+    int64_t p = 1;
+    for (int i = from; i < to; i++)
+        p *= dims[i];
+    return p;
+}
+
+typedef struct Ctx {
+    const Program *pr;
+    const Node *n;
+    FILE *f;
+} Ctx;
+
+static const Buffer *in_buf(const Ctx *c, int k)
+{
+    return k < c->n->ninputs && c->n->inputs[k] ? &c->pr->bufs[program_operand_buf(c->pr, c->n, k)] : NULL;
+}
+
+static const Buffer *out_buf(const Ctx *c, int k)
+{
+    return k < c->n->noutputs && c->n->outputs[k] ? &c->pr->bufs[c->pr->tensor_buf[c->n->outputs[k]->id]] : NULL;
+}
+
+/* Strides of operand b broadcast (right-aligned) over output dims y. */
+static void bcast_strides(const Buffer *b, const Buffer *y, int64_t *out)
+{
+    int64_t st[IR_MAX_RANK];
+    strides(b->dims, b->rank, st);
+    for (int o = 0; o < y->rank; o++) {
+        int j = o - (y->rank - b->rank);
+        out[o] = j < 0 || (b->dims[j] == 1 && y->dims[o] != 1) ? 0 : st[j];
+    }
+}
+
+static void arr(const Ctx *c, const char *name, const int64_t *v, int n)
+{
+    fprintf(c->f, "        static const int64_t %s[] = ", name);
+    emit_dims(c->f, v, n);
+    fprintf(c->f, ";\n");
+}
+
+/* Is the output of this node partial over any axis where this rank's
+ * coordinate is not 0? Then biases inside the node must be skipped. */
+static int skip_bias(const Ctx *c)
+{
+    const Buffer *y = out_buf(c, 0);
+    for (int a = 0; a < c->pr->plan->mesh.naxes; a++)
+        if ((y->layout.partial & (1u << a)) && c->pr->coords[a] != 0)
+            return 1;
+    return 0;
+}
+
+static int emit_binary(const Ctx *c)
+{
+    static const char *const ops[] = {[OP_ADD] = "0", [OP_SUB] = "1", [OP_MUL] = "2", [OP_DIV] = "3", [OP_POW] = "4"};
+    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
+    int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&
+               !memcmp(b->dims, y->dims, sizeof(int64_t) * y->rank);
+    if (c->n->op == OP_ADD && y->dtype == DT_F32 && same) {
+        fprintf(c->f, "    k_add_f32(%s, %s, %s, %lld);\n", y->name, a->name, b->name, (long long)(y->bytes / 4));
+        return 0;
+    }
+    if (c->n->op == OP_ADD && y->dtype == DT_F32 && y->rank >= 1 && b->bytes / 4 == y->dims[y->rank - 1] &&
+        a->bytes == y->bytes && b->dims[b->rank - 1] == y->dims[y->rank - 1]) {
+        fprintf(c->f, "    k_add_rows_f32(%s, %s, %s, %lld, %lld); /* bias over the last dim */\n", y->name, a->name,
+                b->name, (long long)(y->bytes / 4 / y->dims[y->rank - 1]), (long long)y->dims[y->rank - 1]);
+        return 0;
+    }
+    int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+    bcast_strides(a, y, sa);
+    bcast_strides(b, y, sb);
+    fprintf(c->f, "    {\n");
+    arr(c, "dims", y->dims, y->rank);
+    arr(c, "sa", sa, y->rank);
+    arr(c, "sb", sb, y->rank);
+    fprintf(c->f, "        k_binary_%s(%s, %s, %s, %s, %d, dims, sa, sb);\n    }\n",
+            y->dtype == DT_F32 ? "f32" : "i64", ops[c->n->op], y->name, a->name, b->name, y->rank);
+    return 0;
+}
+
+static int emit_unary(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
+    switch (c->n->op) {
+    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
+        fprintf(c->f, "    memcpy(%s, %s, %lld); /* same bytes, new shape */\n", y->name, x->name, (long long)y->bytes);
+        return 0;
+    case OP_CAST:
+        fprintf(c->f, "    k_cast(%s, %d, %s, %d, %lld);\n", y->name, (int)y->dtype, x->name, (int)x->dtype, (long long)n);
+        return 0;
+    case OP_RELU:
+        if (x->dtype == DT_I64) {
+            fprintf(c->f, "    k_relu_i64(%s, %s, %lld);\n", y->name, x->name, (long long)n);
+            return 0;
+        }
+        break;
+    default:
+        break;
+    }
+    int code = c->n->op == OP_RELU ? 0 : c->n->op == OP_SQRT ? 1 : c->n->op == OP_ERF ? 2 : c->n->op == OP_TANH ? 3
+             : c->n->op == OP_SIGMOID ? 4 : strcmp(node_attr_str(c->n, "approximate", "none"), "tanh") == 0 ? 6 : 5;
+    fprintf(c->f, "    k_unary_f32(%d, %s, %s, %lld);\n", code, y->name, x->name, (long long)n);
+    return 0;
+}
+
+static int emit_matmul(const Ctx *c)
+{
+    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
+    int64_t m = a->rank > 1 ? a->dims[a->rank - 2] : 1, k = a->dims[a->rank - 1];
+    int64_t n = b->rank > 1 ? b->dims[b->rank - 1] : 1;
+    int nb = y->rank - (a->rank > 1) - (b->rank > 1);
+    int64_t batch = prod(y->dims, 0, nb);
+    /* Per-batch offsets of each operand (broadcast batch dims repeat). */
+    int64_t aoff = 0, boff = 0, aregular = 1, bregular = 1;
+    int64_t ab = a->rank > 2 ? prod(a->dims, 0, a->rank - 2) : 1, bb = b->rank > 2 ? prod(b->dims, 0, b->rank - 2) : 1;
+    if (ab == batch)
+        aoff = m * k;
+    else if (ab != 1)
+        aregular = 0;
+    if (bb == batch)
+        boff = k * n;
+    else if (bb != 1)
+        bregular = 0;
+    const char *sfx = y->dtype == DT_F32 ? "f32" : "i64";
+    if (aregular && bregular) {
+        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld);\n", sfx, y->name, a->name, b->name,
+                (long long)batch, (long long)m, (long long)k, (long long)n, (long long)aoff, (long long)boff);
+        return 0;
+    }
+    /* Mixed broadcasting of batch dims: one call per output batch. */
+    fprintf(c->f, "    for (int64_t bi = 0; bi < %lld; bi++) {\n        int64_t rem = bi, ao = 0, bo = 0;\n", (long long)batch);
+    for (int i = nb - 1; i >= 0; i--) {
+        int ja = i - (nb - (a->rank - 2)), jb = i - (nb - (b->rank - 2));
+        int64_t sa = 0, sb = 0;
+        if (ja >= 0 && a->dims[ja] != 1)
+            sa = prod(a->dims, ja + 1, a->rank);
+        if (jb >= 0 && b->dims[jb] != 1)
+            sb = prod(b->dims, jb + 1, b->rank);
+        fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n        bo += (rem %% %lld) * %lld;\n        rem /= %lld;\n",
+                (long long)y->dims[i], (long long)sa, (long long)y->dims[i], (long long)sb, (long long)y->dims[i]);
+    }
+    fprintf(c->f, "        k_matmul_%s(%s + bi * %lld, %s + ao, %s + bo, 1, %lld, %lld, %lld, 0, 0);\n    }\n", sfx, y->name,
+            (long long)(m * n), a->name, b->name, (long long)m, (long long)k, (long long)n);
+    return 0;
+}
+
+static int emit_gemm(const Ctx *c)
+{
+    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *cc = in_buf(c, 2), *y = out_buf(c, 0);
+    int ta = node_attr_int(c->n, "transA", 0) != 0, tb = node_attr_int(c->n, "transB", 0) != 0;
+    int64_t k = a->dims[ta ? 0 : 1];
+    int64_t crs = 0, ccs = 0;
+    if (cc) {
+        int64_t st[IR_MAX_RANK];
+        bcast_strides(cc, y, st);
+        crs = st[0];
+        ccs = st[1];
+    }
+    int skip = cc && skip_bias(c);
+    char al[48], be[48];
+    fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld);%s\n", y->name,
+            a->name, b->name, cc && !skip ? cc->name : "NULL", (long long)y->dims[0], (long long)y->dims[1],
+            (long long)k, ta, tb, cf(node_attr_float(c->n, "alpha", 1.0f), al), cf(node_attr_float(c->n, "beta", 1.0f), be),
+            (long long)crs, (long long)ccs, skip ? " /* C is added by coordinate 0 of the partial axes */" : "");
+    return 0;
+}
+
+static int norm_axis(int64_t axis, int rank)
+{
+    return (int)(axis < 0 ? axis + rank : axis);
+}
+
+static int emit_softmax(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    int ax = norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
+    fprintf(c->f, "    k_softmax_f32(%s, %s, %lld, %lld, %lld);\n", y->name, x->name, (long long)prod(x->dims, 0, ax),
+            (long long)x->dims[ax], (long long)prod(x->dims, ax + 1, x->rank));
+    return 0;
+}
+
+static int emit_layernorm(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *s = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
+    const Buffer *mo = out_buf(c, 1), *io = out_buf(c, 2);
+    int ax = norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
+    char eps[48];
+    fprintf(c->f, "    k_layernorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s);\n", y->name,
+            mo ? mo->name : "NULL", io ? io->name : "NULL", x->name, s->name, b ? b->name : "NULL",
+            (long long)prod(x->dims, 0, ax), (long long)prod(x->dims, ax, x->rank), (long long)(s->bytes / 4),
+            (long long)(b ? b->bytes / 4 : 1), cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
+    return 0;
+}
+
+static int emit_reduce(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    const Tensor *xt = c->n->inputs[0];
+    const Attr *axes = node_attr(c->n, "axes");
+    int keep = node_attr_int(c->n, "keepdims", 1) != 0;
+    unsigned mask = 0;
+    for (int i = 0; axes && i < axes->n; i++)
+        mask |= 1u << norm_axis(axes->ints[i], x->rank);
+    if (!axes || axes->n == 0)
+        mask = node_attr_int(c->n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
+    /* Output strides per input dim (0 for reduced dims). */
+    int64_t ydims[IR_MAX_RANK], sy_full[IR_MAX_RANK], sy[IR_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        ydims[i] = (mask >> i) & 1 ? 1 : x->dims[i];
+    strides(ydims, x->rank, sy_full);
+    int64_t count = 1;
+    for (int i = 0; i < x->rank; i++) {
+        sy[i] = (mask >> i) & 1 ? 0 : sy_full[i];
+        if ((mask >> i) & 1)
+            count *= xt->dims[i]; /* global: a split reduced dim leaves a partial */
+    }
+    (void)keep;
+    fprintf(c->f, "    {\n");
+    arr(c, "dims", x->dims, x->rank);
+    arr(c, "sy", sy, x->rank);
+    char sc[48];
+    if (y->dtype == DT_F32)
+        fprintf(c->f, "        k_reduce_f32(%s, %lld, %s, %d, dims, sy, %s);\n    }\n", y->name, (long long)(y->bytes / 4),
+                x->name, x->rank, cf(c->n->op == OP_REDUCE_MEAN ? (float)(1.0 / (double)count) : 1.0f, sc));
+    else
+        fprintf(c->f, "        k_reduce_i64(%s, %lld, %s, %d, dims, sy);\n    }\n", y->name, (long long)(y->bytes / 8),
+                x->name, x->rank);
+    return 0;
+}
+
+static int emit_transpose(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    const Attr *perm = node_attr(c->n, "perm");
+    int64_t sx[IR_MAX_RANK], s[IR_MAX_RANK];
+    strides(x->dims, x->rank, sx);
+    for (int i = 0; i < x->rank; i++)
+        s[i] = sx[perm ? perm->ints[i] : x->rank - 1 - i];
+    fprintf(c->f, "    {\n");
+    arr(c, "dims", y->dims, y->rank);
+    arr(c, "strides", s, y->rank);
+    fprintf(c->f, "        k_strided_copy(%s, %s, %zu, %d, dims, strides, 0);\n    }\n", y->name, x->name,
+            dtype_size(y->dtype), y->rank);
+    return 0;
+}
+
+static int emit_concat_split(const Ctx *c)
+{
+    int concat = c->n->op == OP_CONCAT;
+    const Buffer *whole = concat ? out_buf(c, 0) : in_buf(c, 0);
+    int ax = norm_axis(node_attr_int(c->n, "axis", 0), whole->rank);
+    int64_t outer = prod(whole->dims, 0, ax), inner = prod(whole->dims, ax + 1, whole->rank), off = 0;
+    int parts = concat ? c->n->ninputs : c->n->noutputs;
+    for (int k = 0; k < parts; k++) {
+        const Buffer *pb = concat ? in_buf(c, k) : out_buf(c, k);
+        if (!pb) {
+            off += 0;
+            continue;
+        }
+        if (concat)
+            fprintf(c->f, "    k_copy_axis(%s, %lld, %lld, %s, %lld, 0, %lld, %lld, %lld, %zu);\n", whole->name,
+                    (long long)whole->dims[ax], (long long)off, pb->name, (long long)pb->dims[ax], (long long)outer,
+                    (long long)pb->dims[ax], (long long)inner, dtype_size(whole->dtype));
+        else
+            fprintf(c->f, "    k_copy_axis(%s, %lld, 0, %s, %lld, %lld, %lld, %lld, %lld, %zu);\n", pb->name,
+                    (long long)pb->dims[ax], whole->name, (long long)whole->dims[ax], (long long)off, (long long)outer,
+                    (long long)pb->dims[ax], (long long)inner, dtype_size(whole->dtype));
+        off += pb->dims[ax];
+    }
+    return 0;
+}
+
+static int emit_slice(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    const Attr *st = node_attr(c->n, "starts"), *ax = node_attr(c->n, "axes"), *sp = node_attr(c->n, "steps");
+    int64_t sx[IR_MAX_RANK], s[IR_MAX_RANK], offset = 0;
+    strides(x->dims, x->rank, sx);
+    memcpy(s, sx, sizeof s);
+    for (int i = 0; st && i < st->n; i++) {
+        int a = norm_axis(ax ? ax->ints[i] : i, x->rank);
+        int64_t dim = x->dims[a], step = sp ? sp->ints[i] : 1, b = st->ints[i];
+        if (b < 0)
+            b = b < -dim ? 0 : b + dim;
+        if (step > 0)
+            b = b > dim ? dim : b;
+        else
+            b = b > dim - 1 ? dim - 1 : b;
+        offset += b * sx[a];
+        s[a] = sx[a] * step;
+    }
+    fprintf(c->f, "    {\n");
+    arr(c, "dims", y->dims, y->rank);
+    arr(c, "strides", s, y->rank);
+    fprintf(c->f, "        k_strided_copy(%s, %s, %zu, %d, dims, strides, %lld);\n    }\n", y->name, x->name,
+            dtype_size(y->dtype), y->rank, (long long)offset);
+    return 0;
+}
+
+static int emit_gather(const Ctx *c)
+{
+    const Buffer *x = in_buf(c, 0), *idx = in_buf(c, 1), *y = out_buf(c, 0);
+    const Tensor *xt = c->n->inputs[0];
+    int ax = norm_axis(node_attr_int(c->n, "axis", 0), x->rank);
+    int shard = program_group_key(c->pr, x->layout.axes[ax], x->layout.naxes[ax]);
+    int64_t len = x->dims[ax];
+    fprintf(c->f, "    k_gather(%s, %s, %s, %lld, %zu, %lld, %lld, %lld, %lld, %lld);%s\n", y->name, x->name, idx->name,
+            (long long)(idx->bytes / 8), dtype_size(x->dtype), (long long)prod(x->dims, 0, ax), (long long)len,
+            (long long)prod(x->dims, ax + 1, x->rank), (long long)(shard * len), (long long)xt->dims[ax],
+            x->layout.naxes[ax] ? " /* masked lookup: this rank owns a block of rows */" : "");
+    return 0;
+}
+
+static int emit_where(const Ctx *c)
+{
+    const Buffer *cd = in_buf(c, 0), *a = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
+    int64_t sc[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+    bcast_strides(cd, y, sc);
+    bcast_strides(a, y, sa);
+    bcast_strides(b, y, sb);
+    fprintf(c->f, "    {\n");
+    arr(c, "dims", y->dims, y->rank);
+    arr(c, "sc", sc, y->rank);
+    arr(c, "sx", sa, y->rank);
+    arr(c, "sz", sb, y->rank);
+    fprintf(c->f, "        k_where(%s, %s, %s, %s, %zu, %d, dims, sc, sx, sz);\n    }\n", y->name, cd->name, a->name,
+            b->name, dtype_size(y->dtype), y->rank);
+    return 0;
+}
+
+/* Spatial params as 2-D (a 1-D op is H = 1). */
+static void spatial2(const Ctx *c, const Buffer *x, const Buffer *y, const int64_t *kernel, int64_t *p)
+{
+    const Attr *pads = node_attr(c->n, "pads"), *st = node_attr(c->n, "strides"), *dl = node_attr(c->n, "dilations");
+    int ns = x->rank - 2, two = ns == 2;
+    /* H, W, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw */
+    p[0] = two ? x->dims[2] : 1;
+    p[1] = x->dims[x->rank - 1];
+    p[2] = two ? kernel[0] : 1;
+    p[3] = kernel[ns - 1];
+    p[4] = two ? y->dims[2] : 1;
+    p[5] = y->dims[y->rank - 1];
+    p[6] = two && st && st->n ? st->ints[0] : 1;
+    p[7] = st && st->n ? st->ints[ns - 1] : 1;
+    p[8] = two && dl && dl->n ? dl->ints[0] : 1;
+    p[9] = dl && dl->n ? dl->ints[ns - 1] : 1;
+    p[10] = two && pads ? pads->ints[0] : 0;
+    p[11] = pads ? pads->ints[ns - 1] : 0;
+}
+
+static int emit_conv(const Ctx *c, Diag *d)
+{
+    const Buffer *x = in_buf(c, 0), *w = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
+    if (x->rank != 3 && x->rank != 4) {
+        diag_add(d, "node \"%s\" (Conv): only 1-D and 2-D convolutions are generated", c->n->name);
+        return -1;
+    }
+    int64_t kernel[2] = {w->dims[2], w->dims[w->rank - 1]}, p[12];
+    if (x->rank == 3)
+        kernel[0] = w->dims[2];
+    spatial2(c, x, y, kernel, p);
+    int skip = b && skip_bias(c);
+    fprintf(c->f, "    k_conv2d_f32(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                  "%lld, %lld, %lld, %lld, %lld, %s);\n",
+            y->name, x->name, w->name, b && !skip ? b->name : "NULL", (long long)x->dims[0], (long long)x->dims[1],
+            (long long)p[0], (long long)p[1], (long long)y->dims[1], (long long)p[2], (long long)p[3], (long long)p[4],
+            (long long)p[5], (long long)p[6], (long long)p[7], (long long)p[8], (long long)p[9], (long long)p[10],
+            (long long)p[11], (long long)node_attr_int(c->n, "group", 1),
+            c->pr->bufs[c->pr->node_scratch[c->n->id]].name);
+    return 0;
+}
+
+static int emit_maxpool(const Ctx *c, Diag *d)
+{
+    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0), *ind = out_buf(c, 1);
+    if (x->rank != 3 && x->rank != 4) {
+        diag_add(d, "node \"%s\" (MaxPool): only 1-D and 2-D pooling is generated", c->n->name);
+        return -1;
+    }
+    const Attr *ks = node_attr(c->n, "kernel_shape");
+    int64_t p[12];
+    spatial2(c, x, y, ks->ints, p);
+    const Tensor *xt = c->n->inputs[0];
+    int64_t n_off = program_group_key(c->pr, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
+    int64_t c_off = program_group_key(c->pr, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
+    fprintf(c->f, "    k_maxpool2d_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                  "%lld, %lld, %lld, %lld, %lld, %lld);\n",
+            y->name, ind ? ind->name : "NULL", x->name, (long long)x->dims[0], (long long)x->dims[1], (long long)p[0],
+            (long long)p[1], (long long)p[2], (long long)p[3], (long long)p[4], (long long)p[5], (long long)p[6],
+            (long long)p[7], (long long)p[8], (long long)p[9], (long long)p[10], (long long)p[11], (long long)n_off,
+            (long long)c_off, (long long)xt->dims[1]);
+    return 0;
+}
+
+int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
+{
+    Ctx c = {pr, n, f};
+    char g[128], l[128], s[128];
+    fprintf(f, "\n    /* node \"%s\" (%s)", n->name, node_op_name(n));
+    for (int k = 0; k < n->noutputs; k++) {
+        const Buffer *y = out_buf(&c, k);
+        if (y)
+            fprintf(f, "\n     *   %s: local %s of %s, %s", n->outputs[k]->name, shape_str(y->dims, y->rank, l, sizeof l),
+                    shape_str(n->outputs[k]->dims, n->outputs[k]->rank, g, sizeof g),
+                    sharding_str(&y->layout, &pr->plan->mesh, s, sizeof s));
+    }
+    fprintf(f, " */\n    rt_node = \"%s\";\n", n->name);
+    switch (n->op) {
+    case OP_CONSTANT:
+        fprintf(f, "    /* value stored with the weights as %s */\n", out_buf(&c, 0)->name);
+        return 0;
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW:
+        return emit_binary(&c);
+    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN: case OP_CAST:
+    case OP_RELU: case OP_SQRT: case OP_ERF: case OP_TANH: case OP_SIGMOID: case OP_GELU:
+        return emit_unary(&c);
+    case OP_MATMUL: return emit_matmul(&c);
+    case OP_GEMM: return emit_gemm(&c);
+    case OP_SOFTMAX: return emit_softmax(&c);
+    case OP_LAYERNORM: return emit_layernorm(&c);
+    case OP_REDUCE_MEAN: case OP_REDUCE_SUM: return emit_reduce(&c);
+    case OP_TRANSPOSE: return emit_transpose(&c);
+    case OP_CONCAT: case OP_SPLIT: return emit_concat_split(&c);
+    case OP_SLICE: return emit_slice(&c);
+    case OP_GATHER: return emit_gather(&c);
+    case OP_WHERE: return emit_where(&c);
+    case OP_CONV: return emit_conv(&c, d);
+    case OP_MAXPOOL: return emit_maxpool(&c, d);
+    case OP_GLOBAL_AVGPOOL: {
+        const Buffer *x = in_buf(&c, 0), *y = out_buf(&c, 0);
+        fprintf(f, "    k_global_avgpool_f32(%s, %s, %lld, %lld);\n", y->name, x->name,
+                (long long)(x->dims[0] * x->dims[1]), (long long)prod(x->dims, 2, x->rank));
+        return 0;
+    }
+    case OP_BATCHNORM: {
+        const Buffer *x = in_buf(&c, 0), *y = out_buf(&c, 0);
+        char eps[48];
+        fprintf(f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s);\n", y->name, x->name,
+                in_buf(&c, 1)->name, in_buf(&c, 2)->name, in_buf(&c, 3)->name, in_buf(&c, 4)->name,
+                (long long)x->dims[0], (long long)x->dims[1], (long long)prod(x->dims, 2, x->rank),
+                cf(node_attr_float(n, "epsilon", 1e-5f), eps));
+        return 0;
+    }
+    default:
+        diag_add(d, "node \"%s\" (%s): no C emitter for this op", n->name, node_op_name(n));
+        return -1;
+    }
+}

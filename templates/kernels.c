@@ -1,0 +1,455 @@
+/* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
+ * Plain C kernels for the core op set, on this rank's local blocks. Shapes
+ * arrive as constants from the generated call sites; GEMMs go through
+ * CBLAS (OpenBLAS, one thread per rank). Broadcasting is expressed by
+ * per-operand strides (0 on a broadcast dim) over the output's dims.
+ * All are static inline so a rank that does not use one pays nothing.
+ */
+
+/* Walks an N-d index over `dims`, returning per-operand flat offsets. */
+#define K_MAX_RANK 8
+
+typedef struct KIter {
+    int rank;
+    int64_t dims[K_MAX_RANK], idx[K_MAX_RANK];
+} KIter;
+
+/* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow. */
+static inline void k_binary_f32(int op, float *y, const float *a, const float *b, int rank, const int64_t *dims,
+                                const int64_t *sa, const int64_t *sb)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oa = 0, ob = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float x = a[oa], z = b[ob], r;
+        switch (op) {
+        case 0: r = x + z; break;
+        case 1: r = x - z; break;
+        case 2: r = x * z; break;
+        case 3: r = x / z; break;
+        default: r = powf(x, z); break;
+        }
+        y[k] = r;
+        for (int i = rank - 1; i >= 0; i--) {
+            oa += sa[i];
+            ob += sb[i];
+            if (++idx[i] < dims[i])
+                break;
+            oa -= sa[i] * dims[i];
+            ob -= sb[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
+                                const int64_t *dims, const int64_t *sa, const int64_t *sb)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oa = 0, ob = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t x = a[oa], z = b[ob], r;
+        switch (op) {
+        case 0: r = x + z; break;
+        case 1: r = x - z; break;
+        case 2: r = x * z; break;
+        case 3: r = z ? x / z : 0; break;
+        default: {
+            r = 1;
+            for (int64_t e = 0; e < z; e++)
+                r *= x;
+        }
+        }
+        y[k] = r;
+        for (int i = rank - 1; i >= 0; i--) {
+            oa += sa[i];
+            ob += sb[i];
+            if (++idx[i] < dims[i])
+                break;
+            oa -= sa[i] * dims[i];
+            ob -= sb[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* Fast paths: same shape, or b broadcast along the leading dims (a bias). */
+static inline void k_add_rows_f32(float *y, const float *a, const float *b, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = a[r * cols + c] + b[c];
+}
+
+static inline void k_add_f32(float *y, const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+/* Where(cond, x, y) with broadcasting; elsize 4 or 8. */
+static inline void k_where(void *y, const unsigned char *c, const void *x, const void *z, size_t elsize, int rank,
+                           const int64_t *dims, const int64_t *sc, const int64_t *sx, const int64_t *sz)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
+    for (int64_t k = 0; k < n; k++) {
+        memcpy((char *)y + k * (int64_t)elsize,
+               c[oc] ? (const char *)x + ox * (int64_t)elsize : (const char *)z + oz * (int64_t)elsize, elsize);
+        for (int i = rank - 1; i >= 0; i--) {
+            oc += sc[i];
+            ox += sx[i];
+            oz += sz[i];
+            if (++idx[i] < dims[i])
+                break;
+            oc -= sc[i] * dims[i];
+            ox -= sx[i] * dims[i];
+            oz -= sz[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). */
+static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        switch (op) {
+        case 0: y[i] = v > 0 ? v : 0; break;
+        case 1: y[i] = sqrtf(v); break;
+        case 2: y[i] = erff(v); break;
+        case 3: y[i] = tanhf(v); break;
+        case 4: y[i] = 1.0f / (1.0f + expf(-v)); break;
+        case 5: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        default: y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
+        }
+    }
+}
+
+static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0;
+}
+
+/* Cast between float32 (1), int64 (7) and bool (9). */
+static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double v = from == 1 ? (double)((const float *)x)[i]
+                 : from == 7 ? (double)((const int64_t *)x)[i] : (double)((const unsigned char *)x)[i];
+        if (to == 1)
+            ((float *)y)[i] = from == 7 ? (float)((const int64_t *)x)[i] : (float)v;
+        else if (to == 7)
+            ((int64_t *)y)[i] = from == 7 ? ((const int64_t *)x)[i] : (int64_t)v;
+        else
+            ((unsigned char *)y)[i] = v != 0;
+    }
+}
+
+/* Batched matmul: y[b] = a[b] @ w[b], with per-batch element offsets
+ * (0 stride for a broadcast operand). */
+static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_t batch, int64_t m, int64_t k,
+                                int64_t n, int64_t a_bstride, int64_t w_bstride)
+{
+    for (int64_t b = 0; b < batch; b++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a + b * a_bstride,
+                    (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
+}
+
+static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
+                                int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
+{
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t s = 0;
+                for (int64_t q = 0; q < k; q++)
+                    s += a[b * a_bstride + i * k + q] * w[b * w_bstride + q * n + j];
+                y[b * m * n + i * n + j] = s;
+            }
+}
+
+/* Gemm: y = alpha * op(a) @ op(b) + beta * c, c broadcast by strides. */
+static inline void k_gemm_f32(float *y, const float *a, const float *b, const float *c, int64_t m, int64_t n,
+                              int64_t k, int ta, int tb, float alpha, float beta, int64_t c_rs, int64_t c_cs)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            y[i * n + j] = c ? beta * c[i * c_rs + j * c_cs] : 0.0f;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
+}
+
+/* Softmax over the middle dim of [outer, n, inner]. */
+static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *xp = x + o * n * inner + i;
+            float *yp = y + o * n * inner + i;
+            float mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < n; j++)
+                mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            for (int64_t j = 0; j < n; j++) {
+                yp[j * inner] = expf(xp[j * inner] - mx);
+                sum += yp[j * inner];
+            }
+            for (int64_t j = 0; j < n; j++)
+                yp[j * inner] /= sum;
+        }
+}
+
+/* LayerNormalization over the trailing n elements of each of `outer` rows.
+ * Scale/bias have `sn`/`bn` elements, broadcast over the row (n % sn == 0). */
+static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, const float *x, const float *scale,
+                                   const float *bias, int64_t outer, int64_t n, int64_t sn, int64_t bn, float eps)
+{
+    for (int64_t o = 0; o < outer; o++) {
+        const float *xp = x + o * n;
+        float *yp = y + o * n;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < n; j++)
+            mean += xp[j];
+        mean /= (double)n;
+        for (int64_t j = 0; j < n; j++)
+            var += (xp[j] - mean) * (xp[j] - mean);
+        var /= (double)n;
+        float istd = (float)(1.0 / sqrt(var + eps));
+        for (int64_t j = 0; j < n; j++) {
+            float v = (float)(xp[j] - mean) * istd * scale[j % sn];
+            yp[j] = bias ? v + bias[j % bn] : v;
+        }
+        if (mean_out)
+            mean_out[o] = (float)mean;
+        if (istd_out)
+            istd_out[o] = istd;
+    }
+}
+
+/* Sum over the reduced dims: x viewed with per-dim strides into y
+ * (stride 0 for reduced dims), then scaled (1 for sum, 1/count for mean). */
+static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
+                                const int64_t *sy, float scale)
+{
+    memset(y, 0, (size_t)ny * sizeof(float));
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
+    for (int64_t k = 0; k < n; k++) {
+        y[oy] += x[k];
+        for (int i = rank - 1; i >= 0; i--) {
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+    for (int64_t i = 0; i < ny; i++)
+        y[i] *= scale;
+}
+
+static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
+                                const int64_t *sy)
+{
+    memset(y, 0, (size_t)ny * sizeof(int64_t));
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
+    for (int64_t k = 0; k < n; k++) {
+        y[oy] += x[k];
+        for (int i = rank - 1; i >= 0; i--) {
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* Generic strided copy: y (contiguous over dims) = x read with strides sx.
+ * Transpose, Slice and the packing around collectives are all this. */
+static inline void k_strided_copy(void *y, const void *x, size_t elsize, int rank, const int64_t *dims,
+                                  const int64_t *sx, int64_t x_offset)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    /* Copy the innermost contiguous run at once when it is unit-stride. */
+    int64_t run = rank && sx[rank - 1] == 1 ? dims[rank - 1] : 1;
+    int r = rank && sx[rank - 1] == 1 ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, ox = x_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            ox += sx[i];
+            if (++idx[i] < dims[i])
+                break;
+            ox -= sx[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* The inverse: x written into y at strides sy (unpacking). */
+static inline void k_strided_store(void *y, const void *x, size_t elsize, int rank, const int64_t *dims,
+                                   const int64_t *sy, int64_t y_offset)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    int64_t run = rank && sy[rank - 1] == 1 ? dims[rank - 1] : 1;
+    int r = rank && sy[rank - 1] == 1 ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + k * (int64_t)elsize, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* Gather along an axis of data viewed as [outer, len, inner]; this rank
+ * holds rows [offset, offset + len) of a table of global_len rows, and
+ * writes zeros for indices it does not own (a masked lookup whose partial
+ * results are summed across the ranks that split the table). */
+static inline void k_gather(void *y, const void *x, const int64_t *idx, int64_t nidx, size_t elsize, int64_t outer,
+                            int64_t len, int64_t inner, int64_t offset, int64_t global_len)
+{
+    size_t row = (size_t)inner * elsize;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < nidx; i++) {
+            int64_t g = idx[i] < 0 ? idx[i] + global_len : idx[i];
+            if (g < 0 || g >= global_len)
+                rt_die("node \"%s\": index %lld out of range [0, %lld)", rt_node, (long long)idx[i],
+                       (long long)global_len);
+            char *dst = (char *)y + ((size_t)(o * nidx + i)) * row;
+            int64_t l = g - offset;
+            if (l >= 0 && l < len)
+                memcpy(dst, (const char *)x + ((size_t)(o * len + l)) * row, row);
+            else
+                memset(dst, 0, row);
+        }
+}
+
+/* Concat/Split piece copy: copy a [outer, n, inner] block between tensors
+ * whose axis lengths are src_len and dst_len, at axis offsets. */
+static inline void k_copy_axis(void *dst, int64_t dst_len, int64_t dst_off, const void *src, int64_t src_len,
+                               int64_t src_off, int64_t outer, int64_t n, int64_t inner, size_t elsize)
+{
+    size_t run = (size_t)(n * inner) * elsize;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)dst + ((size_t)((o * dst_len + dst_off) * inner)) * elsize,
+               (const char *)src + ((size_t)((o * src_len + src_off) * inner)) * elsize, run);
+}
+
+/* 2-D convolution (NCHW) through im2col and sgemm, per image and group.
+ * Any number of spatial dims is reduced to 2 by the caller (1-D: H=1). */
+static inline void k_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
+                                int64_t H, int64_t W, int64_t M, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph, int64_t pw,
+                                int64_t group, float *col)
+{
+    int64_t cg = C / group, mg = M / group, kk = cg * kh * kw, npix = oh * ow;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < group; g++) {
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++) {
+                        float *row = col + ((c * kh + i) * kw + j) * npix;
+                        const float *xp = x + ((n * C + g * cg + c) * H) * W;
+                        for (int64_t oy = 0; oy < oh; oy++) {
+                            int64_t iy = oy * sh - ph + i * dh;
+                            for (int64_t ox = 0; ox < ow; ox++) {
+                                int64_t ix = ox * sw - pw + j * dw;
+                                row[oy * ow + ox] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : 0.0f;
+                            }
+                        }
+                    }
+            float *yp = y + (n * M + g * mg) * npix;
+            for (int64_t m = 0; m < mg; m++)
+                for (int64_t p = 0; p < npix; p++)
+                    yp[m * npix + p] = bias ? bias[g * mg + m] : 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mg, (int)npix, (int)kk, 1.0f,
+                        w + g * mg * kk, (int)kk, col, (int)npix, 1.0f, yp, (int)npix);
+        }
+}
+
+/* 2-D max pooling (NCHW); indices (optional) are flat over the global
+ * input tensor, as ONNX defines them: n_off/c_off/C_global place this
+ * rank's block. */
+static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H,
+                                   int64_t W, int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
+                                   int64_t dh, int64_t dw, int64_t ph, int64_t pw, int64_t n_off, int64_t c_off,
+                                   int64_t C_global)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *xp = x + (n * C + c) * H * W;
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    float best = -INFINITY;
+                    int64_t at = -1;
+                    for (int64_t i = 0; i < kh; i++) {
+                        int64_t iy = oy * sh - ph + i * dh;
+                        if (iy < 0 || iy >= H)
+                            continue;
+                        for (int64_t j = 0; j < kw; j++) {
+                            int64_t ix = ox * sw - pw + j * dw;
+                            if (ix < 0 || ix >= W)
+                                continue;
+                            if (xp[iy * W + ix] > best || at < 0) {
+                                best = xp[iy * W + ix];
+                                at = iy * W + ix;
+                            }
+                        }
+                    }
+                    int64_t o = ((n * C + c) * oh + oy) * ow + ox;
+                    y[o] = best;
+                    if (ind)
+                        ind[o] = ((n + n_off) * C_global + (c + c_off)) * H * W + at;
+                }
+        }
+}
+
+static inline void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t spatial)
+{
+    for (int64_t i = 0; i < nc; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < spatial; j++)
+            s += x[i * spatial + j];
+        y[i] = (float)(s / (double)spatial);
+    }
+}
+
+static inline void k_batchnorm_f32(float *y, const float *x, const float *scale, const float *bias, const float *mean,
+                                   const float *var, int64_t N, int64_t C, int64_t spatial, float eps)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            float a = scale[c] / sqrtf(var[c] + eps), b = bias[c] - mean[c] * a;
+            const float *xp = x + (n * C + c) * spatial;
+            float *yp = y + (n * C + c) * spatial;
+            for (int64_t j = 0; j < spatial; j++)
+                yp[j] = xp[j] * a + b;
+        }
+}

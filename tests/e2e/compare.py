@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""compare.py GOLDEN.npy OUT.npy [ATOL RTOL]: elementwise check
+|out - golden| <= atol + rtol * |golden| (defaults 1e-5, 1e-4, float32).
+Prints the max absolute and relative error; on a mismatch, the worst
+element's index and both values. Exit 1 on mismatch."""
+import sys
+
+import numpy as np
+
+
+def main():
+    golden, out = np.load(sys.argv[1]), np.load(sys.argv[2])
+    atol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
+    rtol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-4
+    if golden.shape != out.shape or golden.dtype != out.dtype:
+        print("MISMATCH %s: shape/dtype %s %s vs golden %s %s" % (sys.argv[2], out.shape, out.dtype,
+                                                                  golden.shape, golden.dtype))
+        return 1
+    if golden.dtype == np.bool_ or golden.dtype.kind in "iu":
+        bad = np.argwhere(golden != out)
+        if len(bad):
+            i = tuple(bad[0])
+            print("MISMATCH %s at %s: got %s, golden %s" % (sys.argv[2], i, out[i], golden[i]))
+            return 1
+        print("ok %s: exact (%s)" % (sys.argv[2], golden.dtype))
+        return 0
+    g64, o64 = golden.astype(np.float64), out.astype(np.float64)
+    err = np.abs(o64 - g64)
+    excess = err - (atol + rtol * np.abs(g64))
+    worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else ()
+    rel = float(np.max(err / np.maximum(np.abs(g64), 1e-6))) if err.size else 0.0
+    maxabs = float(err.max()) if err.size else 0.0
+    if excess.size and (excess[worst] > 0 or not np.all(np.isfinite(o64))):
+        print("MISMATCH %s at index %s: got %.9g, golden %.9g; max abs err %.3g, max rel err %.3g"
+              % (sys.argv[2], tuple(int(x) for x in worst), o64[worst], g64[worst], maxabs, rel))
+        return 1
+    print("ok %s: max abs err %.3g, max rel err %.3g" % (sys.argv[2], maxabs, rel))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
