@@ -408,7 +408,7 @@ static void rt_parse_args(int argc, char **argv, RtArgs *a)
 
 /* Rank-group communicator: ranks that differ only in the given axes,
  * ordered by `key` (the group coordinate, major axis first). */
-static MPI_Comm rt_comm_split(int color, int key)
+static inline MPI_Comm rt_comm_split(int color, int key)
 {
     MPI_Comm c;
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
