@@ -26,7 +26,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-.PHONY: all deps test unit cli asan fuzz demo models bench clean
+.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated
 .DEFAULT_GOAL := all
 
 all: build/onnx2spmd
@@ -113,18 +113,28 @@ fuzz: build/fuzz/fuzz_frontend
 models: | deps
 	$(PY) tests/models/make_models.py
 
+# ---- end to end ---------------------------------------------------------
+e2e: all
+	@bash tests/e2e/run_golden.sh
+	@bash tests/e2e/test_determinism.sh
+	@bash tests/e2e/test_runtime_errors.sh
+
+generated: all
+	@bash tools/generated.sh
+
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all
 	@bash bench/plan_bench.sh
 
 # ---- top-level ----------------------------------------------------------
 test: deps all unit cli
+	@$(MAKE) --no-print-directory e2e
 	@$(MAKE) --no-print-directory asan
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(if $(CI_FUZZ_SECONDS),$(CI_FUZZ_SECONDS),30)
 	@echo "make test: all passed"
 
 demo: deps all
-	build/onnx2spmd inspect tests/models/tiny_gpt.onnx
+	@bash tools/demo.sh
 
 clean:
 	rm -rf build/obj build/tests build/asan build/fuzz build/gen build/onnx2spmd

@@ -412,10 +412,20 @@ static int cmd_plan(int argc, char **argv, int compile)
         char cmdline[4096] = "onnx2spmd compile";
         for (int i = 1; i < argc; i++)
             snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
-        CompileOptions co = {.out_dir = out_dir, .target = target, .command_line = cmdline, .model = path};
+        int64_t *ab = calloc((size_t)mesh.nranks, sizeof(int64_t)), *wb = calloc((size_t)mesh.nranks, sizeof(int64_t));
+        CompileOptions co = {.out_dir = out_dir, .target = target, .command_line = cmdline, .model = path,
+                             .arena_bytes = ab, .weight_bytes = wb};
         d.context = path;
-        if (codegen_compile(p, &co, &d))
+        if (codegen_compile(p, &co, &d)) {
+            free(ab);
+            free(wb);
             goto cleanup;
+        }
+        printf("compiled %s for %s (%d ranks) into %s\n", path, mesh_spec, mesh.nranks, out_dir);
+        for (int r = 0; r < mesh.nranks; r++)
+            printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", r, (long long)ab[r], (long long)wb[r]);
+        free(ab);
+        free(wb);
         rc = EXIT_OK;
         goto cleanup;
     }

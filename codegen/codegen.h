@@ -111,6 +111,8 @@ typedef struct CompileOptions {
     const char *target;      /* "c" */
     const char *command_line;
     const char *model;
+    int64_t *arena_bytes;    /* out, per rank (may be NULL) */
+    int64_t *weight_bytes;   /* out, per rank (may be NULL) */
 } CompileOptions;
 
 int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d);

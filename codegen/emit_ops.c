@@ -174,6 +174,12 @@ static int emit_matmul(const Ctx *c)
     else if (bb != 1)
         bregular = 0;
     const char *sfx = y->dtype == DT_F32 ? "f32" : "i64";
+    if (aregular && ab == batch && bb == 1 && a->rank > 1) {
+        /* A shared right operand: fold the batch into M, one GEMM. */
+        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, 1, %lld, %lld, %lld, 0, 0);\n", sfx, y->name, a->name, b->name,
+                (long long)(batch * m), (long long)k, (long long)n);
+        return 0;
+    }
     if (aregular && bregular) {
         fprintf(c->f, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld);\n", sfx, y->name, a->name, b->name,
                 (long long)batch, (long long)m, (long long)k, (long long)n, (long long)aoff, (long long)boff);

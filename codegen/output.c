@@ -61,6 +61,10 @@ static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const 
     unsigned char *blob = NULL;
     if (!pr)
         return -1;
+    if (opt->arena_bytes)
+        opt->arena_bytes[rank] = pr->arena_bytes;
+    if (opt->weight_bytes)
+        opt->weight_bytes[rank] = pr->weight_bytes;
     snprintf(name, sizeof name, "rank%d.c", rank);
     if (!(f = open_in(dir, name, d)))
         goto cleanup;
@@ -141,6 +145,12 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", opt->out_dir, (int)getpid());
     snprintf(old, sizeof old, "%s.old.%d", opt->out_dir, (int)getpid());
     remove_tree(tmp);
+    /* Create missing parent folders, as mkdir -p would. */
+    for (char *q = strchr(tmp + 1, '/'); q; q = strchr(q + 1, '/')) {
+        *q = 0;
+        mkdir(tmp, 0755);
+        *q = '/';
+    }
     if (mkdir(tmp, 0755) != 0) {
         diag_add(d, "-o %s: cannot create %s: %s", opt->out_dir, tmp, strerror(errno));
         return -1;

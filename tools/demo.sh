@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# demo.sh: the main job on the bundled model. Compiles tiny_gpt for a
+# dp=2 x tp=2 mesh (batch over dp, Megatron tensor parallelism over tp),
+# builds the four rank programs, runs them under mpirun, and compares the
+# gathered logits with ONNX Runtime's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=build/demo
+echo "== plan and compile: tiny_gpt on dp=2,tp=2"
+build/onnx2spmd compile tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 \
+    --shardings tests/partition/tiny_gpt_megatron.txt -o "$OUT"
+sed -n '/^collectives/,/^  activations/p' "$OUT/plan.txt"
+echo "== build (mpicc + OpenBLAS)"
+make -s -C "$OUT" WARN="-Wall -Wextra -Werror"
+echo "== run on 4 ranks"
+"$OUT/run.sh" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --out logits="$OUT/logits.npy" --iters 20 </dev/null
+echo "== compare with ONNX Runtime"
+build/venv/bin/python tests/e2e/compare.py tests/golden/tiny_gpt/output_logits.npy "$OUT/logits.npy"

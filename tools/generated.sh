@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# generated.sh [--check]: (re)writes generated/, the committed compiler
+# output for two examples, or with --check regenerates them and requires
+# byte-identical files. Weight files are not committed (they are binary and
+# large); everything a reader needs is: rank<k>.c, plan.txt, Makefile, run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/onnx2spmd}
+check=0
+[ "${1:-}" = --check ] && check=1
+examples=(
+    "mlp_tp2|tests/models/mlp.onnx --mesh tp=2 --shard W1=[_,tp]"
+    "tiny_gpt_dp2_tp2|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt"
+)
+fail=0
+for ex in "${examples[@]}"; do
+    name=${ex%%|*}
+    args=${ex#*|}
+    out=build/generated/$name
+    # shellcheck disable=SC2086
+    "$BIN" compile $args -o "$out" >/dev/null
+    if [ $check = 1 ]; then
+        for f in "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh; do
+            if ! cmp -s "$f" "generated/$name/$(basename "$f")"; then
+                echo "generated/$name/$(basename "$f") differs from a fresh compile"; fail=1
+            fi
+        done
+        [ "$(ls generated/$name | wc -l)" = "$(ls "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh | wc -l)" ] \
+            || { echo "generated/$name: file list differs"; fail=1; }
+    else
+        rm -rf "generated/$name"
+        mkdir -p "generated/$name"
+        cp "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh "generated/$name/"
+    fi
+done
+[ $check = 1 ] && [ $fail = 0 ] && echo "generated/: byte-identical to a fresh compile"
+exit $fail
