@@ -315,7 +315,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     free(blob);
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
-    fprintf(f, "static const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
+    fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
                "{\n    for (int i = 0; i < n; i++)\n        if (strcmp(names[i], name) == 0)\n"
                "            return paths[i];\n    return NULL;\n}\n\n");
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int world = 0, me = -1;\n"

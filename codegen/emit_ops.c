@@ -124,6 +124,11 @@ static int emit_binary(const Ctx *c)
     arr(c, "dims", y->dims, y->rank);
     arr(c, "sa", sa, y->rank);
     arr(c, "sb", sb, y->rank);
+    if (a->dtype != b->dtype) {
+        fprintf(c->f, "        k_pow_mixed(%s, %s, %d, %s, %d, %d, dims, sa, sb);\n    }\n", y->name, a->name,
+                (int)a->dtype, b->name, (int)b->dtype, y->rank);
+        return 0;
+    }
     fprintf(c->f, "        k_binary_%s(%s, %s, %s, %s, %d, dims, sa, sb);\n    }\n",
             y->dtype == DT_F32 ? "f32" : "i64", ops[c->n->op], y->name, a->name, b->name, y->rank);
     return 0;

@@ -11,7 +11,7 @@
 
 /* Lowest and highest default-domain opset accepted. */
 #define FRONTEND_OPSET_MIN 13
-#define FRONTEND_OPSET_MAX 21
+#define FRONTEND_OPSET_MAX 25
 
 /* A value for a symbolic input dim, from --dim NAME=VALUE. */
 typedef struct DimBinding {

@@ -348,7 +348,7 @@ int graph_toposort(Graph *g, Diag *d)
                  node_op_name(n));
         goto cleanup;
     }
-    if (nn)
+    if (nn > 0)
         memcpy(g->nodes, order, (size_t)nn * sizeof(Node *));
     for (int i = 0; i < nn; i++)
         g->nodes[i]->id = i;

@@ -880,6 +880,38 @@ static inline void k_batchnorm_f32(float *y, const float *x, const float *scale,
         }
 }
 
+/* Pow with operands of different dtypes (ONNX allows float32 ^ int64 and
+ * int64 ^ float32); computed in double, stored as the base's dtype. */
+static inline double k_load(const void *p, int dt, int64_t i)
+{
+    return dt == 1 ? (double)((const float *)p)[i] : (double)((const int64_t *)p)[i];
+}
+
+static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, int bdt, int rank, const int64_t *dims,
+                               const int64_t *sa, const int64_t *sb)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oa = 0, ob = 0;
+    for (int64_t k = 0; k < n; k++) {
+        double r = pow(k_load(a, adt, oa), k_load(b, bdt, ob));
+        if (adt == 1)
+            ((float *)y)[k] = (float)r;
+        else
+            ((int64_t *)y)[k] = (int64_t)r;
+        for (int i = rank - 1; i >= 0; i--) {
+            oa += sa[i];
+            ob += sb[i];
+            if (++idx[i] < dims[i])
+                break;
+            oa -= sa[i] * dims[i];
+            ob -= sb[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
 /* ---- buffers ---- */
 
 static unsigned char *g_arena, *g_weights;
@@ -942,7 +974,7 @@ static void forward(void)
 #define WEIGHT_BYTES 65792ULL
 #define WEIGHT_CHECKSUM 0xe7da09d2fbbb898bULL
 
-static const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)
+static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0)
