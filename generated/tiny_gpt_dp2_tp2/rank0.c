@@ -27,8 +27,8 @@
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
 
-static void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void rt_die(const char *fmt, ...)
+static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static inline void rt_die(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -41,7 +41,7 @@ static void rt_die(const char *fmt, ...)
     exit(1);
 }
 
-static void rt_check_mpi(int rc, const char *call, const char *file, int line)
+static inline void rt_check_mpi(int rc, const char *call, const char *file, int line)
 {
     if (rc == MPI_SUCCESS)
         return;
@@ -52,7 +52,7 @@ static void rt_check_mpi(int rc, const char *call, const char *file, int line)
 }
 #define CHECK_MPI(call) rt_check_mpi((call), #call, __FILE__, __LINE__)
 
-static void *rt_alloc(size_t bytes)
+static inline void *rt_alloc(size_t bytes)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
@@ -73,17 +73,17 @@ typedef struct RtTensor {
     size_t bytes;
 } RtTensor;
 
-static size_t rt_dtype_size(int dt)
+static inline size_t rt_dtype_size(int dt)
 {
     return dt == RT_F32 ? 4 : dt == RT_I64 ? 8 : 1;
 }
 
-static const char *rt_dtype_name(int dt)
+static inline const char *rt_dtype_name(int dt)
 {
     return dt == RT_F32 ? "float32" : dt == RT_I64 ? "int64" : dt == RT_BOOL ? "bool" : "unsupported";
 }
 
-static unsigned char *rt_read_file(const char *path, size_t *len)
+static inline unsigned char *rt_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -100,7 +100,7 @@ static unsigned char *rt_read_file(const char *path, size_t *len)
     return buf;
 }
 
-static void rt_parse_npy(const char *path, const unsigned char *buf, size_t len, RtTensor *t)
+static inline void rt_parse_npy(const char *path, const unsigned char *buf, size_t len, RtTensor *t)
 {
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
         rt_die("%s: not a .npy file", path);
@@ -157,7 +157,7 @@ static void rt_parse_npy(const char *path, const unsigned char *buf, size_t len,
 
 /* Minimal TensorProto reader (dims, data_type, raw_data and the typed
  * fields), as the ONNX backend test suite stores its inputs and outputs. */
-static uint64_t rt_varint(const unsigned char **p, const unsigned char *end, const char *path)
+static inline uint64_t rt_varint(const unsigned char **p, const unsigned char *end, const char *path)
 {
     uint64_t v = 0;
     for (int s = 0; s < 64; s += 7) {
@@ -171,7 +171,7 @@ static uint64_t rt_varint(const unsigned char **p, const unsigned char *end, con
     rt_die("%s: bad varint", path);
 }
 
-static void rt_parse_pb(const char *path, const unsigned char *buf, size_t len, RtTensor *t)
+static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_t len, RtTensor *t)
 {
     const unsigned char *p = buf, *end = buf + len, *raw = NULL, *typed = NULL;
     size_t raw_len = 0, typed_len = 0;
@@ -250,7 +250,7 @@ static void rt_parse_pb(const char *path, const unsigned char *buf, size_t len, 
     }
 }
 
-static void rt_read_tensor(const char *path, RtTensor *t)
+static inline void rt_read_tensor(const char *path, RtTensor *t)
 {
     size_t len;
     unsigned char *buf = rt_read_file(path, &len);
@@ -262,7 +262,7 @@ static void rt_read_tensor(const char *path, RtTensor *t)
 }
 
 /* Checks a tensor read from a file against what the model declares. */
-static void rt_check_input(const char *name, const char *path, const RtTensor *t, int dtype, int rank,
+static inline void rt_check_input(const char *name, const char *path, const RtTensor *t, int dtype, int rank,
                            const int64_t *dims)
 {
     int ok = t->dtype == dtype && t->rank == rank;
@@ -279,7 +279,7 @@ static void rt_check_input(const char *name, const char *path, const RtTensor *t
            got, rt_dtype_name(dtype), want);
 }
 
-static void rt_write_npy(const char *path, int dtype, int rank, const int64_t *dims, const void *data)
+static inline void rt_write_npy(const char *path, int dtype, int rank, const int64_t *dims, const void *data)
 {
     char hdr[256], shape[160] = "";
     size_t n = rt_dtype_size(dtype);
@@ -310,7 +310,7 @@ static void rt_write_npy(const char *path, int dtype, int rank, const int64_t *d
 
 /* Copies this rank's block of a full tensor: per dim, nshards[i] equal
  * blocks of which this rank holds block index[i]. */
-static void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
                           const int64_t *index, size_t elsize)
 {
     int64_t ldims[8], inner = (int64_t)elsize;
@@ -344,7 +344,7 @@ static void rt_take_block(void *dst, const void *src, int rank, const int64_t *g
 
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
-static uint64_t rt_fnv1a(const unsigned char *p, size_t n)
+static inline uint64_t rt_fnv1a(const unsigned char *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++)
@@ -353,7 +353,7 @@ static uint64_t rt_fnv1a(const unsigned char *p, size_t n)
 }
 
 /* The weight file sits next to the binary, wherever it is run from. */
-static unsigned char *rt_load_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum)
+static inline unsigned char *rt_load_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum)
 {
     char path[4096];
     const char *slash = strrchr(argv0, '/');
@@ -388,7 +388,7 @@ typedef struct RtArgs {
     int nin, nout, iters;
 } RtArgs;
 
-static void rt_parse_args(int argc, char **argv, RtArgs *a)
+static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
 {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
