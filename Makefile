@@ -128,6 +128,7 @@ generated: all
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all
 	@bash bench/plan_bench.sh
+	@$(PY) bench/codegen_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps all unit cli

@@ -107,16 +107,37 @@ static int emit_binary(const Ctx *c)
     const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
     int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&
                !memcmp(b->dims, y->dims, sizeof(int64_t) * y->rank);
-    if (c->n->op == OP_ADD && y->dtype == DT_F32 && same) {
-        fprintf(c->f, "    k_add_f32(%s, %s, %s, %lld);\n", y->name, a->name, b->name, (long long)(y->bytes / 4));
-        return 0;
+    int arith = c->n->op != OP_POW && y->dtype == DT_F32 && a->dtype == DT_F32 && b->dtype == DT_F32;
+    int64_t ny = y->bytes / 4, cols = y->rank ? y->dims[y->rank - 1] : 1;
+    if (arith && a->bytes == y->bytes) {
+        /* b the same shape, a scalar, or a row over the last dim(s). */
+        int64_t nb = b->bytes / 4;
+        if (same || nb == ny) {
+            fprintf(c->f, "    k_arith_f32(%s, %s, %s, %s, 1, %lld, 0, 0, 1);\n", ops[c->n->op], y->name, a->name, b->name,
+                    (long long)ny);
+            return 0;
+        }
+        if (nb == 1) {
+            fprintf(c->f, "    k_arith_f32(%s, %s, %s, %s, 1, %lld, 0, 0, 0); /* scalar operand */\n", ops[c->n->op],
+                    y->name, a->name, b->name, (long long)ny);
+            return 0;
+        }
+        if (ny % nb == 0 && b->rank >= 1) {
+            /* b equal to y's trailing dims: one row repeated. */
+            int trailing = 1;
+            for (int i = 0; i < b->rank; i++) {
+                int o = y->rank - b->rank + i;
+                if (b->dims[i] != y->dims[o] && !(b->dims[i] == 1 && i < b->rank && prod(b->dims, 0, i + 1) == 1))
+                    trailing = 0;
+            }
+            if (trailing) {
+                fprintf(c->f, "    k_arith_f32(%s, %s, %s, %s, %lld, %lld, %lld, 0, 1); /* row broadcast */\n",
+                        ops[c->n->op], y->name, a->name, b->name, (long long)(ny / nb), (long long)nb, (long long)nb);
+                return 0;
+            }
+        }
     }
-    if (c->n->op == OP_ADD && y->dtype == DT_F32 && y->rank >= 1 && b->bytes / 4 == y->dims[y->rank - 1] &&
-        a->bytes == y->bytes && b->dims[b->rank - 1] == y->dims[y->rank - 1]) {
-        fprintf(c->f, "    k_add_rows_f32(%s, %s, %s, %lld, %lld); /* bias over the last dim */\n", y->name, a->name,
-                b->name, (long long)(y->bytes / 4 / y->dims[y->rank - 1]), (long long)y->dims[y->rank - 1]);
-        return 0;
-    }
+    (void)cols;
     int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
     bcast_strides(a, y, sa);
     bcast_strides(b, y, sb);

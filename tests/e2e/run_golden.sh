@@ -17,7 +17,7 @@ while read -r name model mesh flags; do
     ncase=$((ncase + 1))
     dir=$OUT/$name
     # shellcheck disable=SC2086
-    if ! "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags -o "$dir" 2>"$OUT/$name.err"; then
+    if ! "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags -o "$dir" >/dev/null 2>"$OUT/$name.err"; then
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; fail=1; continue
     fi
     if ! make -s -C "$dir" WARN="-Wall -Wextra -Werror" >"$OUT/$name.build" 2>&1; then

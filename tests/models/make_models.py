@@ -153,8 +153,7 @@ def make_attention(rng):
     return model(g), {"x": rng.standard_normal((B, S, D), dtype=np.float32)}
 
 
-def make_tiny_gpt(rng):
-    V, D, H, S, B, F, L = 256, 64, 4, 16, 2, 256, 2
+def make_tiny_gpt(rng, V=256, D=64, H=4, S=16, B=2, F=256, L=2, name="tiny_gpt"):
     nodes, inits = [], []
     inits += [
         init("tok_emb", rng.standard_normal((V, D), dtype=np.float32) * 0.1),
@@ -205,7 +204,7 @@ def make_tiny_gpt(rng):
                          epsilon=1e-5, name="ln_f"),
         helper.make_node("MatMul", ["lnf", "lm_head"], ["logits"], name="lm_head"),
     ]
-    g = helper.make_graph(nodes, "tiny_gpt",
+    g = helper.make_graph(nodes, name,
                           [helper.make_tensor_value_info("tokens", I64, [B, S])],
                           [helper.make_tensor_value_info("logits", F32, [B, S, V])], inits)
     return model(g), {"tokens": rng.integers(0, V, (B, S), dtype=np.int64)}

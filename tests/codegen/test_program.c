@@ -1,0 +1,139 @@
+/* test_program.c: the per-rank program: schedule (collectives start right
+ * after their producer and are waited on just before their first reader),
+ * the liveness-based arena (no two simultaneously live buffers overlap,
+ * and sharing makes the arena smaller than the sum of its buffers), and
+ * local shapes. */
+#include "tests/test_util.h"
+
+#include "codegen/codegen.h"
+
+typedef struct Built {
+    Graph *g;
+    Plan *p;
+    Mesh mesh;
+    AnnotationList ann;
+    Arena arena;
+} Built;
+
+static void build(Built *b, const char *model, const char *mesh, const char *file, const char *const *shards)
+{
+    memset(b, 0, sizeof(*b));
+    b->g = load_ok(model);
+    Diag d;
+    diag_init(&d, model);
+    assert_int_equal(mesh_parse(mesh, &b->mesh, &d), 0);
+    for (int i = 0; shards && shards[i]; i++)
+        assert_int_equal(annotate_add_flag(&b->ann, &b->arena, b->g, &b->mesh, shards[i], "--shard", &d), 0);
+    if (file)
+        assert_int_equal(annotate_add_file(&b->ann, &b->arena, b->g, &b->mesh, file, &d), 0);
+    b->p = partition_propagate(b->g, &b->mesh, &b->ann, &d);
+    assert_non_null(b->p);
+    diag_free(&d);
+}
+
+static void built_free(Built *b)
+{
+    plan_free(b->p);
+    graph_free(b->g);
+    free(b->ann.items);
+    arena_free(&b->arena);
+}
+
+static int inst_of(const Program *pr, InstKind k, const char *node)
+{
+    for (int i = 0; i < pr->ninsts; i++)
+        if (pr->insts[i].kind == k && pr->insts[i].node && strcmp(pr->insts[i].node->name, node) == 0)
+            return i;
+    return -1;
+}
+
+static void check_arena(const Program *pr)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < pr->nbufs; i++) {
+        const Buffer *a = &pr->bufs[i];
+        if (a->kind < BUF_VALUE || a->last < 0)
+            continue;
+        sum += a->bytes;
+        assert_true(a->offset + a->bytes <= pr->arena_bytes);
+        for (int j = i + 1; j < pr->nbufs; j++) {
+            const Buffer *b = &pr->bufs[j];
+            if (b->kind < BUF_VALUE || b->last < 0)
+                continue;
+            int live_together = !(a->last < b->first || b->last < a->first);
+            int share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+            if (live_together && share)
+                print_error("%s [%d,%d] and %s [%d,%d] overlap in memory\n", a->name, a->first, a->last, b->name,
+                            b->first, b->last);
+            assert_false(live_together && share);
+        }
+    }
+    assert_true(pr->arena_bytes <= sum + 64 * pr->nbufs);
+}
+
+static void test_program_build_overlap_schedule(void **st)
+{
+    (void)st;
+    Built b;
+    const char *shards[] = {"W1=[_,tp]", NULL};
+    build(&b, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    Diag d;
+    diag_init(&d, NULL);
+    Program *pr = program_build(b.p, 1, &d);
+    /* The all-reduce of o starts right after fc2 and is waited on right
+     * before bias2, its first reader. */
+    int fc2 = inst_of(pr, INST_COMPUTE, "fc2"), start = inst_of(pr, INST_START, "fc2");
+    int wait = inst_of(pr, INST_WAIT, "bias2"), bias = inst_of(pr, INST_COMPUTE, "bias2");
+    assert_true(fc2 >= 0 && start == fc2 + 1);
+    assert_true(wait >= 0 && bias == wait + 1);
+    /* Local shapes: W1's block is its column half. */
+    const Buffer *w1 = &pr->bufs[pr->tensor_buf[graph_tensor_find(b.g, "W1")->id]];
+    assert_int_equal(w1->dims[0], 64);
+    assert_int_equal(w1->dims[1], 128);
+    assert_int_equal(pr->coords[0], 1);
+    check_arena(pr);
+    program_free(pr);
+    diag_free(&d);
+    built_free(&b);
+}
+
+static void test_program_build_waits_late_in_gpt(void **st)
+{
+    (void)st;
+    Built b;
+    build(&b, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    Diag d;
+    diag_init(&d, NULL);
+    for (int r = 0; r < b.mesh.nranks; r++) {
+        Program *pr = program_build(b.p, r, &d);
+        check_arena(pr);
+        /* Every reshard starts before it is waited on, and the wait sits
+         * directly before the first compute that reads the result. */
+        for (int k = 0; k < b.p->nreshards; k++) {
+            assert_true(pr->start_at[k] < pr->wait_at[k]);
+            int w = pr->wait_at[k];
+            if (w + 1 < pr->ninsts && pr->insts[w].node) {
+                const Inst *next = &pr->insts[w + 1];
+                assert_true(next->kind == INST_COMPUTE || next->kind == INST_WAIT);
+            }
+        }
+        /* The arena is much smaller than all values together (liveness). */
+        int64_t all = 0;
+        for (int i = 0; i < pr->nbufs; i++)
+            if (pr->bufs[i].kind >= BUF_VALUE)
+                all += pr->bufs[i].bytes;
+        assert_true(pr->arena_bytes * 2 < all);
+        program_free(pr);
+    }
+    diag_free(&d);
+    built_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_program_build_overlap_schedule),
+        cmocka_unit_test(test_program_build_waits_late_in_gpt),
+    };
+    return cmocka_run_group_tests_name("codegen/program", tests, NULL, NULL);
+}
