@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,13 @@ static const char usage_text[] =
     "  --target c        C + MPI + OpenBLAS (default)\n"
     "  -o DIR            output folder: rank<k>.c, weights.rank<k>.bin, Makefile,\n"
     "                    run.sh, plan.txt, plan.json (written whole or not at all)\n"
+    "  --shard-weights AXIS  store weights the plan replicates over AXIS split\n"
+    "                    over it (ZeRO-3/FSDP); gather each before use\n"
+    "  --prefetch K      start each weight gather K weight-reading nodes ahead\n"
+    "                    (default 1), backing off to fit --mem-limit\n"
+    "  --mem-limit N     bytes per rank (suffix K, M, G)\n"
+    "  --fuse-bytes N    fuse all-reduces on one group that are ready together\n"
+    "                    and smaller than N bytes into one call (default 65536; 0 off)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
@@ -229,7 +237,25 @@ static void inspect_json(const Graph *g, int nodes)
 /* ---- flags -------------------------------------------------------------- */
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
-       OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET };
+       OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
+       OPT_FUSE_BYTES };
+
+/* "123", "64K", "2G": bytes; -1 when malformed. */
+static int64_t parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return -1;
+    int64_t mul = *end == 'K' || *end == 'k' ? 1 << 10 : *end == 'M' || *end == 'm' ? 1 << 20
+                : *end == 'G' || *end == 'g' ? 1 << 30 : 1;
+    if (mul != 1)
+        end++;
+    if (*end || v > INT64_MAX / mul)
+        return -1;
+    return v * mul;
+}
 
 static int parse_dim(const char *arg, DimBinding *b)
 {
@@ -330,10 +356,15 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"dot", required_argument, 0, OPT_DOT},
         {"dim", required_argument, 0, OPT_DIM},
         {"target", required_argument, 0, OPT_TARGET},
+        {"shard-weights", required_argument, 0, OPT_SHARD_WEIGHTS},
+        {"prefetch", required_argument, 0, OPT_PREFETCH},
+        {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
+        {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *target = "c", *out_dir = NULL;
+    const char *target = "c", *out_dir = NULL, *shard_weights = NULL;
+    ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
     const char *shards[256];
@@ -344,6 +375,23 @@ static int cmd_plan(int argc, char **argv, int compile)
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_TARGET: target = optarg; break;
+        case OPT_SHARD_WEIGHTS: shard_weights = optarg; break;
+        case OPT_PREFETCH: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 0 || v > 1000)
+                return usage_error("--prefetch %s: expected a count from 0 to 1000", optarg);
+            popt.prefetch = (int)v;
+            break;
+        }
+        case OPT_MEM_LIMIT:
+            if ((popt.mem_limit = parse_bytes(optarg)) < 0)
+                return usage_error("--mem-limit %s: expected bytes, e.g. 512M", optarg);
+            break;
+        case OPT_FUSE_BYTES:
+            if ((popt.fuse_bytes = parse_bytes(optarg)) < 0)
+                return usage_error("--fuse-bytes %s: expected bytes, e.g. 64K", optarg);
+            break;
         case 'o': out_dir = optarg; break;
         case OPT_MESH: mesh_spec = optarg; break;
         case OPT_LINK: links = optarg; break;
@@ -405,6 +453,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     if (!(p = partition_propagate(g, &mesh, &ann, &d)))
         goto cleanup;
     d.context = NULL;
+    if (shard_weights && partition_shard_weights(p, shard_weights, &d))
+        goto cleanup;
     if (dot && write_dot(p, dot, &d))
         goto cleanup;
     if (compile) {
@@ -413,7 +463,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         for (int i = 1; i < argc; i++)
             snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
         int64_t *ab = calloc((size_t)mesh.nranks, sizeof(int64_t)), *wb = calloc((size_t)mesh.nranks, sizeof(int64_t));
-        CompileOptions co = {.out_dir = out_dir, .target = target, .command_line = cmdline, .model = path,
+        CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .command_line = cmdline, .model = path,
                              .arena_bytes = ab, .weight_bytes = wb};
         d.context = path;
         if (codegen_compile(p, &co, &d)) {

@@ -38,9 +38,15 @@ typedef struct Buffer {
 
 typedef enum InstKind {
     INST_COMPUTE,  /* run node */
-    INST_START,    /* start reshard (its first collective) */
+    INST_START,    /* start reshard (its first collective), or a fused call */
     INST_WAIT,     /* wait for reshard, finish its remaining steps */
 } InstKind;
+
+typedef struct ProgramOptions {
+    int prefetch;          /* weight gathers start this many weight-reading nodes ahead */
+    int64_t mem_limit;     /* bytes per rank (arena + weights + inputs); 0: none */
+    int64_t fuse_bytes;    /* fuse ready-together all-reduces smaller than this; 0: off */
+} ProgramOptions;
 
 typedef struct Inst {
     InstKind kind;
@@ -68,10 +74,13 @@ typedef struct Program {
     Inst *insts;
     int ninsts, insts_cap;
     int *start_at, *wait_at; /* reshard -> instruction index */
+    int *fused_leader;      /* reshard -> first member of its fused call, or -1 */
+    int *fused_send, *fused_recv; /* leader -> packed buffers */
+    int prefetch_used;      /* prefetch depth that fit the memory limit */
     int64_t arena_bytes, weight_bytes, input_bytes;
 } Program;
 
-Program *program_build(const Plan *p, int rank, Diag *d);
+Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d);
 void program_free(Program *prog);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
 int program_operand_buf(const Program *prog, const Node *n, int k);
@@ -107,6 +116,7 @@ uint64_t weights_fnv1a(const unsigned char *p, size_t n);
 /* ---- output.c ----------------------------------------------------------- */
 
 typedef struct CompileOptions {
+    ProgramOptions prog;
     const char *out_dir;
     const char *target;      /* "c" */
     const char *command_line;

@@ -207,6 +207,45 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
             (long long)(in->dims[s->dim] * sout[s->dim]));
 }
 
+/* A fused all-reduce: members packed into one buffer, one call, unpacked
+ * at the wait. */
+static void emit_fused(const Program *pr, int leader, int start, FILE *f)
+{
+    const Plan *p = pr->plan;
+    const Buffer *send = &pr->bufs[pr->fused_send[leader]], *recv = &pr->bufs[pr->fused_recv[leader]];
+    unsigned char axes[MESH_MAX_AXES];
+    const ReshardStep *s0 = &p->reshards[leader].r.steps[0];
+    int na = step_axes(pr, s0, &p->reshards[leader].src, axes);
+    char comm[96];
+    comm_name(pr, axes, na, comm, sizeof comm);
+    if (start) {
+        fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
+        for (int m = 0; m < p->nreshards; m++)
+            if (pr->fused_leader[m] == leader)
+                fprintf(f, " %s", p->reshards[m].tensor->name);
+        fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
+    } else {
+        fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n"
+                   "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", leader, leader);
+    }
+    int64_t off = 0;
+    for (int m = 0; m < p->nreshards; m++) {
+        if (pr->fused_leader[m] != leader)
+            continue;
+        const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];
+        if (start)
+            fprintf(f, "    memcpy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
+                    (long long)in->bytes);
+        else
+            fprintf(f, "    memcpy(%s, (char *)%s + %lld, %lld);\n", out->name, recv->name, (long long)off,
+                    (long long)out->bytes);
+        off += in->bytes;
+    }
+    if (start)
+        fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send->name, recv->name,
+                (long long)(off / (int64_t)dtype_size(send->dtype)), mpi_type(send->dtype), comm, leader);
+}
+
 static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
 {
     const Inst *in = &pr->insts[i];
@@ -215,8 +254,19 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
             *rc = -1;
         return;
     }
+    if (in->reshard < 0) {
+        int m = -1 - in->reshard;
+        fprintf(f, "\n    /* reshard %d of %s: %s in the fused call of reshard %d */\n", m,
+                pr->plan->reshards[m].tensor->name, in->kind == INST_START ? "started" : "completed",
+                pr->fused_leader[m]);
+        return;
+    }
     const PlanReshard *rr = &pr->plan->reshards[in->reshard];
     int r = in->reshard;
+    if (pr->fused_leader[r] == r) {
+        emit_fused(pr, r, in->kind == INST_START, f);
+        return;
+    }
     if (in->kind == INST_START) {
         fprintf(f, "\n    /* start reshard %d of %s: %s */\n    rt_node = \"%s\";\n", r, rr->tensor->name, rr->reason,
                 in->node ? in->node->name : "(start)");
@@ -278,9 +328,14 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                         buf + 5, program_group_key(pr, axes, na), mesh_group_size(m, s->axes));
             }
         }
-    for (int r = 0; r < p->nreshards; r++)
-        fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
-                p->reshards[r].tensor->name);
+    for (int r = 0; r < p->nreshards; r++) {
+        int comm_steps = 0;
+        for (int j = 0; j < p->reshards[r].r.nsteps; j++)
+            comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
+        if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r))
+            fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
+                    p->reshards[r].tensor->name);
+    }
     fprintf(f, "\nstatic void init_comms(void)\n{\n");
     for (int k = 0; k < nnames; k++) {
         /* Recover the ordered axes from the name. */

@@ -54,7 +54,7 @@ static int close_checked(FILE *f, const char *name, Diag *d)
 
 static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const char *dir, Diag *d)
 {
-    Program *pr = program_build(p, rank, d);
+    Program *pr = program_build(p, rank, &opt->prog, d);
     int rc = -1;
     char name[64];
     FILE *f = NULL;
@@ -163,7 +163,33 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
     FILE *f = open_in(tmp, "plan.txt", d);
     if (!f)
         goto fail;
-    plan_print_text(p, f);
+    {
+        /* The schedule is the same on every rank; rank 0's says it. */
+        Program *pr0 = program_build(p, 0, &opt->prog, d);
+        if (!pr0) {
+            fclose(f);
+            goto fail;
+        }
+        int nr = p->nreshards + 1;
+        const char **sa = calloc((size_t)nr, sizeof(char *)), **wb = calloc((size_t)nr, sizeof(char *));
+        int *fw = calloc((size_t)nr, sizeof(int));
+        for (int r = 0; r < p->nreshards; r++) {
+            const Inst *s0 = &pr0->insts[pr0->start_at[r]], *w0 = &pr0->insts[pr0->wait_at[r]];
+            /* A start placed before a node's compute is "at" that node; one
+             * placed after its producer is at the producer. */
+            sa[r] = s0->node ? s0->node->name : NULL;
+            wb[r] = w0->node ? w0->node->name : NULL;
+            fw[r] = pr0->fused_leader[r];
+        }
+        PlanSchedule sched = {sa, wb, fw};
+        fprintf(f, "schedule: weight gathers prefetched %d node(s) ahead; all-reduces under %lld bytes fused\n",
+                pr0->prefetch_used, (long long)opt->prog.fuse_bytes);
+        plan_print_text_sched(p, &sched, f);
+        free(sa);
+        free(wb);
+        free(fw);
+        program_free(pr0);
+    }
     if (close_checked(f, "plan.txt", d) || !(f = open_in(tmp, "plan.json", d)))
         goto fail;
     plan_print_json(p, f);

@@ -156,47 +156,149 @@ static void build_reshard_bufs(Program *pr, int r)
     pr->reshard_buf[r] = in;
 }
 
-static void schedule(Program *pr)
+/* First node (index) that reads reshard r's result; nnodes for outputs. */
+static int first_reader(const Program *pr, int r)
+{
+    const Plan *p = pr->plan;
+    for (int i = 0; i < pr->g->nnodes; i++)
+        for (int k = 0; k < pr->g->nodes[i]->ninputs; k++)
+            if (p->nodes[i].in_reshard[k] == r)
+                return i;
+    return pr->g->nnodes;
+}
+
+/* Instruction order. A reshard of a node's output starts right after that
+ * node; a weight gather (--shard-weights) starts `prefetch` weight-reading
+ * nodes before its first reader, so it overlaps their compute; any other
+ * reshard of a weight or input starts before the first node. Every
+ * reshard is waited on right before its first reader. */
+static void schedule(Program *pr, int prefetch)
 {
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
-    char *started = calloc((size_t)p->nreshards + 1, 1), *waited = calloc((size_t)p->nreshards + 1, 1);
-    if (!started || !waited)
+    int nr = p->nreshards, nn = g->nnodes;
+    int *reader = malloc(sizeof(int) * (size_t)(nr + 1)), *start_before = malloc(sizeof(int) * (size_t)(nr + 1));
+    int *readers = malloc(sizeof(int) * (size_t)(nn + 1)), nreaders = 0;
+    char *is_reader = calloc((size_t)nn + 2, 1);
+    if (!reader || !start_before || !readers || !is_reader)
         abort();
-    /* Reshards of weights and inputs start before the first node. */
-    for (int r = 0; r < p->nreshards; r++)
-        if (!p->reshards[r].tensor->producer) {
+    for (int r = 0; r < nr; r++) {
+        reader[r] = first_reader(pr, r);
+        if (p->reshards[r].weight_gather && reader[r] < nn)
+            is_reader[reader[r]] = 1;
+    }
+    for (int i = 0; i < nn; i++)
+        if (is_reader[i])
+            readers[nreaders++] = i;
+    for (int r = 0; r < nr; r++) {
+        start_before[r] = -1; /* -1: program start; -2: after its producer */
+        if (p->reshards[r].tensor->producer) {
+            start_before[r] = -2;
+        } else if (p->reshards[r].weight_gather && reader[r] < nn) {
+            int j = 0;
+            while (readers[j] != reader[r])
+                j++;
+            start_before[r] = j - prefetch >= 0 ? readers[j - prefetch] : -1;
+        }
+    }
+    pr->ninsts = 0;
+    for (int r = 0; r < nr; r++)
+        if (start_before[r] == -1) {
             pr->start_at[r] = pr->ninsts;
             inst_add(pr, INST_START, NULL, r);
-            started[r] = 1;
         }
-    for (int i = 0; i < g->nnodes; i++) {
+    for (int i = 0; i < nn; i++) {
         const Node *n = g->nodes[i];
-        for (int k = 0; k < n->ninputs; k++) {
-            int r = p->nodes[i].in_reshard[k];
-            if (r >= 0 && !waited[r]) {
+        for (int r = 0; r < nr; r++)
+            if (start_before[r] == i) {
+                pr->start_at[r] = pr->ninsts;
+                inst_add(pr, INST_START, n, r);
+            }
+        for (int r = 0; r < nr; r++)
+            if (reader[r] == i) {
                 pr->wait_at[r] = pr->ninsts;
                 inst_add(pr, INST_WAIT, n, r);
-                waited[r] = 1;
             }
-        }
         inst_add(pr, INST_COMPUTE, n, -1);
-        for (int k = 0; k < n->noutputs; k++)
-            for (int r = 0; n->outputs[k] && r < p->nreshards; r++)
-                if (p->reshards[r].tensor == n->outputs[k] && !started[r]) {
-                    pr->start_at[r] = pr->ninsts;
-                    inst_add(pr, INST_START, n, r);
-                    started[r] = 1;
-                }
+        for (int r = 0; r < nr; r++)
+            if (start_before[r] == -2 && p->reshards[r].tensor->producer == n) {
+                pr->start_at[r] = pr->ninsts;
+                inst_add(pr, INST_START, n, r);
+            }
     }
-    for (int r = 0; r < p->nreshards; r++)
-        if (!waited[r]) {
+    for (int r = 0; r < nr; r++)
+        if (reader[r] == nn) {
             pr->wait_at[r] = pr->ninsts;
             inst_add(pr, INST_WAIT, NULL, r);
-            waited[r] = 1;
         }
-    free(started);
-    free(waited);
+    free(reader);
+    free(start_before);
+    free(readers);
+    free(is_reader);
+}
+
+/* Fusion: all-reduces on the same group and dtype, each smaller than
+ * fuse_bytes, started one after another with none of them waited on in
+ * between, become one call over a packed buffer. The call starts where
+ * the last of them would have and is waited on where the first would
+ * have been, so no member is waited on later than before. */
+static void fuse(Program *pr, int64_t fuse_bytes)
+{
+    const Plan *p = pr->plan;
+    int nr = p->nreshards;
+    for (int r = 0; r < nr; r++)
+        pr->fused_leader[r] = -1;
+    if (fuse_bytes <= 0)
+        return;
+    int group[64], ng = 0;
+    for (int i = 0; i <= pr->ninsts; i++) {
+        const Inst *in = i < pr->ninsts ? &pr->insts[i] : NULL;
+        int r = in ? in->reshard : -1;
+        int cand = in && in->kind == INST_START && p->reshards[r].r.nsteps == 1 &&
+                   p->reshards[r].r.steps[0].kind == COLL_ALL_REDUCE &&
+                   pr->bufs[pr->steps[r][0].in].bytes < fuse_bytes;
+        int joins = cand && ng > 0 && ng < 64 &&
+                    p->reshards[r].r.steps[0].axes == p->reshards[group[0]].r.steps[0].axes &&
+                    p->reshards[r].tensor->dtype == p->reshards[group[0]].tensor->dtype;
+        int breaks = !in || (in->kind == INST_WAIT && ng > 0) || (cand && !joins);
+        if (in && in->kind == INST_WAIT)
+            for (int k = 0; k < ng; k++)
+                breaks |= group[k] == r;
+        if (breaks && ng >= 2) {
+            int leader = group[0], last_start = pr->start_at[group[ng - 1]], first_wait = pr->wait_at[leader];
+            int64_t total = 0;
+            for (int k = 0; k < ng; k++) {
+                pr->fused_leader[group[k]] = leader;
+                total += pr->bufs[pr->steps[group[k]][0].in].bytes;
+                if (pr->wait_at[group[k]] < first_wait)
+                    first_wait = pr->wait_at[group[k]];
+            }
+            int64_t elems = total / (int64_t)dtype_size(p->reshards[leader].tensor->dtype);
+            char base[160];
+            snprintf(base, sizeof base, "fused_r%d_send", leader);
+            pr->fused_send[leader] = buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1,
+                                             &elems, NULL);
+            snprintf(base, sizeof base, "fused_r%d_recv", leader);
+            pr->fused_recv[leader] = buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1,
+                                             &elems, NULL);
+            /* Only the leader's START (at the last member's place) and the
+             * leader's WAIT (at the earliest member wait) remain. */
+            for (int k = 0; k < ng; k++) {
+                pr->insts[pr->start_at[group[k]]].reshard = -1 - group[k];
+                pr->insts[pr->wait_at[group[k]]].reshard = -1 - group[k];
+            }
+            pr->insts[last_start].reshard = leader;
+            pr->insts[first_wait].reshard = leader;
+            for (int k = 0; k < ng; k++) {
+                pr->start_at[group[k]] = last_start;
+                pr->wait_at[group[k]] = first_wait;
+            }
+        }
+        if (breaks)
+            ng = 0;
+        if (cand && (ng == 0 || joins))
+            group[ng++] = r;
+    }
 }
 
 static void liveness(Program *pr)
@@ -215,8 +317,22 @@ static void liveness(Program *pr)
                 if (n->outputs[k])
                     live(pr, pr->tensor_buf[n->outputs[k]->id], i);
             live(pr, pr->node_scratch[n->id], i);
+        } else if (in->reshard < 0) {
+            continue; /* a member of a fused call: nothing happens here */
         } else {
             int r = in->reshard, s0 = pr->start_at[r], w = pr->wait_at[r];
+            if (pr->fused_leader[r] == r) {
+                live(pr, pr->fused_send[r], s0);
+                live(pr, pr->fused_send[r], w);
+                live(pr, pr->fused_recv[r], s0);
+                live(pr, pr->fused_recv[r], w);
+                for (int m = 0; m < p->nreshards; m++)
+                    if (pr->fused_leader[m] == r) {
+                        live(pr, pr->steps[m][0].in, s0);
+                        live(pr, pr->steps[m][0].out, w);
+                    }
+                continue;
+            }
             /* The first step's buffers are in flight from start to wait;
              * later steps run at the wait. */
             for (int j = 0; j < p->reshards[r].r.nsteps; j++) {
@@ -298,9 +414,36 @@ static int conv_scratch(Program *pr, const Node *n)
     return buf_new(pr, base, NULL, BUF_SCRATCH, DT_F32, 1, &k, NULL);
 }
 
-Program *program_build(const Plan *p, int rank, Diag *d)
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch);
+
+Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d)
 {
-    (void)d;
+    static const ProgramOptions none = {0};
+    if (!opt)
+        opt = &none;
+    /* Deeper prefetch holds more gathered weights at once; back off until
+     * the rank fits its memory limit. */
+    for (int k = opt->prefetch; k >= 0; k--) {
+        Program *pr = build_once(p, rank, opt, k);
+        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+        if (!opt->mem_limit || total <= opt->mem_limit || k == 0) {
+            if (opt->mem_limit && total > opt->mem_limit) {
+                diag_add(d, "rank %d needs %lld bytes (arena %lld, weights %lld, inputs %lld), over --mem-limit %lld",
+                         rank, (long long)total, (long long)pr->arena_bytes, (long long)pr->weight_bytes,
+                         (long long)pr->input_bytes, (long long)opt->mem_limit);
+                program_free(pr);
+                return NULL;
+            }
+            pr->prefetch_used = k;
+            return pr;
+        }
+        program_free(pr);
+    }
+    return NULL;
+}
+
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch)
+{
     const Graph *g = p->g;
     Program *pr = calloc(1, sizeof(Program));
     if (!pr)
@@ -316,6 +459,9 @@ Program *program_build(const Plan *p, int rank, Diag *d)
     pr->node_scratch = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->start_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->wait_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
+    pr->fused_leader = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
+    pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
+    pr->fused_recv = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     for (int i = 0; i < g->ntensors; i++)
         pr->tensor_buf[i] = -1;
     /* Weights first (initializers in model order, then Constant values),
@@ -340,7 +486,8 @@ Program *program_build(const Plan *p, int rank, Diag *d)
         build_reshard_bufs(pr, r);
     for (int i = 0; i < g->nnodes; i++)
         pr->node_scratch[i] = conv_scratch(pr, g->nodes[i]);
-    schedule(pr);
+    schedule(pr, prefetch);
+    fuse(pr, opt->fuse_bytes);
     liveness(pr);
     place(pr);
     int64_t woff = 0;

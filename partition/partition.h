@@ -185,6 +185,7 @@ typedef struct PlanReshard {
     const Node *consumer;  /* NULL: graph output */
     int operand;
     const char *reason;
+    int weight_gather;     /* gathers a weight stored sharded (--shard-weights) */
     Sharding src, dst;
     Reshard r;
 } PlanReshard;
@@ -237,7 +238,16 @@ int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *
 /* Runs propagation to a fixed point and lowers every requirement to
  * reshards. Returns NULL with a diagnostic on failure. */
 Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d);
+/* Records (or reuses) the reshard of t from src to dst for a consumer. */
+int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
+                     const Sharding *src, const Sharding *dst);
 void plan_free(Plan *p);
+
+/* ---- fsdp.c ------------------------------------------------------------- */
+
+/* --shard-weights AXIS: every weight the plan keeps replicated over AXIS is
+ * stored split over it (ZeRO-3 / FSDP) and gathered before use. */
+int partition_shard_weights(Plan *p, const char *axis, Diag *d);
 
 /* ---- report.c ----------------------------------------------------------- */
 
@@ -248,7 +258,16 @@ typedef struct PlanTotals {
 } PlanTotals;
 
 void plan_totals(const Plan *p, PlanTotals *t);
+/* Where each reshard starts and is waited on (from the program schedule):
+ * node names, NULL meaning the start of forward() or the outputs. */
+typedef struct PlanSchedule {
+    const char **start_after;  /* per reshard */
+    const char **wait_before;  /* per reshard */
+    int *fused_with;           /* per reshard: first member of its fused call, or -1 */
+} PlanSchedule;
+
 void plan_print_text(const Plan *p, FILE *f);
+void plan_print_text_sched(const Plan *p, const PlanSchedule *s, FILE *f);
 void plan_print_json(const Plan *p, FILE *f);
 int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
 void plan_print_dot(const Plan *p, FILE *f);

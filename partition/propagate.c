@@ -341,8 +341,8 @@ static int linear_in(const Node *n, int k, const Plan *p)
     }
 }
 
-static int add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
-                       const char *reason, const Sharding *src, const Sharding *dst)
+int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
+                     const char *reason, const Sharding *src, const Sharding *dst)
 {
     for (int i = 0; i < p->nreshards; i++)
         if (p->reshards[i].tensor == t && sharding_equal(&p->reshards[i].src, src) &&
@@ -453,7 +453,7 @@ static int lower(Plan *p, Diag *d)
                 carried |= have.partial;
             }
             if (!sharding_equal(&have, &need))
-                np->in_reshard[k] = add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need),
+                np->in_reshard[k] = plan_add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need),
                                                 &have, &need);
         }
         unsigned reduced = 0;
@@ -487,7 +487,7 @@ static int lower(Plan *p, Diag *d)
         if (!sharding_is_replicated(&tp->sharding)) {
             Sharding rep;
             sharding_replicated(&rep, t->rank);
-            p->out_reshard[i] = add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
+            p->out_reshard[i] = plan_add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
         }
     }
     return 0;

@@ -94,6 +94,11 @@ static void print_header(const Plan *p, FILE *f)
 
 void plan_print_text(const Plan *p, FILE *f)
 {
+    plan_print_text_sched(p, NULL, f);
+}
+
+void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
+{
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
     char a[128], b[128], c[128], o[256];
@@ -129,6 +134,14 @@ void plan_print_text(const Plan *p, FILE *f)
             else
                 fprintf(f, "%s", r->reason);
             fprintf(f, "%s\n", r->r.full_gather ? " [full gather-then-slice: nothing cheaper]" : "");
+            if (sched && k == 0) {
+                fprintf(f, "      starts %s %s, waited on before %s", sched->start_after[i] ? "at" : "at the start of",
+                        sched->start_after[i] ? sched->start_after[i] : "forward()",
+                        sched->wait_before[i] ? sched->wait_before[i] : "the outputs are written");
+                if (sched->fused_with[i] >= 0)
+                    fprintf(f, "; fused into one call with reshard %d's group", sched->fused_with[i]);
+                fprintf(f, "\n");
+            }
         }
     }
     if (!idx)

@@ -79,7 +79,7 @@ static void test_program_build_overlap_schedule(void **st)
     build(&b, "tests/models/mlp.onnx", "tp=2", NULL, shards);
     Diag d;
     diag_init(&d, NULL);
-    Program *pr = program_build(b.p, 1, &d);
+    Program *pr = program_build(b.p, 1, NULL, &d);
     /* The all-reduce of o starts right after fc2 and is waited on right
      * before bias2, its first reader. */
     int fc2 = inst_of(pr, INST_COMPUTE, "fc2"), start = inst_of(pr, INST_START, "fc2");
@@ -105,7 +105,7 @@ static void test_program_build_waits_late_in_gpt(void **st)
     Diag d;
     diag_init(&d, NULL);
     for (int r = 0; r < b.mesh.nranks; r++) {
-        Program *pr = program_build(b.p, r, &d);
+        Program *pr = program_build(b.p, r, NULL, &d);
         check_arena(pr);
         /* Every reshard starts before it is waited on, and the wait sits
          * directly before the first compute that reads the result. */
@@ -129,11 +129,126 @@ static void test_program_build_waits_late_in_gpt(void **st)
     built_free(&b);
 }
 
+static void test_program_build_fuses_ready_all_reduces(void **st)
+{
+    (void)st;
+    Built b;
+    const char *shards[] = {"x=[_,tp]", NULL};
+    build(&b, "tests/models/branches.onnx", "tp=2", NULL, shards);
+    assert_int_equal(b.p->nreshards, 3);
+    Diag d;
+    diag_init(&d, NULL);
+    ProgramOptions fused = {.fuse_bytes = 65536}, off = {.fuse_bytes = 0}, tiny = {.fuse_bytes = 512};
+    Program *pr = program_build(b.p, 0, &fused, &d);
+    /* Three all-reduces, one call: one live START and one live WAIT. */
+    int starts = 0, waits = 0;
+    for (int i = 0; i < pr->ninsts; i++) {
+        starts += pr->insts[i].kind == INST_START && pr->insts[i].reshard >= 0;
+        waits += pr->insts[i].kind == INST_WAIT && pr->insts[i].reshard >= 0;
+    }
+    assert_int_equal(starts, 1);
+    assert_int_equal(waits, 1);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(pr->fused_leader[r], 0);
+    /* The fused call starts after the last projection, waits before the first Relu. */
+    assert_true(pr->start_at[0] > inst_of(pr, INST_COMPUTE, "proj_c"));
+    assert_true(pr->wait_at[0] < inst_of(pr, INST_COMPUTE, "relu_a"));
+    check_arena(pr);
+    program_free(pr);
+    pr = program_build(b.p, 0, &off, &d);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(pr->fused_leader[r], -1);
+    program_free(pr);
+    /* Each all-reduce moves 1 KiB: a 512-byte threshold fuses nothing. */
+    pr = program_build(b.p, 0, &tiny, &d);
+    assert_int_equal(pr->fused_leader[1], -1);
+    program_free(pr);
+    diag_free(&d);
+    built_free(&b);
+}
+
+/* Readers of gathered weights, in order, and where each gather starts. */
+static void check_prefetch(Built *b, int k)
+{
+    Diag d;
+    diag_init(&d, NULL);
+    ProgramOptions opt = {.prefetch = k};
+    Program *pr = program_build(b->p, 0, &opt, &d);
+    assert_non_null(pr);
+    assert_int_equal(pr->prefetch_used, k);
+    /* Compute positions of the weight-reading nodes, in program order. */
+    int readers[256], nreaders = 0;
+    for (int i = 0; i < pr->ninsts; i++) {
+        if (pr->insts[i].kind != INST_COMPUTE)
+            continue;
+        int reads = 0;
+        for (int r = 0; r < b->p->nreshards; r++)
+            reads |= b->p->reshards[r].weight_gather && pr->insts[pr->wait_at[r]].node == pr->insts[i].node &&
+                     pr->wait_at[r] < i;
+        if (reads && nreaders < 256)
+            readers[nreaders++] = i;
+    }
+    int checked = 0;
+    for (int r = 0; r < b->p->nreshards; r++) {
+        if (!b->p->reshards[r].weight_gather)
+            continue;
+        int w = pr->wait_at[r], j = 0;
+        /* Waited on just before its reader: only other waits in between. */
+        int use = w;
+        while (pr->insts[use].kind == INST_WAIT)
+            use++;
+        assert_int_equal(pr->insts[use].kind, INST_COMPUTE);
+        while (j < nreaders && readers[j] != use)
+            j++;
+        assert_true(j < nreaders);
+        /* Started before the compute of the reader k places earlier. */
+        if (j - k >= 0)
+            assert_true(pr->start_at[r] < readers[j - k]);
+        if (j >= 1 && k >= 1)
+            assert_true(pr->start_at[r] < readers[j - 1]);
+        checked++;
+    }
+    assert_true(checked >= 10);
+    check_arena(pr);
+    program_free(pr);
+    diag_free(&d);
+}
+
+static void test_program_build_prefetches_weight_gathers(void **st)
+{
+    (void)st;
+    Built b;
+    build(&b, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    Diag d;
+    diag_init(&d, NULL);
+    assert_int_equal(partition_shard_weights(b.p, "dp", &d), 0);
+    check_prefetch(&b, 1);
+    check_prefetch(&b, 2);
+    /* A memory limit below what prefetch 2 needs backs off to less. */
+    ProgramOptions two = {.prefetch = 2}, tight;
+    Program *pr = program_build(b.p, 0, &two, &d);
+    int64_t need = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+    program_free(pr);
+    tight = two;
+    tight.mem_limit = need - 1;
+    pr = program_build(b.p, 0, &tight, &d);
+    if (pr) {
+        assert_true(pr->prefetch_used < 2);
+        program_free(pr);
+    } else {
+        assert_non_null(strstr(diag_first(&d), "over --mem-limit"));
+    }
+    diag_free(&d);
+    built_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_program_build_overlap_schedule),
         cmocka_unit_test(test_program_build_waits_late_in_gpt),
+        cmocka_unit_test(test_program_build_fuses_ready_all_reduces),
+        cmocka_unit_test(test_program_build_prefetches_weight_gathers),
     };
     return cmocka_run_group_tests_name("codegen/program", tests, NULL, NULL);
 }

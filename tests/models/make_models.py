@@ -273,6 +273,22 @@ def make_mlp_sharded(mlp):
     return m
 
 
+def make_branches(rng):
+    """Three parallel projections, each followed by a Relu: on tp with x's
+    columns split, each projection is a partial sum needing its own
+    all-reduce, all in flight together (the fused-collective case)."""
+    d, n, b = 64, 32, 8
+    nodes, inits, outs = [], [], []
+    for k in "abc":
+        inits.append(init("W" + k, rng.standard_normal((d, n), dtype=np.float32) / np.sqrt(d)))
+        nodes.append(helper.make_node("MatMul", ["x", "W" + k], ["m" + k], name="proj_" + k))
+    for k in "abc":
+        nodes.append(helper.make_node("Relu", ["m" + k], ["y" + k], name="relu_" + k))
+        outs.append(helper.make_tensor_value_info("y" + k, F32, [b, n]))
+    g = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", F32, [b, d])], outs, inits)
+    return model(g), {"x": rng.standard_normal((b, d), dtype=np.float32)}
+
+
 # ---- per-op models: shapes from ORT are the expected shape inference ------
 
 def op_cases():
@@ -466,7 +482,7 @@ def make_bad_models(mlp_bytes):
 def main():
     rng = np.random.default_rng(2026)
     for name, fn in (("mlp", make_mlp), ("attention", make_attention),
-                     ("tiny_gpt", make_tiny_gpt), ("convnet", make_convnet)):
+                     ("tiny_gpt", make_tiny_gpt), ("convnet", make_convnet), ("branches", make_branches)):
         m, feeds = fn(rng)
         path = os.path.join(MODELS, name + ".onnx")
         save(m, path)

@@ -1,0 +1,64 @@
+/* fsdp.c: weights stored sharded and gathered on use (ZeRO-3 / FSDP).
+ *
+ * With --shard-weights AXIS, each weight whose planned layout does not
+ * split it over AXIS is stored split over AXIS as well: AXIS is appended to
+ * the outermost dim it divides, so the gather before use needs no packing.
+ * Every consumer then reads it through a reshard from the stored layout
+ * (one all-gather over AXIS, plus whatever the consumer needed before).
+ * Those reshards are marked as weight gathers, so the scheduler may start
+ * them ahead of use (--prefetch) and free the gathered copy after its last
+ * reader. A weight no dim of which AXIS divides stays as planned, and is
+ * reported.
+ */
+#include "partition.h"
+
+#include <string.h>
+
+int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    int ax = mesh_axis_find(m, axis_name);
+    if (ax < 0) {
+        diag_add(d, "--shard-weights %s: unknown mesh axis", axis_name);
+        return -1;
+    }
+    char why[160];
+    snprintf(why, sizeof why, "weight stored split over %s (--shard-weights %s), gathered before use", axis_name,
+             axis_name);
+    const char *reason = arena_strdup(&p->arena, why);
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        TensorPlan *tp = &p->tensors[i];
+        if (!t->is_initializer || !t->nconsumers || (sharding_used_axes(&tp->sharding) & (1u << ax)) ||
+            tp->sharding.partial)
+            continue;
+        int dim = -1;
+        for (int k = 0; k < t->rank && dim < 0; k++)
+            if (t->dims[k] % (sharding_dim_shards(&tp->sharding, m, k) * m->axes[ax].size) == 0)
+                dim = k;
+        if (dim < 0)
+            continue; /* too small to split: stays as planned */
+        Sharding use = tp->sharding, store = use;
+        store.axes[dim][store.naxes[dim]++] = (unsigned char)ax;
+        tp->sharding = store;
+        /* Existing reshards of this weight now start from the stored layout. */
+        for (int r = 0; r < p->nreshards; r++)
+            if (p->reshards[r].tensor == t) {
+                p->reshards[r].src = store;
+                p->reshards[r].weight_gather = 1;
+                reshard_lower(m, t, &store, &p->reshards[r].dst, &p->reshards[r].r);
+            }
+        /* Direct readers now read through a gather to the planned layout. */
+        for (int c = 0; c < t->nconsumers; c++) {
+            const Node *n = t->consumers[c];
+            NodePlan *np = &p->nodes[n->id];
+            for (int k = 0; k < n->ninputs; k++)
+                if (n->inputs[k] == t && np->in_reshard[k] < 0) {
+                    np->in_reshard[k] = plan_add_reshard(p, t, n, k, reason, &store, &use);
+                    p->reshards[np->in_reshard[k]].weight_gather = 1;
+                }
+        }
+    }
+    return 0;
+}
