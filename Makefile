@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 60
 
 LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
-TEMPLATES := templates/runtime.c templates/kernels.c
+TEMPLATES := templates/runtime.c templates/kernels.c templates/cuda_kernels.cu
 TEST_SRC := $(wildcard tests/*/test_*.c)
 
 OBJ_DIR  := build/obj
@@ -47,7 +47,8 @@ build/tools/embed: tools/embed.c
 	$(CC) -std=c11 -O2 -o $@ $<
 build/gen/templates.c: build/tools/embed $(TEMPLATES)
 	@mkdir -p build/gen
-	build/tools/embed $@ template_runtime_c=templates/runtime.c template_kernels_c=templates/kernels.c
+	build/tools/embed $@ template_runtime_c=templates/runtime.c template_kernels_c=templates/kernels.c \
+	    template_cuda_kernels_cu=templates/cuda_kernels.cu
 $(OBJ_DIR)/gen/templates.o: build/gen/templates.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -c $< -o $@

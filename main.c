@@ -55,6 +55,9 @@ static const char usage_text[] =
     "\n"
     "compile options: the plan options, and\n"
     "  --target c        C + MPI + OpenBLAS (default)\n"
+    "  --target cuda     CUDA + NCCL + cuBLAS, one GPU per rank\n"
+    "  --tf32            CUDA: let cuBLAS use TF32 (faster, not bit-close to goldens)\n"
+    "  --cuda-arch SM    CUDA: nvcc -arch for the Makefile (default sm_90)\n"
     "  -o DIR            output folder: rank<k>.c, weights.rank<k>.bin, Makefile,\n"
     "                    run.sh, plan.txt, plan.json (written whole or not at all)\n"
     "  --shard-weights AXIS  store weights the plan replicates over AXIS split\n"
@@ -238,7 +241,7 @@ static void inspect_json(const Graph *g, int nodes)
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
-       OPT_FUSE_BYTES };
+       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -360,10 +363,13 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"prefetch", required_argument, 0, OPT_PREFETCH},
         {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
+        {"tf32", no_argument, 0, OPT_TF32},
+        {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *target = "c", *out_dir = NULL, *shard_weights = NULL;
+    const char *target = "c", *out_dir = NULL, *shard_weights = NULL, *cuda_arch = "sm_90";
+    int tf32 = 0;
     ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
@@ -375,6 +381,12 @@ static int cmd_plan(int argc, char **argv, int compile)
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_TARGET: target = optarg; break;
+        case OPT_TF32: tf32 = 1; break;
+        case OPT_CUDA_ARCH:
+            if (strncmp(optarg, "sm_", 3) != 0 || !optarg[3] || strspn(optarg + 3, "0123456789a") != strlen(optarg + 3))
+                return usage_error("--cuda-arch %s: expected sm_NN, e.g. sm_90", optarg);
+            cuda_arch = optarg;
+            break;
         case OPT_SHARD_WEIGHTS: shard_weights = optarg; break;
         case OPT_PREFETCH: {
             char *end;
@@ -422,8 +434,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
     if (compile && !out_dir)
         return usage_error("compile: -o DIR is required%s", "");
-    if (compile && strcmp(target, "c") != 0)
-        return usage_error("--target %s: unknown target (c)", target);
+    if (compile && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0)
+        return usage_error("--target %s: unknown target (c, cuda)", target);
     const char *path = argv[optind];
     Diag d;
     Graph *g = NULL;
@@ -463,7 +475,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         for (int i = 1; i < argc; i++)
             snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
         int64_t *ab = calloc((size_t)mesh.nranks, sizeof(int64_t)), *wb = calloc((size_t)mesh.nranks, sizeof(int64_t));
-        CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .command_line = cmdline, .model = path,
+        CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .tf32 = tf32, .cuda_arch = cuda_arch,
+                             .command_line = cmdline, .model = path,
                              .arena_bytes = ab, .weight_bytes = wb};
         d.context = path;
         if (codegen_compile(p, &co, &d)) {

@@ -94,10 +94,18 @@ int program_group_color(const Program *prog, unsigned axes);
 typedef struct EmitOptions {
     const char *command_line;
     const char *model;
+    int cuda;              /* 1: rank<k>.cu for CUDA + NCCL + cuBLAS */
+    int tf32;              /* CUDA: let cuBLAS use TF32 */
 } EmitOptions;
 
-/* Writes rank<k>.c for one program. */
+/* Writes rank<k>.c (or .cu) for one program. */
 int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
+
+/* ---- emit_cuda.c -------------------------------------------------------- */
+
+/* main() of a CUDA rank program: device, streams, cuBLAS, NCCL, weights and
+ * inputs uploaded, timed runs with CUDA events, outputs downloaded. */
+void emit_cuda_main(const Program *pr, int64_t weight_bytes, uint64_t checksum, FILE *f);
 
 /* ---- emit_ops.c --------------------------------------------------------- */
 
@@ -118,7 +126,9 @@ uint64_t weights_fnv1a(const unsigned char *p, size_t n);
 typedef struct CompileOptions {
     ProgramOptions prog;
     const char *out_dir;
-    const char *target;      /* "c" */
+    const char *target;      /* "c" or "cuda" */
+    int tf32;
+    const char *cuda_arch;   /* default sm_90 */
     const char *command_line;
     const char *model;
     int64_t *arena_bytes;    /* out, per rank (may be NULL) */

@@ -17,6 +17,30 @@
 
 extern const char template_runtime_c[];
 extern const char template_kernels_c[];
+extern const char template_cuda_kernels_cu[];
+
+/* Target of the file being written: 0 C + MPI, 1 CUDA + NCCL. The two
+ * share everything but the collective calls, the communicators and main(). */
+static int g_cuda;
+
+static const char *nccl_type(DType t)
+{
+    return t == DT_F32 ? "ncclFloat32" : t == DT_I64 ? "ncclInt64" : "ncclUint8";
+}
+
+/* CUDA: the collective's stream waits for its input on the compute stream. */
+static void cuda_before_call(FILE *f, int r)
+{
+    if (g_cuda)
+        fprintf(f, "    CHECK_CUDA(cudaEventRecord(ev_ready_r%d, g_stream)); /* input complete on the compute stream */\n"
+                   "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r%d, 0));\n", r, r);
+}
+
+static void cuda_after_call(FILE *f, int r)
+{
+    if (g_cuda)
+        fprintf(f, "    CHECK_CUDA(cudaEventRecord(ev_done_r%d, g_comm)); /* compute waits on this at the first reader */\n", r);
+}
 
 static const char *mpi_type(DType t)
 {
@@ -126,21 +150,34 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
     case COLL_PARTIALIZE: {
         int key = program_group_key(pr, axes, na);
         if (key == 0)
-            fprintf(f, "    memcpy(%s, %s, %lld); /* this rank keeps the value */\n", out->name, in->name,
+            fprintf(f, "    k_copy(%s, %s, %lld); /* this rank keeps the value */\n", out->name, in->name,
                     (long long)in->bytes);
         else
-            fprintf(f, "    memset(%s, 0, %lld); /* coordinate %d holds zeros */\n", out->name, (long long)out->bytes,
+            fprintf(f, "    k_zero(%s, %lld); /* coordinate %d holds zeros */\n", out->name, (long long)out->bytes,
                     key);
         break;
     }
     case COLL_ALL_REDUCE:
-        fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", in->name, out->name,
-                (long long)numel(in), mpi_type(in->dtype), comm, r);
+        cuda_before_call(f, r);
+        if (g_cuda)
+            fprintf(f, "    CHECK_NCCL(ncclAllReduce(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", in->name, out->name,
+                    (long long)numel(in), nccl_type(in->dtype), comm);
+        else
+            fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", in->name, out->name,
+                    (long long)numel(in), mpi_type(in->dtype), comm, r);
+        cuda_after_call(f, r);
         break;
     case COLL_ALL_GATHER:
-        fprintf(f, "    CHECK_MPI(MPI_Iallgather(%s, %lld, %s, %s, %lld, %s, %s, &req_r%d));\n", in->name,
-                (long long)numel(in), mpi_type(in->dtype), sb->unpack >= 0 ? pr->bufs[sb->unpack].name : out->name,
-                (long long)numel(in), mpi_type(in->dtype), comm, r);
+        cuda_before_call(f, r);
+        if (g_cuda)
+            fprintf(f, "    CHECK_NCCL(ncclAllGather(%s, %s, %lld, %s, %s, g_comm));\n", in->name,
+                    sb->unpack >= 0 ? pr->bufs[sb->unpack].name : out->name, (long long)numel(in),
+                    nccl_type(in->dtype), comm);
+        else
+            fprintf(f, "    CHECK_MPI(MPI_Iallgather(%s, %lld, %s, %s, %lld, %s, %s, &req_r%d));\n", in->name,
+                    (long long)numel(in), mpi_type(in->dtype), sb->unpack >= 0 ? pr->bufs[sb->unpack].name : out->name,
+                    (long long)numel(in), mpi_type(in->dtype), comm, r);
+        cuda_after_call(f, r);
         break;
     case COLL_REDUCE_SCATTER:
     case COLL_ALL_TO_ALL: {
@@ -161,13 +198,26 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
                        "            k_strided_copy(%s + q * %lld, %s, %zu, %d, dims, strides, q * %lld);\n    }\n",
                     p, send, (long long)blk, in->name, es, in->rank, (long long)(bdims[dim] * sin[dim]));
         }
-        if (s->kind == COLL_ALL_TO_ALL)
+        cuda_before_call(f, r);
+        if (g_cuda && s->kind == COLL_ALL_TO_ALL)
+            fprintf(f, "    CHECK_NCCL(ncclGroupStart()); /* all-to-all: a send and a receive per peer */\n"
+                       "    for (int q = 0; q < %d; q++) {\n"
+                       "        CHECK_NCCL(ncclSend(%s + q * %lld, %lld, %s, q, %s, g_comm));\n"
+                       "        CHECK_NCCL(ncclRecv(%s + q * %lld, %lld, %s, q, %s, g_comm));\n    }\n"
+                       "    CHECK_NCCL(ncclGroupEnd());\n",
+                    p, send, (long long)blk, (long long)blk, nccl_type(in->dtype), comm, pr->bufs[sb->unpack].name,
+                    (long long)blk, (long long)blk, nccl_type(in->dtype), comm);
+        else if (g_cuda)
+            fprintf(f, "    CHECK_NCCL(ncclReduceScatter(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", send, out->name,
+                    (long long)blk, nccl_type(in->dtype), comm);
+        else if (s->kind == COLL_ALL_TO_ALL)
             fprintf(f, "    CHECK_MPI(MPI_Ialltoall(%s, %lld, %s, %s, %lld, %s, %s, &req_r%d));\n", send,
                     (long long)blk, mpi_type(in->dtype), pr->bufs[sb->unpack].name, (long long)blk,
                     mpi_type(in->dtype), comm, r);
         else
             fprintf(f, "    CHECK_MPI(MPI_Ireduce_scatter_block(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send,
                     out->name, (long long)blk, mpi_type(in->dtype), comm, r);
+        cuda_after_call(f, r);
         break;
     }
     default:
@@ -183,7 +233,10 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
     if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
         return;
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
-    fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", r);
+    if (g_cuda)
+        fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", r);
+    else
+        fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", r);
     if (sb->unpack < 0)
         return;
     int p = mesh_group_size(&pr->plan->mesh, s->axes);
@@ -225,8 +278,12 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
                 fprintf(f, " %s", p->reshards[m].tensor->name);
         fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
     } else {
-        fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n"
-                   "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", leader, leader);
+        fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n",
+                leader);
+        if (g_cuda)
+            fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", leader);
+        else
+            fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", leader);
     }
     int64_t off = 0;
     for (int m = 0; m < p->nreshards; m++) {
@@ -234,16 +291,22 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
             continue;
         const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];
         if (start)
-            fprintf(f, "    memcpy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
+            fprintf(f, "    k_copy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
                     (long long)in->bytes);
         else
-            fprintf(f, "    memcpy(%s, (char *)%s + %lld, %lld);\n", out->name, recv->name, (long long)off,
+            fprintf(f, "    k_copy(%s, (char *)%s + %lld, %lld);\n", out->name, recv->name, (long long)off,
                     (long long)out->bytes);
         off += in->bytes;
     }
-    if (start)
+    if (start && g_cuda) {
+        cuda_before_call(f, leader);
+        fprintf(f, "    CHECK_NCCL(ncclAllReduce(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", send->name, recv->name,
+                (long long)(off / (int64_t)dtype_size(send->dtype)), nccl_type(send->dtype), comm);
+        cuda_after_call(f, leader);
+    } else if (start) {
         fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send->name, recv->name,
                 (long long)(off / (int64_t)dtype_size(send->dtype)), mpi_type(send->dtype), comm, leader);
+    }
 }
 
 static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
@@ -290,18 +353,24 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     const Mesh *m = &p->mesh;
     char buf[256];
     int rc = 0;
+    g_cuda = opt->cuda;
     mesh_str(m, buf, sizeof buf);
-    fprintf(f, "/* rank%d.c: generated by onnx2spmd %s; do not edit.\n", pr->rank, ONNX2SPMD_VERSION);
+    fprintf(f, "/* rank%d.%s: generated by onnx2spmd %s; do not edit.\n", pr->rank, g_cuda ? "cu" : "c",
+            ONNX2SPMD_VERSION);
     fprintf(f, " * command: %s\n * model:   %s\n * mesh:    %s (%d ranks); this is rank %d at", opt->command_line,
             opt->model, buf, m->nranks, pr->rank);
     for (int a = 0; a < m->naxes; a++)
         fprintf(f, " %s=%d", m->axes[a].name, pr->coords[a]);
     fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, inputs %lld bytes\n */\n",
             (long long)pr->arena_bytes, (long long)pr->weight_bytes, (long long)pr->input_bytes);
-    fprintf(f, "#define RANK %d\n#define WORLD %d\n\n", pr->rank, m->nranks);
+    fprintf(f, "#define RANK %d\n#define WORLD %d\n", pr->rank, m->nranks);
+    if (g_cuda)
+        fprintf(f, "#define O2S_CUDA 1\n#define O2S_TF32 %d /* 1: cuBLAS may use TF32 tensor cores (--tf32) */\n",
+                opt->tf32);
+    fputs("\n", f);
     fputs(template_runtime_c, f);
     fputs("\n", f);
-    fputs(template_kernels_c, f);
+    fputs(g_cuda ? template_cuda_kernels_cu : template_kernels_c, f);
 
     fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
     for (int i = 0; i < pr->nbufs; i++)
@@ -324,19 +393,40 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                 seen |= strcmp(names[k], buf) == 0;
             if (!seen && nnames < 64) {
                 snprintf(names[nnames++], sizeof names[0], "%s", buf);
-                fprintf(f, "static MPI_Comm %s; /* ranks that differ only in %s; this rank is %d of %d */\n", buf,
-                        buf + 5, program_group_key(pr, axes, na), mesh_group_size(m, s->axes));
+                fprintf(f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n",
+                        g_cuda ? "ncclComm_t" : "MPI_Comm", buf, buf + 5, program_group_key(pr, axes, na),
+                        mesh_group_size(m, s->axes));
             }
         }
     for (int r = 0; r < p->nreshards; r++) {
         int comm_steps = 0;
         for (int j = 0; j < p->reshards[r].r.nsteps; j++)
             comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
-        if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r))
-            fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
-                    p->reshards[r].tensor->name);
+        if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r)) {
+            if (g_cuda)
+                fprintf(f, "static cudaEvent_t ev_ready_r%d, ev_done_r%d; /* reshard %d: %s */\n", r, r, r,
+                        p->reshards[r].tensor->name);
+            else
+                fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
+                        p->reshards[r].tensor->name);
+        }
     }
     fprintf(f, "\nstatic void init_comms(void)\n{\n");
+    if (g_cuda) {
+        /* ncclUniqueId from rank 0 over MPI; one world communicator, split
+         * per group; events for every collective. */
+        fprintf(f, "    ncclUniqueId id;\n    ncclComm_t world;\n    if (RANK == 0)\n        CHECK_NCCL(ncclGetUniqueId(&id));\n"
+                   "    CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));\n"
+                   "    CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));\n    g_nccl[g_nnccl++] = world;\n");
+        for (int r = 0; r < p->nreshards; r++) {
+            int comm_steps = 0;
+            for (int j = 0; j < p->reshards[r].r.nsteps; j++)
+                comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
+            if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r))
+                fprintf(f, "    CHECK_CUDA(cudaEventCreateWithFlags(&ev_ready_r%d, cudaEventDisableTiming));\n"
+                           "    CHECK_CUDA(cudaEventCreateWithFlags(&ev_done_r%d, cudaEventDisableTiming));\n", r, r);
+        }
+    }
     for (int k = 0; k < nnames; k++) {
         /* Recover the ordered axes from the name. */
         unsigned char axes[MESH_MAX_AXES];
@@ -351,10 +441,14 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                 mask |= 1u << a;
             }
         }
-        fprintf(f, "    %s = rt_comm_split(%d, %d);\n", names[k], program_group_color(pr, mask),
-                program_group_key(pr, axes, na));
+        if (g_cuda)
+            fprintf(f, "    CHECK_NCCL(ncclCommSplit(world, %d, %d, &%s, NULL));\n    g_nccl[g_nnccl++] = %s;\n",
+                    program_group_color(pr, mask), program_group_key(pr, axes, na), names[k], names[k]);
+        else
+            fprintf(f, "    %s = rt_comm_split(%d, %d);\n", names[k], program_group_color(pr, mask),
+                    program_group_key(pr, axes, na));
     }
-    if (!nnames)
+    if (!nnames && !g_cuda)
         fprintf(f, "    /* this plan needs no collectives */\n");
     fprintf(f, "}\n");
 
@@ -368,6 +462,10 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     int64_t wbytes = 0;
     unsigned char *blob = weights_pack(pr, &wbytes, &sum, d);
     free(blob);
+    if (g_cuda) {
+        emit_cuda_main(pr, wbytes, sum, f);
+        return rc;
+    }
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
     fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"

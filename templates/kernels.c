@@ -6,13 +6,23 @@
  * All are static inline so a rank that does not use one pays nothing.
  */
 
-/* Walks an N-d index over `dims`, returning per-operand flat offsets. */
 #define K_MAX_RANK 8
 
-typedef struct KIter {
-    int rank;
-    int64_t dims[K_MAX_RANK], idx[K_MAX_RANK];
-} KIter;
+/* No NCCL here: nothing to abort before MPI_Abort. */
+static void rt_abort_comms(void)
+{
+}
+
+/* Copies and clears of whole buffers (device memory on the CUDA target). */
+static inline void k_copy(void *dst, const void *src, int64_t bytes)
+{
+    memcpy(dst, src, (size_t)bytes);
+}
+
+static inline void k_zero(void *dst, int64_t bytes)
+{
+    memset(dst, 0, (size_t)bytes);
+}
 
 /* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow. */
 static inline void k_binary_f32(int op, float *y, const float *a, const float *b, int rank, const int64_t *dims,

@@ -13,10 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef O2S_CUDA
 #include <cblas.h>
+#endif
+/* The C API only: MPI's C++ bindings are deprecated and warn under nvcc. */
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
+static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static inline void rt_die(const char *fmt, ...)
@@ -28,6 +34,7 @@ static inline void rt_die(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
     fflush(stderr);
+    rt_abort_comms();
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -83,7 +90,7 @@ static inline unsigned char *rt_read_file(const char *path, size_t *len)
         rt_die("cannot read %s", path);
     long n = ftell(f);
     rewind(f);
-    unsigned char *buf = rt_alloc((size_t)(n > 0 ? n : 1));
+    unsigned char *buf = (unsigned char *)rt_alloc((size_t)(n > 0 ? n : 1));
     if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n)
         rt_die("cannot read %s", path);
     fclose(f);
@@ -363,7 +370,7 @@ static inline unsigned char *rt_load_weights(const char *argv0, const char *name
     memcpy(&sum, hdr + 16, 8);
     if (bytes != want_bytes)
         rt_die("weight file %s: holds %llu bytes, this rank needs %zu", path, (unsigned long long)bytes, want_bytes);
-    unsigned char *w = rt_alloc(want_bytes);
+    unsigned char *w = (unsigned char *)rt_alloc(want_bytes);
     if (fread(w, 1, want_bytes, f) != want_bytes)
         rt_die("weight file %s: truncated", path);
     fclose(f);
@@ -406,6 +413,7 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
     }
 }
 
+#ifndef O2S_CUDA
 /* Rank-group communicator: ranks that differ only in the given axes,
  * ordered by `key` (the group coordinate, major axis first). */
 static inline MPI_Comm rt_comm_split(int color, int key)
@@ -414,3 +422,4 @@ static inline MPI_Comm rt_comm_split(int color, int key)
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
     return c;
 }
+#endif

@@ -1,0 +1,121 @@
+/* emit_cuda.c: main() of a CUDA + NCCL rank program.
+ *
+ * The rest of rank<k>.cu comes from emit_c.c (same buffers, same forward()
+ * with the collectives written as NCCL calls on the communication stream
+ * and events between the streams). main() picks this rank's GPU (local
+ * rank modulo the devices on the node), creates the compute and
+ * communication streams and the cuBLAS handle (float32 math unless --tf32),
+ * bootstraps NCCL over MPI, uploads this rank's weight shards and input
+ * blocks, times the iterations with CUDA events, and downloads the outputs.
+ * The command line is the C target's: --in, --out, --iters.
+ */
+#include "codegen.h"
+
+#include <string.h>
+
+void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
+{
+    const Plan *p = pr->plan;
+    const Graph *g = pr->g;
+    const Mesh *m = &p->mesh;
+    char buf[256];
+    fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
+            (long long)wbytes, (unsigned long long)sum);
+    fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
+               "{\n    for (int i = 0; i < n; i++)\n        if (strcmp(names[i], name) == 0)\n"
+               "            return paths[i];\n    return NULL;\n}\n\n");
+    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int world = 0, me = -1, local = 0, ndev = 0;\n"
+               "    CHECK_MPI(MPI_Init(&argc, &argv));\n"
+               "    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));\n"
+               "    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
+               "    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));\n"
+               "    if (world != WORLD || me != RANK)\n"
+               "        rt_die(\"launched as rank %%d of %%d, but this binary is rank %%d of %%d: use run.sh (mpirun -np %%d)\",\n"
+               "               me, world, RANK, WORLD, WORLD);\n"
+               "    /* One GPU per rank: the local rank on this node picks it. */\n"
+               "    MPI_Comm node;\n"
+               "    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, RANK, MPI_INFO_NULL, &node));\n"
+               "    CHECK_MPI(MPI_Comm_rank(node, &local));\n"
+               "    CHECK_CUDA(cudaGetDeviceCount(&ndev));\n"
+               "    CHECK_CUDA(cudaSetDevice(local %% ndev));\n"
+               "    CHECK_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));\n"
+               "    CHECK_CUDA(cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking));\n"
+               "    CHECK_CUBLAS(cublasCreate(&g_blas));\n"
+               "    CHECK_CUBLAS(cublasSetStream(g_blas, g_stream));\n"
+               "    /* float32 GEMMs match the goldens; TF32 only when compiled with --tf32. */\n"
+               "    CHECK_CUBLAS(cublasSetMathMode(g_blas, O2S_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));\n"
+               "    rt_parse_args(argc, argv, &args);\n"
+               "    init_comms();\n"
+               "    {\n        unsigned char *host = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
+               "        CHECK_CUDA(cudaMalloc((void **)&g_weights, WEIGHT_BYTES + 64));\n"
+               "        CHECK_CUDA(cudaMemcpy(g_weights, host, WEIGHT_BYTES, cudaMemcpyHostToDevice));\n"
+               "        free(host);\n    }\n"
+               "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
+            pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
+    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
+    for (int i = 0; i < g->ninputs; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
+    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
+               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
+               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
+            g->ninputs ? ", " : "");
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
+        for (int k = 0; k < t->rank; k++) {
+            nsh[k] = sharding_dim_shards(&b->layout, m, k);
+            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+        }
+        fprintf(f, "    { /* graph input %s: %s %s; this rank uploads its block %s */\n", t->name,
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
+                sharding_str(&b->layout, m, buf + 128, 128));
+        fprintf(f, "        static const int64_t gdims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", nshards[] = ");
+        emit_dims(f, nsh, t->rank);
+        fprintf(f, ", index[] = ");
+        emit_dims(f, idx, t->rank);
+        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
+                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
+                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
+                   "        void *host = rt_alloc(%lld);\n"
+                   "        rt_take_block(host, t.data, %d, gdims, nshards, index, %zu);\n"
+                   "        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
+                   "        CHECK_CUDA(cudaMemcpy(%s, host, %lld, cudaMemcpyHostToDevice));\n        free(host);\n    }\n",
+                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
+                (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype), b->name,
+                (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
+    }
+    fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
+               "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
+               "        forward(); /* warm-up */\n        CHECK_CUDA(cudaStreamSynchronize(g_stream));\n"
+               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n"
+               "        CHECK_CUDA(cudaEventRecord(t0, g_stream));\n"
+               "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
+               "        CHECK_CUDA(cudaEventRecord(t1, g_stream));\n        CHECK_CUDA(cudaEventSynchronize(t1));\n"
+               "        float ms = 0;\n        CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));\n"
+               "        if (RANK == 0)\n"
+               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks, CUDA events)\\n\",\n"
+               "                   ms / args.iters, args.iters, WORLD);\n"
+               "    } else {\n        forward();\n    }\n    CHECK_CUDA(cudaStreamSynchronize(g_stream));\n");
+    fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        int r = p->out_reshard[i];
+        const Buffer *b = &pr->bufs[r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[t->id]];
+        fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
+                t->name);
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ";\n            void *host = rt_alloc(%lld);\n"
+                   "            CHECK_CUDA(cudaMemcpy(host, %s, %lld, cudaMemcpyDeviceToHost));\n"
+                   "            if (RANK == 0) /* every rank holds the gathered output */\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, host);\n"
+                   "            free(host);\n            continue;\n        }\n",
+                (long long)b->bytes, b->name, (long long)b->bytes, (int)t->dtype, t->rank);
+    }
+    fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
+    fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n"
+               "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    CHECK_MPI(MPI_Finalize());\n    return 0;\n}\n");
+}
