@@ -9,7 +9,6 @@ so its peak RSS is its own. Prints both times, the ratio and peak memory.
 """
 import os
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -37,26 +36,9 @@ for _ in range(iters):
     s.run(None, feed)
 t1 = time.perf_counter()
 print("ms %.4f" % ((t1 - t0) * 1e3 / iters))
-print("rss_kb %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+print("rss_kb %d" % int(hwm.split()[1]))
 """
-
-
-def child_rss_run(args, cwd=None):
-    """Runs a command; returns (stdout, peak RSS in KiB of that child)."""
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=cwd,
-                         stdin=subprocess.DEVNULL, text=True)
-    out, err = p.communicate()
-    _, status, ru = os.wait4(p.pid, 0) if False else (None, p.returncode, None)
-    if p.returncode != 0:
-        sys.exit("bench: %s failed: %s" % (args[0], err.strip()[-500:]))
-    return out
-
-
-def measure(args, cwd=None):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = child_rss_run(args, cwd)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return out, max(after, before)
 
 
 def bench(name, model, tokens, iters):
@@ -69,20 +51,21 @@ def bench(name, model, tokens, iters):
     subprocess.run([os.path.join(ROOT, "build", "onnx2spmd"), "compile", path, "--mesh", "r=1", "-o", d],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", d, "CFLAGS=-O3 -march=native -std=c11"], check=True)
-    # ORT first, in its own process (RUSAGE_CHILDREN keeps the max over children, so measure it first).
+    # ONNX Runtime in its own process, so its memory is its own.
     out = subprocess.run([PY, "-c", ORT_RUNNER, path, inp, str(iters)], capture_output=True, text=True,
                          env=ENV, check=True).stdout
     ort_ms = float(re.search(r"ms ([\d.]+)", out).group(1))
     ort_rss = int(re.search(r"rss_kb (\d+)", out).group(1))
     # The generated program runs as an MPI singleton (no mpirun needed for one rank).
-    p = subprocess.Popen([os.path.join(d, "rank0"), "--in", "tokens=" + inp, "--iters", str(iters)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
-    _, status, ru = os.wait4(p.pid, 0)
-    out = p.stdout.read()
-    if status != 0:
-        sys.exit("bench: generated program failed: " + p.stderr.read()[-500:])
-    gen_ms = float(re.search(r"time per iteration: ([\d.]+) ms", out).group(1))
-    return gen_ms, ru.ru_maxrss, ort_ms, ort_rss
+    # Peak memory is each process's own VmHWM (ru_maxrss of a child would
+    # include what this Python process held when it forked).
+    r = subprocess.run([os.path.join(d, "rank0"), "--in", "tokens=" + inp, "--iters", str(iters)],
+                       capture_output=True, env=ENV, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        sys.exit("bench: generated program failed: " + r.stderr[-500:])
+    gen_ms = float(re.search(r"time per iteration: ([\d.]+) ms", r.stdout).group(1))
+    gen_rss = float(re.search(r"peak memory: ([\d.]+) MiB", r.stdout).group(1)) * 1024
+    return gen_ms, gen_rss, ort_ms, ort_rss
 
 
 def main():

@@ -521,8 +521,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
                "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t1 = MPI_Wtime();\n"
                "        if (RANK == 0)\n"
-               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\",\n"
-               "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD);\n"
+               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\"\n"
+               "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
+               "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);\n"
                "    } else {\n        forward();\n    }\n");
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {

@@ -143,23 +143,41 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     }
 }
 
+/* GCC vectorises the clamps and selects inside k_exp only when it may
+ * ignore FP traps and signed zeros; the erf-based loops below are the only
+ * ones built that way (their inputs and outputs are ordinary finite values
+ * or saturate the same way). Other compilers build them as written. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define K_VECTOR_MATH __attribute__((optimize("fast-math"), unused))
+#else
+#define K_VECTOR_MATH __attribute__((unused))
+#endif
+
 /* exp and erf without libm calls, so loops over them vectorise. k_exp:
  * 2^k * p(r) with r in [-ln2/2, ln2/2] and a degree-6 polynomial (relative
  * error ~2e-7); k_erf: Numerical Recipes' erfc Chebyshev fit (fractional
  * error < 1.2e-7 everywhere), using k_exp. */
-static inline float k_exp(float x)
+K_VECTOR_MATH static inline float k_exp(float x)
 {
+    /* Below -87 the result would be subnormal (and subnormals make every
+     * later FMA on them slow): return 0, as expf underflows to. */
+    float zero = x < -87.0f ? 0.0f : 1.0f;
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    float k = __builtin_floorf(x * 1.44269504f + 0.5f);
+    /* k = round(x / ln 2) by truncation (floorf would not vectorise). */
+    float t = x * 1.44269504f;
+    int32_t ki = (int32_t)(t + (t >= 0 ? 0.5f : -0.5f));
+    float k = (float)ki;
     float r = x - k * 0.693145752f - k * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416664824f + r * (0.00833336171f +
                                                                                            r * 0.00139304635f)))));
-    union { float f; int32_t i; } u = {p};
-    u.i += (int32_t)k << 23;
-    return u.f;
+    int32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += ki * (1 << 23);
+    memcpy(&p, &bits, sizeof p);
+    return p * zero;
 }
 
-static inline float k_erf(float x)
+K_VECTOR_MATH static inline float k_erf(float x)
 {
     float z = x < 0 ? -x : x, t = 1.0f / (1.0f + 0.5f * z);
     float poly = -z * z - 1.26551223f +
@@ -169,20 +187,39 @@ static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
-/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). */
+K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0.5f * x[i] * (1.0f + k_erf(x[i] * 0.70710678118654752f));
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_erf(x[i]);
+}
+
+K_VECTOR_MATH static void k_sigmoid_loop(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + k_exp(-x[i]));
+}
+
+/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh).
+ * One plain loop per op, so each vectorises. */
 static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        switch (op) {
-        case 0: y[i] = v > 0 ? v : 0; break;
-        case 1: y[i] = sqrtf(v); break;
-        case 2: y[i] = k_erf(v); break;
-        case 3: y[i] = tanhf(v); break;
-        case 4: y[i] = 1.0f / (1.0f + k_exp(-v)); break;
-        case 5: y[i] = 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f)); break;
-        default: y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
+    switch (op) {
+    case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
+    case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+    case 2: k_erf_loop(y, x, n, 0); break;
+    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 4: k_sigmoid_loop(y, x, n); break;
+    case 5: k_erf_loop(y, x, n, 1); break;
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         }
+        break;
     }
 }
 
@@ -252,7 +289,7 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
             for (int64_t j = 0; j < n; j++) {
-                yp[j * inner] = k_exp(xp[j * inner] - mx);
+                yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
             }
             for (int64_t j = 0; j < n; j++)

@@ -379,6 +379,20 @@ static inline unsigned char *rt_load_weights(const char *argv0, const char *name
     return w;
 }
 
+/* Peak resident memory of this process in KiB (Linux VmHWM; 0 elsewhere). */
+static inline long rt_peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
 /* ---- flags ---- */
 
 typedef struct RtArgs {

@@ -22,10 +22,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef O2S_CUDA
 #include <cblas.h>
+#endif
+/* The C API only: MPI's C++ bindings are deprecated and warn under nvcc. */
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
+static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static inline void rt_die(const char *fmt, ...)
@@ -37,6 +43,7 @@ static inline void rt_die(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
     fflush(stderr);
+    rt_abort_comms();
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -92,7 +99,7 @@ static inline unsigned char *rt_read_file(const char *path, size_t *len)
         rt_die("cannot read %s", path);
     long n = ftell(f);
     rewind(f);
-    unsigned char *buf = rt_alloc((size_t)(n > 0 ? n : 1));
+    unsigned char *buf = (unsigned char *)rt_alloc((size_t)(n > 0 ? n : 1));
     if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n)
         rt_die("cannot read %s", path);
     fclose(f);
@@ -372,13 +379,27 @@ static inline unsigned char *rt_load_weights(const char *argv0, const char *name
     memcpy(&sum, hdr + 16, 8);
     if (bytes != want_bytes)
         rt_die("weight file %s: holds %llu bytes, this rank needs %zu", path, (unsigned long long)bytes, want_bytes);
-    unsigned char *w = rt_alloc(want_bytes);
+    unsigned char *w = (unsigned char *)rt_alloc(want_bytes);
     if (fread(w, 1, want_bytes, f) != want_bytes)
         rt_die("weight file %s: truncated", path);
     fclose(f);
     if (sum != want_sum || rt_fnv1a(w, want_bytes) != want_sum)
         rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
     return w;
+}
+
+/* Peak resident memory of this process in KiB (Linux VmHWM; 0 elsewhere). */
+static inline long rt_peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kib;
 }
 
 /* ---- flags ---- */
@@ -415,6 +436,7 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
     }
 }
 
+#ifndef O2S_CUDA
 /* Rank-group communicator: ranks that differ only in the given axes,
  * ordered by `key` (the group coordinate, major axis first). */
 static inline MPI_Comm rt_comm_split(int color, int key)
@@ -423,6 +445,7 @@ static inline MPI_Comm rt_comm_split(int color, int key)
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
     return c;
 }
+#endif
 
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
@@ -432,13 +455,23 @@ static inline MPI_Comm rt_comm_split(int color, int key)
  * All are static inline so a rank that does not use one pays nothing.
  */
 
-/* Walks an N-d index over `dims`, returning per-operand flat offsets. */
 #define K_MAX_RANK 8
 
-typedef struct KIter {
-    int rank;
-    int64_t dims[K_MAX_RANK], idx[K_MAX_RANK];
-} KIter;
+/* No NCCL here: nothing to abort before MPI_Abort. */
+static void rt_abort_comms(void)
+{
+}
+
+/* Copies and clears of whole buffers (device memory on the CUDA target). */
+static inline void k_copy(void *dst, const void *src, int64_t bytes)
+{
+    memcpy(dst, src, (size_t)bytes);
+}
+
+static inline void k_zero(void *dst, int64_t bytes)
+{
+    memset(dst, 0, (size_t)bytes);
+}
 
 /* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow. */
 static inline void k_binary_f32(int op, float *y, const float *a, const float *b, int rank, const int64_t *dims,
@@ -559,23 +592,41 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     }
 }
 
+/* GCC vectorises the clamps and selects inside k_exp only when it may
+ * ignore FP traps and signed zeros; the erf-based loops below are the only
+ * ones built that way (their inputs and outputs are ordinary finite values
+ * or saturate the same way). Other compilers build them as written. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define K_VECTOR_MATH __attribute__((optimize("fast-math"), unused))
+#else
+#define K_VECTOR_MATH __attribute__((unused))
+#endif
+
 /* exp and erf without libm calls, so loops over them vectorise. k_exp:
  * 2^k * p(r) with r in [-ln2/2, ln2/2] and a degree-6 polynomial (relative
  * error ~2e-7); k_erf: Numerical Recipes' erfc Chebyshev fit (fractional
  * error < 1.2e-7 everywhere), using k_exp. */
-static inline float k_exp(float x)
+K_VECTOR_MATH static inline float k_exp(float x)
 {
+    /* Below -87 the result would be subnormal (and subnormals make every
+     * later FMA on them slow): return 0, as expf underflows to. */
+    float zero = x < -87.0f ? 0.0f : 1.0f;
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    float k = __builtin_floorf(x * 1.44269504f + 0.5f);
+    /* k = round(x / ln 2) by truncation (floorf would not vectorise). */
+    float t = x * 1.44269504f;
+    int32_t ki = (int32_t)(t + (t >= 0 ? 0.5f : -0.5f));
+    float k = (float)ki;
     float r = x - k * 0.693145752f - k * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416664824f + r * (0.00833336171f +
                                                                                            r * 0.00139304635f)))));
-    union { float f; int32_t i; } u = {p};
-    u.i += (int32_t)k << 23;
-    return u.f;
+    int32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += ki * (1 << 23);
+    memcpy(&p, &bits, sizeof p);
+    return p * zero;
 }
 
-static inline float k_erf(float x)
+K_VECTOR_MATH static inline float k_erf(float x)
 {
     float z = x < 0 ? -x : x, t = 1.0f / (1.0f + 0.5f * z);
     float poly = -z * z - 1.26551223f +
@@ -585,20 +636,39 @@ static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
-/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). */
+K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0.5f * x[i] * (1.0f + k_erf(x[i] * 0.70710678118654752f));
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_erf(x[i]);
+}
+
+K_VECTOR_MATH static void k_sigmoid_loop(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + k_exp(-x[i]));
+}
+
+/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh).
+ * One plain loop per op, so each vectorises. */
 static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        switch (op) {
-        case 0: y[i] = v > 0 ? v : 0; break;
-        case 1: y[i] = sqrtf(v); break;
-        case 2: y[i] = k_erf(v); break;
-        case 3: y[i] = tanhf(v); break;
-        case 4: y[i] = 1.0f / (1.0f + k_exp(-v)); break;
-        case 5: y[i] = 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f)); break;
-        default: y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
+    switch (op) {
+    case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
+    case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+    case 2: k_erf_loop(y, x, n, 0); break;
+    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 4: k_sigmoid_loop(y, x, n); break;
+    case 5: k_erf_loop(y, x, n, 1); break;
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         }
+        break;
     }
 }
 
@@ -668,7 +738,7 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
             for (int64_t j = 0; j < n; j++) {
-                yp[j * inner] = k_exp(xp[j * inner] - mx);
+                yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
             }
             for (int64_t j = 0; j < n; j++)
@@ -1125,7 +1195,7 @@ static void forward(void)
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l0_q_split_heads";
-    memcpy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
+    k_copy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
 
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -1140,7 +1210,7 @@ static void forward(void)
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l0_k_split_heads";
-    memcpy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
+    k_copy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
 
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -1155,7 +1225,7 @@ static void forward(void)
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l0_v_split_heads";
-    memcpy(B_l0_v_h, B_l0_v, 2048); /* same bytes, new shape */
+    k_copy(B_l0_v_h, B_l0_v, 2048); /* same bytes, new shape */
 
     /* node "l0_q_perm" (Transpose)
      *   l0_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -1227,7 +1297,7 @@ static void forward(void)
     /* node "l0_merge_heads" (Reshape)
      *   l0_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_merge_heads";
-    memcpy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
+    k_copy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
 
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
@@ -1315,7 +1385,7 @@ static void forward(void)
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l1_q_split_heads";
-    memcpy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
+    k_copy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -1330,7 +1400,7 @@ static void forward(void)
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l1_k_split_heads";
-    memcpy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
+    k_copy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -1345,7 +1415,7 @@ static void forward(void)
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l1_v_split_heads";
-    memcpy(B_l1_v_h, B_l1_v, 2048); /* same bytes, new shape */
+    k_copy(B_l1_v_h, B_l1_v, 2048); /* same bytes, new shape */
 
     /* node "l1_q_perm" (Transpose)
      *   l1_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -1417,7 +1487,7 @@ static void forward(void)
     /* node "l1_merge_heads" (Reshape)
      *   l1_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_merge_heads";
-    memcpy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
+    k_copy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
 
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
@@ -1564,8 +1634,9 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
         double t1 = MPI_Wtime();
         if (RANK == 0)
-            printf("time per iteration: %.3f ms (%d iterations after 1 warm-up, %d ranks)\n",
-                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD);
+            printf("time per iteration: %.3f ms (%d iterations after 1 warm-up, %d ranks)\n"
+                   "peak memory: %.1f MiB (rank 0, VmHWM)\n",
+                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);
     } else {
         forward();
     }
