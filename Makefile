@@ -26,7 +26,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated conformance
+.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated conformance cuda-build
 .DEFAULT_GOAL := all
 
 all: build/onnx2spmd
@@ -120,6 +120,9 @@ e2e: all
 	@bash tests/e2e/test_determinism.sh
 	@bash tests/e2e/test_runtime_errors.sh
 
+cuda-build: all
+	@bash tests/e2e/cuda_build.sh
+
 conformance: all
 	@$(PY) tests/conformance/run.py
 
@@ -135,6 +138,7 @@ bench: deps all
 test: deps all unit cli
 	@$(MAKE) --no-print-directory e2e
 	@$(MAKE) --no-print-directory conformance
+	@$(MAKE) --no-print-directory cuda-build
 	@$(MAKE) --no-print-directory asan
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(if $(CI_FUZZ_SECONDS),$(CI_FUZZ_SECONDS),30)
 	@echo "make test: all passed"

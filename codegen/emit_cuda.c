@@ -97,9 +97,11 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "        CHECK_CUDA(cudaEventRecord(t1, g_stream));\n        CHECK_CUDA(cudaEventSynchronize(t1));\n"
                "        float ms = 0;\n        CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));\n"
                "        if (RANK == 0)\n"
-               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks, CUDA events)\\n\",\n"
-               "                   ms / args.iters, args.iters, WORLD);\n"
-               "    } else {\n        forward();\n    }\n    CHECK_CUDA(cudaStreamSynchronize(g_stream));\n");
+               "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks, CUDA events)\\n\"\n"
+               "                   \"peak host memory: %%.1f MiB (rank 0, VmHWM); device: arena %%lld + weights %%llu bytes\\n\",\n"
+               "                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, %lldLL, WEIGHT_BYTES);\n"
+               "    } else {\n        forward();\n    }\n    CHECK_CUDA(cudaStreamSynchronize(g_stream));\n",
+            (long long)pr->arena_bytes);
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];

@@ -11,6 +11,7 @@ check=0
 examples=(
     "mlp_tp2|tests/models/mlp.onnx --mesh tp=2 --shard W1=[_,tp]"
     "tiny_gpt_dp2_tp2|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt"
+    "tiny_gpt_dp2_tp2_cuda_fsdp|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --shard-weights dp --target cuda"
 )
 fail=0
 for ex in "${examples[@]}"; do
@@ -20,17 +21,20 @@ for ex in "${examples[@]}"; do
     # shellcheck disable=SC2086
     "$BIN" compile $args -o "$out" >/dev/null
     if [ $check = 1 ]; then
-        for f in "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh; do
+        for f in "$out"/rank*.c "$out"/rank*.cu "$out"/plan.txt "$out"/Makefile "$out"/run.sh; do
+            [ -e "$f" ] || continue
             if ! cmp -s "$f" "generated/$name/$(basename "$f")"; then
                 echo "generated/$name/$(basename "$f") differs from a fresh compile"; fail=1
             fi
         done
-        [ "$(ls generated/$name | wc -l)" = "$(ls "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh | wc -l)" ] \
+        [ "$(ls generated/$name | wc -l)" = "$(ls "$out" | grep -E '^rank[0-9]+\.cu?$|^plan\.txt$|^Makefile$|^run\.sh$' | wc -l)" ] \
             || { echo "generated/$name: file list differs"; fail=1; }
     else
         rm -rf "generated/$name"
         mkdir -p "generated/$name"
-        cp "$out"/rank*.c "$out"/plan.txt "$out"/Makefile "$out"/run.sh "generated/$name/"
+        for f in "$out"/*; do
+            case "$(basename "$f")" in rank[0-9]*.c|rank[0-9]*.cu|plan.txt|Makefile|run.sh) cp "$f" "generated/$name/";; esac
+        done
     fi
 done
 [ $check = 1 ] && [ $fail = 0 ] && echo "generated/: byte-identical to a fresh compile"
