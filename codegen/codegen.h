@@ -71,6 +71,7 @@ typedef struct Program {
     int *reshard_buf;       /* reshard -> buffer of its result */
     StepBufs (*steps)[RESHARD_MAX_STEPS];
     int *node_scratch;      /* node index -> scratch buffer or -1 */
+    int *fused_from;        /* node index -> bias Add fused into this activation, or -1 */
     Inst *insts;
     int ninsts, insts_cap;
     int *start_at, *wait_at; /* reshard -> instruction index */

@@ -155,9 +155,30 @@ static int emit_binary(const Ctx *c)
     return 0;
 }
 
+static int unary_code(const Node *n)
+{
+    return n->op == OP_RELU ? 0 : n->op == OP_SQRT ? 1 : n->op == OP_ERF ? 2 : n->op == OP_TANH ? 3
+         : n->op == OP_SIGMOID ? 4 : strcmp(node_attr_str(n, "approximate", "none"), "tanh") == 0 ? 6 : 5;
+}
+
+/* The activation of a fused bias Add: y = act(a + b) in one kernel. */
+static int emit_bias_act(const Ctx *c)
+{
+    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
+    const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
+    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = out_buf(c, 0);
+    int64_t n = y->bytes / 4, cols = b->bytes / 4;
+    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", add->name);
+    fprintf(c->f, "    k_bias_act_f32(%d, %s, %s, %s, %lld, %lld);\n", unary_code(c->n), y->name, a->name, b->name,
+            (long long)(n / cols), (long long)cols);
+    return 0;
+}
+
 static int emit_unary(const Ctx *c)
 {
     const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    if (c->pr->fused_from[c->n->id] >= 0)
+        return emit_bias_act(c);
     int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
     switch (c->n->op) {
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
@@ -175,9 +196,7 @@ static int emit_unary(const Ctx *c)
     default:
         break;
     }
-    int code = c->n->op == OP_RELU ? 0 : c->n->op == OP_SQRT ? 1 : c->n->op == OP_ERF ? 2 : c->n->op == OP_TANH ? 3
-             : c->n->op == OP_SIGMOID ? 4 : strcmp(node_attr_str(c->n, "approximate", "none"), "tanh") == 0 ? 6 : 5;
-    fprintf(c->f, "    k_unary_f32(%d, %s, %s, %lld);\n", code, y->name, x->name, (long long)n);
+    fprintf(c->f, "    k_unary_f32(%d, %s, %s, %lld);\n", unary_code(c->n), y->name, x->name, (long long)n);
     return 0;
 }
 

@@ -156,6 +156,40 @@ static void build_reshard_bufs(Program *pr, int r)
     pr->reshard_buf[r] = in;
 }
 
+/* Bias + activation fusion: an Add of a row bias whose only reader is the
+ * very next node, an elementwise activation, runs inside that node (one
+ * pass over the data; its intermediate never exists). Not when the sum is
+ * a graph output or is resharded. */
+static int is_activation(OpKind op)
+{
+    return op == OP_GELU || op == OP_RELU || op == OP_SIGMOID || op == OP_TANH;
+}
+
+static void find_fusions(Program *pr)
+{
+    const Graph *g = pr->g;
+    const Plan *p = pr->plan;
+    for (int i = 0; i < g->nnodes; i++)
+        pr->fused_from[i] = -1;
+    for (int i = 0; i + 1 < g->nnodes; i++) {
+        const Node *n = g->nodes[i], *u = g->nodes[i + 1];
+        const Tensor *t = n->outputs[0];
+        if (n->op != OP_ADD || !is_activation(u->op) || t->dtype != DT_F32 || t->nconsumers != 1 ||
+            t->consumers[0] != u || u->inputs[0] != t || t->is_output || p->nodes[u->id].in_reshard[0] >= 0)
+            continue;
+        int resharded = 0;
+        for (int r = 0; r < p->nreshards; r++)
+            resharded |= p->reshards[r].tensor == t;
+        const Buffer *y = &pr->bufs[pr->tensor_buf[t->id]];
+        const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
+        int64_t cols = y->rank ? y->dims[y->rank - 1] : 1;
+        if (resharded || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
+            !(b->bytes == y->bytes || (b->bytes / 4 == cols && b->rank >= 1 && b->dims[b->rank - 1] == cols)))
+            continue;
+        pr->fused_from[u->id] = n->id;
+    }
+}
+
 /* First node (index) that reads reshard r's result; nnodes for outputs. */
 static int first_reader(const Program *pr, int r)
 {
@@ -219,7 +253,9 @@ static void schedule(Program *pr, int prefetch)
                 pr->wait_at[r] = pr->ninsts;
                 inst_add(pr, INST_WAIT, n, r);
             }
-        inst_add(pr, INST_COMPUTE, n, -1);
+        int fused_away = i + 1 < nn && pr->fused_from[i + 1] == i;
+        if (!fused_away)
+            inst_add(pr, INST_COMPUTE, n, -1);
         for (int r = 0; r < nr; r++)
             if (start_before[r] == -2 && p->reshards[r].tensor->producer == n) {
                 pr->start_at[r] = pr->ninsts;
@@ -317,6 +353,11 @@ static void liveness(Program *pr)
                 if (n->outputs[k])
                     live(pr, pr->tensor_buf[n->outputs[k]->id], i);
             live(pr, pr->node_scratch[n->id], i);
+            if (pr->fused_from[n->id] >= 0) {
+                const Node *add = g->nodes[pr->fused_from[n->id]];
+                live(pr, program_operand_buf(pr, add, 0), i);
+                live(pr, program_operand_buf(pr, add, 1), i);
+            }
         } else if (in->reshard < 0) {
             continue; /* a member of a fused call: nothing happens here */
         } else {
@@ -460,6 +501,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->start_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->wait_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_leader = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
+    pr->fused_from = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_recv = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     for (int i = 0; i < g->ntensors; i++)
@@ -486,6 +528,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
         build_reshard_bufs(pr, r);
     for (int i = 0; i < g->nnodes; i++)
         pr->node_scratch[i] = conv_scratch(pr, g->nodes[i]);
+    find_fusions(pr);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
     liveness(pr);

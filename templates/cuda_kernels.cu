@@ -196,6 +196,31 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     CHECK_LAUNCH();
 }
 
+__device__ static inline float k_act(int op, float v)
+{
+    switch (op) {
+    case 0: return v > 0 ? v : 0;
+    case 1: return sqrtf(v);
+    case 2: return erff(v);
+    case 3: return tanhf(v);
+    case 4: return 1.0f / (1.0f + expf(-v));
+    case 5: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    default: return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    }
+}
+
+/* Bias + activation in one pass: y = act(a + b[col]). */
+__global__ void kk_bias_act(int op, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
+{
+    GRID_LOOP(i, rows * cols) y[i] = k_act(op, a[i] + b[i % cols]);
+}
+
+static inline void k_bias_act_f32(int act, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
+{
+    kk_bias_act<<<k_blocks(rows * cols), K_THREADS, 0, g_stream>>>(act, y, a, b, rows, cols);
+    CHECK_LAUNCH();
+}
+
 __global__ void kk_unary(int op, float *y, const float *x, int64_t n)
 {
     GRID_LOOP(i, n)

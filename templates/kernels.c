@@ -575,3 +575,13 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
         }
     }
 }
+
+/* Bias + activation (fused Add and activation): y = act(a + b), b a row
+ * of `cols` repeated over `rows` (or as long as a). act as k_unary_f32. */
+static inline void k_bias_act_f32(int act, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = a[r * cols + c] + b[c];
+    k_unary_f32(act, y, y, rows * cols);
+}

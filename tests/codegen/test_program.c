@@ -176,15 +176,19 @@ static void check_prefetch(Built *b, int k)
     Program *pr = program_build(b->p, 0, &opt, &d);
     assert_non_null(pr);
     assert_int_equal(pr->prefetch_used, k);
-    /* Compute positions of the weight-reading nodes, in program order. */
+    /* The compute each gather feeds: the first compute after its wait
+     * (a fused bias Add is read by the activation it is fused into). */
     int readers[256], nreaders = 0;
     for (int i = 0; i < pr->ninsts; i++) {
         if (pr->insts[i].kind != INST_COMPUTE)
             continue;
         int reads = 0;
-        for (int r = 0; r < b->p->nreshards; r++)
-            reads |= b->p->reshards[r].weight_gather && pr->insts[pr->wait_at[r]].node == pr->insts[i].node &&
-                     pr->wait_at[r] < i;
+        for (int r = 0; r < b->p->nreshards; r++) {
+            int use = pr->wait_at[r];
+            while (use < pr->ninsts && pr->insts[use].kind != INST_COMPUTE)
+                use++;
+            reads |= b->p->reshards[r].weight_gather && use == i;
+        }
         if (reads && nreaders < 256)
             readers[nreaders++] = i;
     }
@@ -195,7 +199,7 @@ static void check_prefetch(Built *b, int k)
         int w = pr->wait_at[r], j = 0;
         /* Waited on just before its reader: only other waits in between. */
         int use = w;
-        while (pr->insts[use].kind == INST_WAIT)
+        while (pr->insts[use].kind != INST_COMPUTE)
             use++;
         assert_int_equal(pr->insts[use].kind, INST_COMPUTE);
         while (j < nreaders && readers[j] != use)
