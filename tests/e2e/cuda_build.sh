@@ -11,6 +11,7 @@ filter=${1:-}
 if ! command -v "${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null 2>&1; then
     echo "cuda_build: nvcc not found (set NVCC); skipped"; exit 0
 fi
+rm -rf "$OUT"
 mkdir -p "$OUT"
 fail=0 n=0
 while read -r name model mesh flags; do
