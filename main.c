@@ -275,6 +275,17 @@ static int parse_dim(const char *arg, DimBinding *b)
     return 0;
 }
 
+/* --dim NAME=VALUE into the frontend options (dims holds 64). */
+static int add_dim(FrontendOptions *opt, DimBinding *dims, const char *arg)
+{
+    if (opt->ndims == 64)
+        return usage_error("too many --dim flags (at most %s)", "64");
+    if (parse_dim(arg, &dims[opt->ndims]))
+        return usage_error("--dim %s: expected NAME=VALUE with a non-negative integer", arg);
+    opt->ndims++;
+    return 0;
+}
+
 static int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -293,11 +304,8 @@ static int cmd_inspect(int argc, char **argv)
         case OPT_NODES: nodes = 1; break;
         case OPT_JSON: json = 1; break;
         case OPT_DIM:
-            if (opt.ndims == 64)
-                return usage_error("too many --dim flags (at most %s)", "64");
-            if (parse_dim(optarg, &dims[opt.ndims]))
-                return usage_error("--dim %s: expected NAME=VALUE with a non-negative integer", optarg);
-            opt.ndims++;
+            if (add_dim(&opt, dims, optarg))
+                return EXIT_BAD_INPUT;
             break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
         default: return usage_error("inspect: bad option%s", "");
@@ -418,11 +426,8 @@ static int cmd_plan(int argc, char **argv, int compile)
             shards[nshards++] = optarg;
             break;
         case OPT_DIM:
-            if (opt.ndims == 64)
-                return usage_error("too many --dim flags (at most %s)", "64");
-            if (parse_dim(optarg, &dims[opt.ndims]))
-                return usage_error("--dim %s: expected NAME=VALUE with a non-negative integer", optarg);
-            opt.ndims++;
+            if (add_dim(&opt, dims, optarg))
+                return EXIT_BAD_INPUT;
             break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
         default: return usage_error("plan: bad option%s", "");

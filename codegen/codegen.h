@@ -99,6 +99,8 @@ typedef struct EmitOptions {
     int tf32;              /* CUDA: let cuBLAS use TF32 */
 } EmitOptions;
 
+/* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */
+void emit_inputs(const Program *pr, FILE *f, int cuda);
 /* Writes rank<k>.c (or .cu) for one program. */
 int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
 

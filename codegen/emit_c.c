@@ -346,6 +346,55 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
     }
 }
 
+/* main()'s input handling: refuse unknown --in names, then read each
+ * graph input, check its dtype and shape, and keep this rank's block (on
+ * the CUDA target, uploaded to the device). */
+void emit_inputs(const Program *pr, FILE *f, int cuda)
+{
+    const Graph *g = pr->g;
+    const Mesh *m = &pr->plan->mesh;
+    char buf[256];
+    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
+    for (int i = 0; i < g->ninputs; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
+    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
+               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
+               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
+            g->ninputs ? ", " : "");
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
+        for (int k = 0; k < t->rank; k++) {
+            nsh[k] = sharding_dim_shards(&b->layout, m, k);
+            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+        }
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", t->name, dtype_name(t->dtype),
+                shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
+        fprintf(f, "        static const int64_t gdims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", nshards[] = ");
+        emit_dims(f, nsh, t->rank);
+        fprintf(f, ", index[] = ");
+        emit_dims(f, idx, t->rank);
+        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
+                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
+                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
+                   "        void *block = rt_alloc(%lld);\n"
+                   "        rt_take_block(block, t.data, %d, gdims, nshards, index, %zu);\n",
+                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
+                (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype));
+        if (cuda)
+            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
+                       "        CHECK_CUDA(cudaMemcpy(%s, block, %lld, cudaMemcpyHostToDevice));\n        free(block);\n",
+                    b->name, (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
+        else
+            fprintf(f, "        %s = (%s *)block;\n", b->name, emit_ctype(b->dtype));
+        fprintf(f, "    }\n");
+    }
+}
+
 int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
 {
     const Plan *p = pr->plan;
@@ -485,37 +534,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
                "    g_arena = rt_alloc(%lld);\n",
             pr->rank, (long long)pr->arena_bytes);
-    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
-    for (int i = 0; i < g->ninputs; i++)
-        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
-    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
-               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
-               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
-            g->ninputs ? ", " : "");
-    for (int i = 0; i < g->ninputs; i++) {
-        const Tensor *t = g->inputs[i];
-        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
-        for (int k = 0; k < t->rank; k++) {
-            nsh[k] = sharding_dim_shards(&b->layout, m, k);
-            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
-        }
-        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", t->name, dtype_name(t->dtype),
-                shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
-        fprintf(f, "        static const int64_t gdims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", nshards[] = ");
-        emit_dims(f, nsh, t->rank);
-        fprintf(f, ", index[] = ");
-        emit_dims(f, idx, t->rank);
-        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
-                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
-                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
-                   "        %s = rt_alloc(%lld);\n        rt_take_block(%s, t.data, %d, gdims, nshards, index, %zu);\n    }\n",
-                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
-                (int)t->dtype, t->rank, b->name, (long long)b->bytes, b->name, t->rank, dtype_size(t->dtype));
-    }
+    emit_inputs(pr, f, 0);
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
                "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t0 = MPI_Wtime();\n"
                "        for (int i = 0; i < args.iters; i++)\n            forward();\n"

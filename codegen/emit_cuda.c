@@ -17,8 +17,6 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
 {
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
-    const Mesh *m = &p->mesh;
-    char buf[256];
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
     fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
@@ -52,42 +50,7 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "        free(host);\n    }\n"
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
             pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
-    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
-    for (int i = 0; i < g->ninputs; i++)
-        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
-    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
-               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
-               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
-            g->ninputs ? ", " : "");
-    for (int i = 0; i < g->ninputs; i++) {
-        const Tensor *t = g->inputs[i];
-        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
-        for (int k = 0; k < t->rank; k++) {
-            nsh[k] = sharding_dim_shards(&b->layout, m, k);
-            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
-        }
-        fprintf(f, "    { /* graph input %s: %s %s; this rank uploads its block %s */\n", t->name,
-                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
-                sharding_str(&b->layout, m, buf + 128, 128));
-        fprintf(f, "        static const int64_t gdims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", nshards[] = ");
-        emit_dims(f, nsh, t->rank);
-        fprintf(f, ", index[] = ");
-        emit_dims(f, idx, t->rank);
-        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
-                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
-                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
-                   "        void *host = rt_alloc(%lld);\n"
-                   "        rt_take_block(host, t.data, %d, gdims, nshards, index, %zu);\n"
-                   "        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
-                   "        CHECK_CUDA(cudaMemcpy(%s, host, %lld, cudaMemcpyHostToDevice));\n        free(host);\n    }\n",
-                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
-                (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype), b->name,
-                (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
-    }
+    emit_inputs(pr, f, 1);
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
                "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
                "        forward(); /* warm-up */\n        CHECK_CUDA(cudaStreamSynchronize(g_stream));\n"

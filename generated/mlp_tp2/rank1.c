@@ -1137,8 +1137,9 @@ int main(int argc, char **argv)
         RtTensor t;
         rt_read_tensor(path, &t);
         rt_check_input("x", path, &t, 1, 2, gdims);
-        I_x = rt_alloc(2048);
-        rt_take_block(I_x, t.data, 2, gdims, nshards, index, 4);
+        void *block = rt_alloc(2048);
+        rt_take_block(block, t.data, 2, gdims, nshards, index, 4);
+        I_x = (float *)block;
     }
     if (args.iters > 0) {
         forward(); /* warm-up */

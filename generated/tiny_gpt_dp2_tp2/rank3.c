@@ -1624,8 +1624,9 @@ int main(int argc, char **argv)
         RtTensor t;
         rt_read_tensor(path, &t);
         rt_check_input("tokens", path, &t, 7, 2, gdims);
-        I_tokens = rt_alloc(128);
-        rt_take_block(I_tokens, t.data, 2, gdims, nshards, index, 8);
+        void *block = rt_alloc(128);
+        rt_take_block(block, t.data, 2, gdims, nshards, index, 8);
+        I_tokens = (int64_t *)block;
     }
     if (args.iters > 0) {
         forward(); /* warm-up */

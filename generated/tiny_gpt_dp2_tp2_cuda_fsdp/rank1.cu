@@ -2345,7 +2345,7 @@ int main(int argc, char **argv)
         if (!ok)
             rt_die("--in %s: the model has no input of that name", args.in_name[i]);
     }
-    { /* graph input tokens: int64 [2, 16]; this rank uploads its block [dp,_] */
+    { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, nshards[] = {2, 1}, index[] = {0, 0};
         const char *path = find_arg(args.in_name, args.in_path, args.nin, "tokens");
         if (!path)
@@ -2353,11 +2353,11 @@ int main(int argc, char **argv)
         RtTensor t;
         rt_read_tensor(path, &t);
         rt_check_input("tokens", path, &t, 7, 2, gdims);
-        void *host = rt_alloc(128);
-        rt_take_block(host, t.data, 2, gdims, nshards, index, 8);
+        void *block = rt_alloc(128);
+        rt_take_block(block, t.data, 2, gdims, nshards, index, 8);
         CHECK_CUDA(cudaMalloc((void **)&I_tokens, 128));
-        CHECK_CUDA(cudaMemcpy(I_tokens, host, 128, cudaMemcpyHostToDevice));
-        free(host);
+        CHECK_CUDA(cudaMemcpy(I_tokens, block, 128, cudaMemcpyHostToDevice));
+        free(block);
     }
     if (args.iters > 0) {
         cudaEvent_t t0, t1;
