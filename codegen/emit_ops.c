@@ -101,8 +101,27 @@ static int skip_bias(const Ctx *c)
     return 0;
 }
 
+/* A residual Add with the bias Add before it fused in:
+ * y = r + (a + b[col]) in one pass. */
+static int emit_bias_residual(const Ctx *c)
+{
+    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
+    const Tensor *t = add->outputs[0];
+    int slot = c->n->inputs[0] == t ? 0 : 1;
+    const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
+    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)];
+    const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = out_buf(c, 0);
+    int64_t n = y->bytes / 4, cols = b->bytes / 4;
+    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", add->name);
+    fprintf(c->f, "    k_bias_residual_f32(%s, %s, %s, %s, %lld, %lld);\n", y->name, a->name, b->name, r->name,
+            (long long)(n / cols), (long long)cols);
+    return 0;
+}
+
 static int emit_binary(const Ctx *c)
 {
+    if (c->pr->fused_from[c->n->id] >= 0)
+        return emit_bias_residual(c);
     static const char *const ops[] = {[OP_ADD] = "0", [OP_SUB] = "1", [OP_MUL] = "2", [OP_DIV] = "3", [OP_POW] = "4"};
     const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
     int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&

@@ -156,10 +156,10 @@ static void build_reshard_bufs(Program *pr, int r)
     pr->reshard_buf[r] = in;
 }
 
-/* Bias + activation fusion: an Add of a row bias whose only reader is the
- * very next node, an elementwise activation, runs inside that node (one
- * pass over the data; its intermediate never exists). Not when the sum is
- * a graph output or is resharded. */
+/* Bias fusion: an Add of a row bias whose only reader is the very next
+ * node, an elementwise activation or a residual Add, runs inside that node
+ * (one pass over the data; its intermediate never exists). Not when the
+ * sum is a graph output or is resharded. */
 static int is_activation(OpKind op)
 {
     return op == OP_GELU || op == OP_RELU || op == OP_SIGMOID || op == OP_TANH;
@@ -174,9 +174,23 @@ static void find_fusions(Program *pr)
     for (int i = 0; i + 1 < g->nnodes; i++) {
         const Node *n = g->nodes[i], *u = g->nodes[i + 1];
         const Tensor *t = n->outputs[0];
-        if (n->op != OP_ADD || !is_activation(u->op) || t->dtype != DT_F32 || t->nconsumers != 1 ||
-            t->consumers[0] != u || u->inputs[0] != t || t->is_output || p->nodes[u->id].in_reshard[0] >= 0)
+        /* The reader: an activation of t, or a residual Add of t and a
+         * tensor of the same shape. */
+        int slot = u->inputs[0] == t ? 0 : u->ninputs > 1 && u->inputs[1] == t ? 1 : -1;
+        int residual = u->op == OP_ADD && slot >= 0 && u->inputs[1 - slot] != t &&
+                       u->outputs[0]->rank == t->rank && tensor_numel(u->outputs[0]) == tensor_numel(t) &&
+                       u->inputs[1 - slot]->dtype == DT_F32 &&
+                       tensor_numel(u->inputs[1 - slot]) == tensor_numel(t);
+        if (n->op != OP_ADD || (!(is_activation(u->op) && slot == 0) && !residual))
             continue;
+        if (t->dtype != DT_F32 || t->nconsumers != 1 || t->consumers[0] != u || t->is_output ||
+            p->nodes[u->id].in_reshard[slot] >= 0)
+            continue;
+        if (residual) {
+            const Buffer *rb = &pr->bufs[program_operand_buf(pr, u, 1 - slot)];
+            if (rb->bytes != pr->bufs[pr->tensor_buf[t->id]].bytes)
+                continue;
+        }
         int resharded = 0;
         for (int r = 0; r < p->nreshards; r++)
             resharded |= p->reshards[r].tensor == t;

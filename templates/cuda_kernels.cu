@@ -221,6 +221,19 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
     CHECK_LAUNCH();
 }
 
+/* Bias + residual in one pass: y = r + (a + b[col]). */
+__global__ void kk_bias_residual(float *y, const float *a, const float *b, const float *r, int64_t rows, int64_t cols)
+{
+    GRID_LOOP(i, rows * cols) y[i] = r[i] + (a[i] + b[i % cols]);
+}
+
+static inline void k_bias_residual_f32(float *y, const float *a, const float *b, const float *r, int64_t rows,
+                                       int64_t cols)
+{
+    kk_bias_residual<<<k_blocks(rows * cols), K_THREADS, 0, g_stream>>>(y, a, b, r, rows, cols);
+    CHECK_LAUNCH();
+}
+
 __global__ void kk_unary(int op, float *y, const float *x, int64_t n)
 {
     GRID_LOOP(i, n)

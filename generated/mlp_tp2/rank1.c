@@ -1035,6 +1035,16 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
     k_unary_f32(act, y, y, rows * cols);
 }
 
+/* Bias + residual (a fused bias Add read by a residual Add):
+ * y = r + (a + b[col]). */
+static inline void k_bias_residual_f32(float *y, const float *a, const float *b, const float *r, int64_t rows,
+                                       int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < cols; c++)
+            y[i * cols + c] = r[i * cols + c] + (a[i * cols + c] + b[c]);
+}
+
 /* ---- buffers ---- */
 
 static unsigned char *g_arena, *g_weights;

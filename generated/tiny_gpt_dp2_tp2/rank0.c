@@ -1035,6 +1035,16 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
     k_unary_f32(act, y, y, rows * cols);
 }
 
+/* Bias + residual (a fused bias Add read by a residual Add):
+ * y = r + (a + b[col]). */
+static inline void k_bias_residual_f32(float *y, const float *a, const float *b, const float *r, int64_t rows,
+                                       int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < cols; c++)
+            y[i * cols + c] = r[i * cols + c] + (a[i * cols + c] + b[c]);
+}
+
 /* ---- buffers ---- */
 
 static unsigned char *g_arena, *g_weights;
@@ -1083,7 +1093,7 @@ static unsigned char *g_arena, *g_weights;
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_] */
 #define B_tok ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 2]: tok local [1, 16, 64], [dp,_,_] */
 #define B_pos ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: pos local [16, 64], [_,_] */
-#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 27]: h0 local [1, 16, 64], [dp,_,_] */
+#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 26]: h0 local [1, 16, 64], [dp,_,_] */
 #define B_l0_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [3, 10]: l0_ln1 local [1, 16, 64], [dp,_,_] */
 #define B_l0_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [4, 5]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
 #define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 6]: l0_q local [1, 16, 32], [dp,_,tp] */
@@ -1105,52 +1115,52 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l0_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [21, 22]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
 #define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [22, 23]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
 #define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [23, 25]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [26, 27]: l0_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [27, 35]: l0_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [28, 29]: l0_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [29, 30]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [30, 30]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [30, 31]: l0_act local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [31, 33]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [34, 35]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [35, 60]: l0_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [36, 43]: l1_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [37, 38]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [38, 39]: l1_q local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [39, 46]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [40, 41]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [41, 42]: l1_k local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [42, 47]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [43, 44]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [44, 45]: l1_v local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 2048)) /* 2048 bytes, live [45, 48]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_q_t ((float *)(g_arena + 0)) /* 2048 bytes, live [46, 49]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_k_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [47, 49]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_v_t ((float *)(g_arena + 10240)) /* 2048 bytes, live [48, 53]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [49, 50]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 0)) /* 2048 bytes, live [50, 51]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [51, 52]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 0)) /* 2048 bytes, live [52, 53]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [53, 54]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [54, 55]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [55, 56]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l1_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [56, 58]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [59, 60]: l1_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [60, 68]: l1_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [61, 62]: l1_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [62, 63]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [63, 63]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [63, 64]: l1_act local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [64, 66]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [67, 68]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [68, 69]: l1_out local [1, 16, 64], [dp,_,_] */
-#define B_lnf ((float *)(g_arena + 0)) /* 4096 bytes, live [69, 70]: lnf local [1, 16, 64], [dp,_,_] */
-#define B_logits ((float *)(g_arena + 32768)) /* 16384 bytes, live [70, 72]: logits local [1, 16, 256], [dp,_,_] */
+#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [26, 26]: l0_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [26, 33]: l0_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [27, 28]: l0_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [28, 29]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [29, 29]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [29, 30]: l0_act local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 32]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [33, 33]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [33, 57]: l0_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [34, 41]: l1_ln1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [35, 36]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [36, 37]: l1_q local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [37, 44]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [38, 39]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [39, 40]: l1_k local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [40, 45]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [41, 42]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [42, 43]: l1_v local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 2048)) /* 2048 bytes, live [43, 46]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_q_t ((float *)(g_arena + 0)) /* 2048 bytes, live [44, 47]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_k_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [45, 47]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_v_t ((float *)(g_arena + 10240)) /* 2048 bytes, live [46, 51]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [47, 48]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 0)) /* 2048 bytes, live [48, 49]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [49, 50]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 0)) /* 2048 bytes, live [50, 51]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [51, 52]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [52, 53]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [53, 54]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l1_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [54, 56]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [57, 57]: l1_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [57, 64]: l1_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [58, 59]: l1_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [59, 60]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [60, 60]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [60, 61]: l1_act local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [61, 63]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [64, 64]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [64, 65]: l1_out local [1, 16, 64], [dp,_,_] */
+#define B_lnf ((float *)(g_arena + 0)) /* 4096 bytes, live [65, 66]: lnf local [1, 16, 64], [dp,_,_] */
+#define B_logits ((float *)(g_arena + 32768)) /* 16384 bytes, live [66, 68]: logits local [1, 16, 256], [dp,_,_] */
 #define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [24, 26]: l0_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [32, 34]: l0_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [57, 59]: l1_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc2_r3_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [65, 67]: l1_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [71, 73]: logits local [2, 16, 256], [_,_,_] */
+#define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [31, 33]: l0_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [55, 57]: l1_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [62, 64]: l1_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [67, 69]: logits local [2, 16, 256], [_,_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -1323,15 +1333,11 @@ static void forward(void)
     rt_node = "l0_o_bias";
     CHECK_MPI(MPI_Wait(&req_r0, MPI_STATUS_IGNORE));
 
-    /* node "l0_o_bias" (Add)
-     *   l0_attn_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_o_bias";
-    k_arith_f32(0, B_l0_attn_out, B_l0_o_mm_r0_s0, W_l0_bo, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual1";
-    k_arith_f32(0, B_l0_res1, B_h0, B_l0_attn_out, 1, 1024, 0, 0, 1);
+    /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, W_l0_bo, B_h0, 16, 64);
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -1363,15 +1369,11 @@ static void forward(void)
     rt_node = "l0_fc2_bias";
     CHECK_MPI(MPI_Wait(&req_r1, MPI_STATUS_IGNORE));
 
-    /* node "l0_fc2_bias" (Add)
-     *   l0_fc2_b: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_fc2_bias";
-    k_arith_f32(0, B_l0_fc2_b, B_l0_fc2_r1_s0, W_l0_b2, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual2";
-    k_arith_f32(0, B_l0_out, B_l0_res1, B_l0_fc2_b, 1, 1024, 0, 0, 1);
+    /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, W_l0_b2, B_l0_res1, 16, 64);
 
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -1509,15 +1511,11 @@ static void forward(void)
     rt_node = "l1_o_bias";
     CHECK_MPI(MPI_Wait(&req_r2, MPI_STATUS_IGNORE));
 
-    /* node "l1_o_bias" (Add)
-     *   l1_attn_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_o_bias";
-    k_arith_f32(0, B_l1_attn_out, B_l1_o_mm_r2_s0, W_l1_bo, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual1";
-    k_arith_f32(0, B_l1_res1, B_l0_out, B_l1_attn_out, 1, 1024, 0, 0, 1);
+    /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, W_l1_bo, B_l0_out, 16, 64);
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -1549,15 +1547,11 @@ static void forward(void)
     rt_node = "l1_fc2_bias";
     CHECK_MPI(MPI_Wait(&req_r3, MPI_STATUS_IGNORE));
 
-    /* node "l1_fc2_bias" (Add)
-     *   l1_fc2_b: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_fc2_bias";
-    k_arith_f32(0, B_l1_fc2_b, B_l1_fc2_r3_s0, W_l1_b2, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual2";
-    k_arith_f32(0, B_l1_out, B_l1_res1, B_l1_fc2_b, 1, 1024, 0, 0, 1);
+    /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, W_l1_b2, B_l1_res1, 16, 64);
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */

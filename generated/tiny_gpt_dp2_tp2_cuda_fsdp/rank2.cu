@@ -672,6 +672,19 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
     CHECK_LAUNCH();
 }
 
+/* Bias + residual in one pass: y = r + (a + b[col]). */
+__global__ void kk_bias_residual(float *y, const float *a, const float *b, const float *r, int64_t rows, int64_t cols)
+{
+    GRID_LOOP(i, rows * cols) y[i] = r[i] + (a[i] + b[i % cols]);
+}
+
+static inline void k_bias_residual_f32(float *y, const float *a, const float *b, const float *r, int64_t rows,
+                                       int64_t cols)
+{
+    kk_bias_residual<<<k_blocks(rows * cols), K_THREADS, 0, g_stream>>>(y, a, b, r, rows, cols);
+    CHECK_LAUNCH();
+}
+
 __global__ void kk_unary(int op, float *y, const float *x, int64_t n)
 {
     GRID_LOOP(i, n)
@@ -1138,7 +1151,7 @@ static unsigned char *g_arena, *g_weights;
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_] */
 #define B_tok ((float *)(g_arena + 65536)) /* 4096 bytes, live [4, 10]: tok local [1, 16, 64], [dp,_,_] */
 #define B_pos ((float *)(g_arena + 0)) /* 4096 bytes, live [9, 10]: pos local [16, 64], [_,_] */
-#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [10, 57]: h0 local [1, 16, 64], [dp,_,_] */
+#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [10, 56]: h0 local [1, 16, 64], [dp,_,_] */
 #define B_l0_ln1 ((float *)(g_arena + 12288)) /* 4096 bytes, live [14, 31]: l0_ln1 local [1, 16, 64], [dp,_,_] */
 #define B_l0_q_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [17, 20]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
 #define B_l0_q ((float *)(g_arena + 18432)) /* 2048 bytes, live [20, 21]: l0_q local [1, 16, 32], [dp,_,tp] */
@@ -1160,60 +1173,60 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l0_ctx_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [46, 47]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
 #define B_l0_ctx_m ((float *)(g_arena + 16384)) /* 2048 bytes, live [47, 50]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
 #define B_l0_o_mm ((float *)(g_arena + 12288)) /* 4096 bytes, live [50, 54]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [56, 57]: l0_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l0_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [57, 77]: l0_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [61, 64]: l0_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [64, 67]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [67, 67]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l0_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [67, 70]: l0_act local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [70, 74]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [76, 77]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l0_out ((float *)(g_arena + 8192)) /* 4096 bytes, live [77, 122]: l0_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln1 ((float *)(g_arena + 12288)) /* 4096 bytes, live [81, 98]: l1_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [84, 87]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q ((float *)(g_arena + 18432)) /* 2048 bytes, live [87, 88]: l1_q local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 16384)) /* 2048 bytes, live [88, 103]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 18432)) /* 2048 bytes, live [91, 94]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k ((float *)(g_arena + 20480)) /* 2048 bytes, live [94, 95]: l1_k local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 18432)) /* 2048 bytes, live [95, 104]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 20480)) /* 2048 bytes, live [98, 101]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [101, 102]: l1_v local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 14336)) /* 2048 bytes, live [102, 105]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_q_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [103, 106]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_k_t ((float *)(g_arena + 16384)) /* 2048 bytes, live [104, 106]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_v_t ((float *)(g_arena + 18432)) /* 2048 bytes, live [105, 110]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 14336)) /* 2048 bytes, live [106, 107]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 12288)) /* 2048 bytes, live [107, 108]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 14336)) /* 2048 bytes, live [108, 109]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 12288)) /* 2048 bytes, live [109, 110]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 14336)) /* 2048 bytes, live [110, 111]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [111, 112]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_ctx_m ((float *)(g_arena + 16384)) /* 2048 bytes, live [112, 115]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l1_o_mm ((float *)(g_arena + 12288)) /* 4096 bytes, live [115, 119]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [121, 122]: l1_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [122, 142]: l1_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [126, 129]: l1_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [129, 132]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [132, 132]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l1_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [132, 135]: l1_act local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [135, 139]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [141, 142]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l1_out ((float *)(g_arena + 65536)) /* 4096 bytes, live [142, 146]: l1_out local [1, 16, 64], [dp,_,_] */
-#define B_lnf ((float *)(g_arena + 81920)) /* 4096 bytes, live [146, 148]: lnf local [1, 16, 64], [dp,_,_] */
-#define B_logits ((float *)(g_arena + 65536)) /* 16384 bytes, live [148, 150]: logits local [1, 16, 256], [dp,_,_] */
+#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [56, 56]: l0_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l0_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [56, 75]: l0_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l0_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [60, 63]: l0_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [63, 66]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [66, 66]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l0_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [66, 69]: l0_act local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [69, 73]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [75, 75]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l0_out ((float *)(g_arena + 8192)) /* 4096 bytes, live [75, 119]: l0_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln1 ((float *)(g_arena + 12288)) /* 4096 bytes, live [79, 96]: l1_ln1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [82, 85]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q ((float *)(g_arena + 18432)) /* 2048 bytes, live [85, 86]: l1_q local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 16384)) /* 2048 bytes, live [86, 101]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 18432)) /* 2048 bytes, live [89, 92]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k ((float *)(g_arena + 20480)) /* 2048 bytes, live [92, 93]: l1_k local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 18432)) /* 2048 bytes, live [93, 102]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 20480)) /* 2048 bytes, live [96, 99]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [99, 100]: l1_v local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 14336)) /* 2048 bytes, live [100, 103]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_q_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [101, 104]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_k_t ((float *)(g_arena + 16384)) /* 2048 bytes, live [102, 104]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_v_t ((float *)(g_arena + 18432)) /* 2048 bytes, live [103, 108]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 14336)) /* 2048 bytes, live [104, 105]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 12288)) /* 2048 bytes, live [105, 106]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 14336)) /* 2048 bytes, live [106, 107]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 12288)) /* 2048 bytes, live [107, 108]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 14336)) /* 2048 bytes, live [108, 109]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [109, 110]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_ctx_m ((float *)(g_arena + 16384)) /* 2048 bytes, live [110, 113]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l1_o_mm ((float *)(g_arena + 12288)) /* 4096 bytes, live [113, 117]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [119, 119]: l1_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [119, 138]: l1_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [123, 126]: l1_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [126, 129]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [129, 129]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l1_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [129, 132]: l1_act local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [132, 136]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [138, 138]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l1_out ((float *)(g_arena + 65536)) /* 4096 bytes, live [138, 142]: l1_out local [1, 16, 64], [dp,_,_] */
+#define B_lnf ((float *)(g_arena + 81920)) /* 4096 bytes, live [142, 144]: lnf local [1, 16, 64], [dp,_,_] */
+#define B_logits ((float *)(g_arena + 65536)) /* 16384 bytes, live [144, 146]: logits local [1, 16, 256], [dp,_,_] */
 #define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [51, 56]: l0_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [71, 76]: l0_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [116, 121]: l1_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc2_r3_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [136, 141]: l1_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [149, 151]: logits local [2, 16, 256], [_,_,_] */
+#define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [70, 75]: l0_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [114, 119]: l1_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc2_r3_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [133, 138]: l1_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [145, 147]: logits local [2, 16, 256], [_,_,_] */
 #define B_tok_emb_r5_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [0, 4]: tok_emb local [256, 64], [_,_] */
 #define B_pos_emb_r6_s0 ((float *)(g_arena + 69632)) /* 4096 bytes, live [1, 9]: pos_emb local [16, 64], [_,_] */
 #define B_pos_ids_r7_s0 ((int64_t *)(g_arena + 73728)) /* 128 bytes, live [2, 9]: pos_ids local [16], [_] */
-#define B_causal_r8_s0 ((unsigned char *)(g_arena + 61952)) /* 256 bytes, live [32, 108]: causal local [16, 16], [_,_] */
+#define B_causal_r8_s0 ((unsigned char *)(g_arena + 61952)) /* 256 bytes, live [32, 106]: causal local [16, 16], [_,_] */
 #define B_l0_ln1_g_r9_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [5, 14]: l0_ln1_g local [64], [_] */
 #define B_l0_ln1_b_r10_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [6, 14]: l0_ln1_b local [64], [_] */
-#define B_l0_ln2_g_r11_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [52, 61]: l0_ln2_g local [64], [_] */
-#define B_l0_ln2_b_r12_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [53, 61]: l0_ln2_b local [64], [_] */
+#define B_l0_ln2_g_r11_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [52, 60]: l0_ln2_g local [64], [_] */
+#define B_l0_ln2_b_r12_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [53, 60]: l0_ln2_b local [64], [_] */
 #define B_l0_Wq_r13_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [11, 17]: l0_Wq local [64, 32], [_,tp] */
 #define B_l0_bq_r14_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [15, 20]: l0_bq local [32], [tp] */
 #define B_l0_Wk_r15_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [18, 24]: l0_Wk local [64, 32], [_,tp] */
@@ -1222,29 +1235,29 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l0_bv_r18_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [29, 34]: l0_bv local [32], [tp] */
 #define B_l0_Wo_r19_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [41, 50]: l0_Wo local [32, 64], [tp,_] */
 #define B_l0_bo_r20_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [48, 56]: l0_bo local [64], [_] */
-#define B_l0_W1_r21_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [58, 64]: l0_W1 local [64, 128], [_,tp] */
-#define B_l0_b1_r22_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [62, 67]: l0_b1 local [128], [tp] */
-#define B_l0_W2_r23_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [65, 70]: l0_W2 local [128, 64], [tp,_] */
-#define B_l0_b2_r24_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [68, 76]: l0_b2 local [64], [_] */
-#define B_l1_ln1_g_r25_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [72, 81]: l1_ln1_g local [64], [_] */
-#define B_l1_ln1_b_r26_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [73, 81]: l1_ln1_b local [64], [_] */
-#define B_l1_ln2_g_r27_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [117, 126]: l1_ln2_g local [64], [_] */
-#define B_l1_ln2_b_r28_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [118, 126]: l1_ln2_b local [64], [_] */
-#define B_l1_Wq_r29_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [78, 84]: l1_Wq local [64, 32], [_,tp] */
-#define B_l1_bq_r30_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [82, 87]: l1_bq local [32], [tp] */
-#define B_l1_Wk_r31_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [85, 91]: l1_Wk local [64, 32], [_,tp] */
-#define B_l1_bk_r32_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [89, 94]: l1_bk local [32], [tp] */
-#define B_l1_Wv_r33_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [92, 98]: l1_Wv local [64, 32], [_,tp] */
-#define B_l1_bv_r34_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [96, 101]: l1_bv local [32], [tp] */
-#define B_l1_Wo_r35_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [99, 115]: l1_Wo local [32, 64], [tp,_] */
-#define B_l1_bo_r36_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [113, 121]: l1_bo local [64], [_] */
-#define B_l1_W1_r37_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [123, 129]: l1_W1 local [64, 128], [_,tp] */
-#define B_l1_b1_r38_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [127, 132]: l1_b1 local [128], [tp] */
-#define B_l1_W2_r39_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [130, 135]: l1_W2 local [128, 64], [tp,_] */
-#define B_l1_b2_r40_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [133, 141]: l1_b2 local [64], [_] */
-#define B_lnf_g_r41_s0 ((float *)(g_arena + 69632)) /* 256 bytes, live [137, 146]: lnf_g local [64], [_] */
-#define B_lnf_b_r42_s0 ((float *)(g_arena + 69888)) /* 256 bytes, live [138, 146]: lnf_b local [64], [_] */
-#define B_lm_head_r43_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [143, 148]: lm_head local [64, 256], [_,_] */
+#define B_l0_W1_r21_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [57, 63]: l0_W1 local [64, 128], [_,tp] */
+#define B_l0_b1_r22_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [61, 66]: l0_b1 local [128], [tp] */
+#define B_l0_W2_r23_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [64, 69]: l0_W2 local [128, 64], [tp,_] */
+#define B_l0_b2_r24_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [67, 75]: l0_b2 local [64], [_] */
+#define B_l1_ln1_g_r25_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [71, 79]: l1_ln1_g local [64], [_] */
+#define B_l1_ln1_b_r26_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [72, 79]: l1_ln1_b local [64], [_] */
+#define B_l1_ln2_g_r27_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [115, 123]: l1_ln2_g local [64], [_] */
+#define B_l1_ln2_b_r28_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [116, 123]: l1_ln2_b local [64], [_] */
+#define B_l1_Wq_r29_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [76, 82]: l1_Wq local [64, 32], [_,tp] */
+#define B_l1_bq_r30_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [80, 85]: l1_bq local [32], [tp] */
+#define B_l1_Wk_r31_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [83, 89]: l1_Wk local [64, 32], [_,tp] */
+#define B_l1_bk_r32_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [87, 92]: l1_bk local [32], [tp] */
+#define B_l1_Wv_r33_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [90, 96]: l1_Wv local [64, 32], [_,tp] */
+#define B_l1_bv_r34_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [94, 99]: l1_bv local [32], [tp] */
+#define B_l1_Wo_r35_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [97, 113]: l1_Wo local [32, 64], [tp,_] */
+#define B_l1_bo_r36_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [111, 119]: l1_bo local [64], [_] */
+#define B_l1_W1_r37_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [120, 126]: l1_W1 local [64, 128], [_,tp] */
+#define B_l1_b1_r38_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [124, 129]: l1_b1 local [128], [tp] */
+#define B_l1_W2_r39_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [127, 132]: l1_W2 local [128, 64], [tp,_] */
+#define B_l1_b2_r40_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [130, 138]: l1_b2 local [64], [_] */
+#define B_lnf_g_r41_s0 ((float *)(g_arena + 69632)) /* 256 bytes, live [134, 142]: lnf_g local [64], [_] */
+#define B_lnf_b_r42_s0 ((float *)(g_arena + 69888)) /* 256 bytes, live [135, 142]: lnf_b local [64], [_] */
+#define B_lm_head_r43_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [139, 144]: lm_head local [64, 256], [_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -1740,15 +1753,11 @@ static void forward(void)
     rt_node = "l0_o_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r20, 0));
 
-    /* node "l0_o_bias" (Add)
-     *   l0_attn_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_o_bias";
-    k_arith_f32(0, B_l0_attn_out, B_l0_o_mm_r0_s0, B_l0_bo_r20_s0, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual1";
-    k_arith_f32(0, B_l0_res1, B_h0, B_l0_attn_out, 1, 1024, 0, 0, 1);
+    /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, B_l0_bo_r20_s0, B_h0, 16, 64);
 
     /* start reshard 21 of l0_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln2";
@@ -1855,15 +1864,11 @@ static void forward(void)
     rt_node = "l0_fc2_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r24, 0));
 
-    /* node "l0_fc2_bias" (Add)
-     *   l0_fc2_b: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_fc2_bias";
-    k_arith_f32(0, B_l0_fc2_b, B_l0_fc2_r1_s0, B_l0_b2_r24_s0, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual2";
-    k_arith_f32(0, B_l0_out, B_l0_res1, B_l0_fc2_b, 1, 1024, 0, 0, 1);
+    /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, B_l0_b2_r24_s0, B_l0_res1, 16, 64);
 
     /* start reshard 29 of l1_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_ln1";
@@ -2124,15 +2129,11 @@ static void forward(void)
     rt_node = "l1_o_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r36, 0));
 
-    /* node "l1_o_bias" (Add)
-     *   l1_attn_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_o_bias";
-    k_arith_f32(0, B_l1_attn_out, B_l1_o_mm_r2_s0, B_l1_bo_r36_s0, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual1";
-    k_arith_f32(0, B_l1_res1, B_l0_out, B_l1_attn_out, 1, 1024, 0, 0, 1);
+    /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, B_l1_bo_r36_s0, B_l0_out, 16, 64);
 
     /* start reshard 37 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_ln2";
@@ -2239,15 +2240,11 @@ static void forward(void)
     rt_node = "l1_fc2_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r40, 0));
 
-    /* node "l1_fc2_bias" (Add)
-     *   l1_fc2_b: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_fc2_bias";
-    k_arith_f32(0, B_l1_fc2_b, B_l1_fc2_r3_s0, B_l1_b2_r40_s0, 16, 64, 64, 0, 1); /* row broadcast */
-
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual2";
-    k_arith_f32(0, B_l1_out, B_l1_res1, B_l1_fc2_b, 1, 1024, 0, 0, 1);
+    /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
+    k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, B_l1_b2_r40_s0, B_l1_res1, 16, 64);
 
     /* start reshard 43 of lm_head: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "ln_f";
