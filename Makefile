@@ -119,6 +119,7 @@ e2e: all
 	@bash tests/e2e/run_golden.sh
 	@bash tests/e2e/test_determinism.sh
 	@bash tests/e2e/test_runtime_errors.sh
+	@bash tests/e2e/run_ops_sharded.sh
 
 cuda-build: all
 	@bash tests/e2e/cuda_build.sh

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run_ops_sharded.sh: every per-op model (tests/models/ops) compiled on one
+# rank and on a 2-rank mesh with each input split along each dim it can be
+# split on, run under mpirun and compared with ONNX Runtime's outputs
+# (tests/golden/ops). Whatever layout the plan picks, the numbers must not
+# change. Prints one line per failing case and a count.
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-build/onnx2spmd}
+PY=build/venv/bin/python
+OUT=build/ops_sharded
+rm -rf "$OUT"
+mkdir -p "$OUT"
+JOBS=${JOBS:-$(nproc)}
+# Case list: NAME|MODEL|MESH|FLAGS
+"$PY" - > "$OUT/cases.txt" <<'PYEOF'
+import glob, os
+import numpy as np
+import onnx
+for path in sorted(glob.glob("tests/models/ops/*.onnx")):
+    case = os.path.basename(path)[:-5]
+    m = onnx.load(path)
+    inits = {i.name for i in m.graph.initializer}
+    print("%s_1|%s|r=1|" % (case, case))
+    names = [i.name for i in m.graph.input if i.name not in inits] + [i.name for i in m.graph.initializer]
+    shapes = {}
+    for i in m.graph.input:
+        shapes[i.name] = [d.dim_value for d in i.type.tensor_type.shape.dim]
+    for i in m.graph.initializer:
+        if i.data_type == onnx.TensorProto.FLOAT:
+            shapes[i.name] = list(i.dims)
+    for nm in names:
+        dims = shapes.get(nm)
+        if not dims:
+            continue
+        for d, size in enumerate(dims):
+            if size % 2 == 0 and size >= 2:
+                spec = ",".join("s" if k == d else "_" for k in range(len(dims)))
+                print("%s_%s%d|%s|s=2|--shard %s=[%s]" % (case, nm, d, case, nm, spec))
+PYEOF
+run_case() {
+    IFS='|' read -r name model mesh flags <<<"$1"
+    d=build/ops_sharded/$name
+    # shellcheck disable=SC2086
+    if ! out=$(build/onnx2spmd compile "tests/models/ops/$model.onnx" --mesh "$mesh" $flags -o "$d" 2>&1 >/dev/null); then
+        case "$out" in *"not divisible"*|*"cannot be partial"*) echo "skip $name: $out"; return;; esac
+        echo "FAIL $name: compile: $out"; return
+    fi
+    make -s -C "$d" WARN="-Wall -Wextra -Werror" >"$d.build" 2>&1 || { echo "FAIL $name: build: $(head -3 "$d.build")"; return; }
+    args=()
+    for f in tests/golden/ops/$model/input_*.npy; do n=$(basename "$f" .npy); args+=(--in "${n#input_}=$f"); done
+    for f in tests/golden/ops/$model/output_*.npy; do n=$(basename "$f" .npy); args+=(--out "${n#output_}=$d/$n.npy"); done
+    timeout 60 "$d/run.sh" "${args[@]}" </dev/null >"$d.log" 2>&1 || { echo "FAIL $name: run: $(grep -m1 error "$d.log")"; return; }
+    for f in tests/golden/ops/$model/output_*.npy; do
+        n=$(basename "$f" .npy)
+        res=$(build/venv/bin/python tests/e2e/compare.py "$f" "$d/$n.npy") || { echo "FAIL $name: $res"; return; }
+    done
+    echo "ok $name"
+}
+export -f run_case
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+xargs -P "$JOBS" -d '\n' -I{} bash -c 'run_case "$@"' _ {} < "$OUT/cases.txt" > "$OUT/results.txt"
+grep -E "^FAIL" "$OUT/results.txt"
+ok=$(grep -c "^ok" "$OUT/results.txt"); bad=$(grep -c "^FAIL" "$OUT/results.txt"); skip=$(grep -c "^skip" "$OUT/results.txt")
+echo "ops sharded: $ok passed, $bad failed, $skip refused (uneven split) of $(wc -l < "$OUT/cases.txt") cases"
+[ "$bad" = 0 ]
