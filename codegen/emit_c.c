@@ -377,7 +377,7 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
         emit_dims(f, nsh, t->rank);
         fprintf(f, ", index[] = ");
         emit_dims(f, idx, t->rank);
-        fprintf(f, ";\n        const char *path = find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
+        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
                    "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
                    "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
                    "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
@@ -517,17 +517,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     }
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
-    fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
-               "{\n    for (int i = 0; i < n; i++)\n        if (strcmp(names[i], name) == 0)\n"
-               "            return paths[i];\n    return NULL;\n}\n\n");
-    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int world = 0, me = -1;\n"
-               "    CHECK_MPI(MPI_Init(&argc, &argv));\n"
-               "    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));\n"
-               "    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
-               "    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));\n"
-               "    if (world != WORLD || me != RANK)\n"
-               "        rt_die(\"launched as rank %%d of %%d, but this binary is rank %%d of %%d: use run.sh (mpirun -np %%d)\",\n"
-               "               me, world, RANK, WORLD, WORLD);\n"
+    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n"
+               "    rt_init_mpi(&argc, &argv);\n"
                "    openblas_set_num_threads(1);\n"
                "    rt_parse_args(argc, argv, &args);\n"
                "    init_comms();\n"

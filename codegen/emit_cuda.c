@@ -19,17 +19,8 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     const Graph *g = pr->g;
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
-    fprintf(f, "static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)\n"
-               "{\n    for (int i = 0; i < n; i++)\n        if (strcmp(names[i], name) == 0)\n"
-               "            return paths[i];\n    return NULL;\n}\n\n");
-    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int world = 0, me = -1, local = 0, ndev = 0;\n"
-               "    CHECK_MPI(MPI_Init(&argc, &argv));\n"
-               "    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));\n"
-               "    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
-               "    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));\n"
-               "    if (world != WORLD || me != RANK)\n"
-               "        rt_die(\"launched as rank %%d of %%d, but this binary is rank %%d of %%d: use run.sh (mpirun -np %%d)\",\n"
-               "               me, world, RANK, WORLD, WORLD);\n"
+    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int local = 0, ndev = 0;\n"
+               "    rt_init_mpi(&argc, &argv);\n"
                "    /* One GPU per rank: the local rank on this node picks it. */\n"
                "    MPI_Comm node;\n"
                "    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, RANK, MPI_INFO_NULL, &node));\n"

@@ -393,6 +393,20 @@ static inline long rt_peak_rss_kib(void)
     return kib;
 }
 
+/* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
+ * that this binary runs as the rank it was generated for. */
+static inline void rt_init_mpi(int *argc, char ***argv)
+{
+    int world = 0, me = -1;
+    CHECK_MPI(MPI_Init(argc, argv));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    if (world != WORLD || me != RANK)
+        rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
+               RANK, WORLD, WORLD);
+}
+
 /* ---- flags ---- */
 
 typedef struct RtArgs {
@@ -425,6 +439,15 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
             a->out_path[a->nout++] = eq + 1;
         }
     }
+}
+
+/* The FILE of --in/--out NAME=FILE, or NULL. */
+static inline const char *rt_find_arg(const char *const *names, const char *const *paths, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return paths[i];
+    return NULL;
 }
 
 #ifndef O2S_CUDA

@@ -402,6 +402,20 @@ static inline long rt_peak_rss_kib(void)
     return kib;
 }
 
+/* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
+ * that this binary runs as the rank it was generated for. */
+static inline void rt_init_mpi(int *argc, char ***argv)
+{
+    int world = 0, me = -1;
+    CHECK_MPI(MPI_Init(argc, argv));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    if (world != WORLD || me != RANK)
+        rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
+               RANK, WORLD, WORLD);
+}
+
 /* ---- flags ---- */
 
 typedef struct RtArgs {
@@ -434,6 +448,15 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
             a->out_path[a->nout++] = eq + 1;
         }
     }
+}
+
+/* The FILE of --in/--out NAME=FILE, or NULL. */
+static inline const char *rt_find_arg(const char *const *names, const char *const *paths, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return paths[i];
+    return NULL;
 }
 
 #ifndef O2S_CUDA
@@ -1578,25 +1601,10 @@ static void forward(void)
 #define WEIGHT_BYTES 337728ULL
 #define WEIGHT_CHECKSUM 0x54af6b04399d6b7cULL
 
-static inline const char *find_arg(const char *const *names, const char *const *paths, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(names[i], name) == 0)
-            return paths[i];
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     RtArgs args;
-    int world = 0, me = -1;
-    CHECK_MPI(MPI_Init(&argc, &argv));
-    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
-    if (world != WORLD || me != RANK)
-        rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)",
-               me, world, RANK, WORLD, WORLD);
+    rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
     rt_parse_args(argc, argv, &args);
     init_comms();
@@ -1612,7 +1620,7 @@ int main(int argc, char **argv)
     }
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, nshards[] = {2, 1}, index[] = {1, 0};
-        const char *path = find_arg(args.in_name, args.in_path, args.nin, "tokens");
+        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, "tokens");
         if (!path)
             rt_die("missing --in tokens=FILE (int64 [2, 16])");
         RtTensor t;
