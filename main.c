@@ -87,29 +87,6 @@ static void print_diags(const Diag *d)
 
 /* ---- inspect ------------------------------------------------------------ */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void json_dims(FILE *f, const Tensor *t)
-{
-    fputc('[', f);
-    for (int i = 0; i < t->rank; i++)
-        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
-    fputc(']', f);
-}
-
 typedef struct Summary {
     int op_count[OP_COUNT];
     int64_t params, param_bytes;
@@ -179,9 +156,9 @@ static void json_values(FILE *f, const char *key, Tensor *const *ts, int n)
     fprintf(f, "  \"%s\": [", key);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
-        json_str(f, ts[i]->name);
+        json_write_str(f, ts[i]->name);
         fprintf(f, ", \"dtype\": \"%s\", \"shape\": ", dtype_name(ts[i]->dtype));
-        json_dims(f, ts[i]);
+        json_write_dims(f, ts[i]->dims, ts[i]->rank);
         fprintf(f, "}");
     }
     fprintf(f, "\n  ],\n");
@@ -192,16 +169,16 @@ static void inspect_json(const Graph *g, int nodes)
     Summary s;
     summarize(g, &s);
     printf("{\n  \"model\": ");
-    json_str(stdout, g->path);
+    json_write_str(stdout, g->path);
     printf(",\n  \"ir_version\": %lld,\n  \"opset\": %lld,\n  \"opset_imports\": [",
            (long long)g->ir_version, (long long)g->opset);
     for (int i = 0; i < g->nopsets; i++) {
         printf("%s{\"domain\": ", i ? ", " : "");
-        json_str(stdout, g->opsets[i].domain);
+        json_write_str(stdout, g->opsets[i].domain);
         printf(", \"version\": %lld}", (long long)g->opsets[i].version);
     }
     printf("],\n  \"producer\": ");
-    json_str(stdout, g->producer);
+    json_write_str(stdout, g->producer);
     printf(",\n");
     json_values(stdout, "inputs", g->inputs, g->ninputs);
     json_values(stdout, "outputs", g->outputs, g->noutputs);
@@ -218,15 +195,15 @@ static void inspect_json(const Graph *g, int nodes)
         for (int i = 0; i < g->nnodes; i++) {
             const Node *n = g->nodes[i];
             printf("%s\n    {\"name\": ", i ? "," : "");
-            json_str(stdout, n->name);
+            json_write_str(stdout, n->name);
             printf(", \"op\": \"%s\", \"outputs\": [", node_op_name(n));
             for (int k = 0, first = 1; k < n->noutputs; k++) {
                 if (!n->outputs[k])
                     continue;
                 printf("%s{\"name\": ", first ? "" : ", ");
-                json_str(stdout, n->outputs[k]->name);
+                json_write_str(stdout, n->outputs[k]->name);
                 printf(", \"dtype\": \"%s\", \"shape\": ", dtype_name(n->outputs[k]->dtype));
-                json_dims(stdout, n->outputs[k]);
+                json_write_dims(stdout, n->outputs[k]->dims, n->outputs[k]->rank);
                 printf("}");
                 first = 0;
             }

@@ -85,6 +85,8 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
 void program_free(Program *prog);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
 int program_operand_buf(const Program *prog, const Node *n, int k);
+/* Buffer holding graph output i, gathered (the reshard result when it has one). */
+int program_output_buf(const Program *prog, int i);
 /* Coordinate of this rank within a group of axes ordered as listed. */
 int program_group_key(const Program *prog, const unsigned char *axes, int naxes);
 /* Identifies the group (the coordinates outside it), for MPI_Comm_split. */

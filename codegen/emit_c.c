@@ -538,8 +538,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
-        int r = p->out_reshard[i];
-        const Buffer *b = &pr->bufs[r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[t->id]];
+        const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
                 t->name);
         emit_dims(f, t->dims, t->rank);

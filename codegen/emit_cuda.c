@@ -15,7 +15,6 @@
 
 void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
 {
-    const Plan *p = pr->plan;
     const Graph *g = pr->g;
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
@@ -59,8 +58,7 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
-        int r = p->out_reshard[i];
-        const Buffer *b = &pr->bufs[r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[t->id]];
+        const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
                 t->name);
         emit_dims(f, t->dims, t->rank);

@@ -112,6 +112,12 @@ int program_operand_buf(const Program *pr, const Node *n, int k)
     return r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[n->inputs[k]->id];
 }
 
+int program_output_buf(const Program *pr, int i)
+{
+    int r = pr->plan->out_reshard[i];
+    return r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[pr->g->outputs[i]->id];
+}
+
 /* Product of local dims before `dim`: 1 means the dim is outermost in
  * memory and a collective on it needs no packing. */
 static int64_t outer_of(const Buffer *b, int dim)
@@ -405,10 +411,8 @@ static void liveness(Program *pr)
         }
     }
     /* Graph outputs (or their gathered form) survive to the end. */
-    for (int i = 0; i < g->noutputs; i++) {
-        int r = p->out_reshard[i];
-        live(pr, r >= 0 ? pr->reshard_buf[r] : pr->tensor_buf[g->outputs[i]->id], end);
-    }
+    for (int i = 0; i < g->noutputs; i++)
+        live(pr, program_output_buf(pr, i), end);
 }
 
 /* First fit in decreasing size over lifetime-overlapping placed buffers. */

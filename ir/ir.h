@@ -7,8 +7,9 @@
  * never copied. Library code never prints: fallible functions return -1 and
  * append a one-line diagnostic to a Diag.
  *
- * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), shape.c and
- * shape_nn.c (shape inference), the op table (ops.def).
+ * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), json.c
+ * (JSON writers), shape.c and shape_nn.c (shape inference), the op table
+ * (ops.def).
  */
 #ifndef ONNX2SPMD_IR_H
 #define ONNX2SPMD_IR_H
@@ -230,6 +231,12 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
 
 /* Formats dims as "[2, 16, 64]" into buf; returns buf. */
 char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
+
+/* ---- json.c ------------------------------------------------------------- */
+
+#include <stdio.h>
+void json_write_str(FILE *f, const char *s);          /* quoted and escaped */
+void json_write_dims(FILE *f, const int64_t *dims, int rank); /* [2, 16, 64] */
 
 /* ---- shape.c / shape_nn.c ----------------------------------------------- */
 

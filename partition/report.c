@@ -157,36 +157,13 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             (long long)t.weight_bytes, (long long)t.activation_bytes);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_dims(FILE *f, const int64_t *d, int r)
-{
-    fputc('[', f);
-    for (int i = 0; i < r; i++)
-        fprintf(f, "%s%lld", i ? ", " : "", (long long)d[i]);
-    fputc(']', f);
-}
-
 void plan_print_json(const Plan *p, FILE *f)
 {
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
     char b[256];
     fprintf(f, "{\n  \"model\": ");
-    json_str(f, g->path);
+    json_write_str(f, g->path);
     fprintf(f, ",\n  \"mesh\": {\"ranks\": %d, \"device\": \"%s\", \"axes\": [", m->nranks, m->device->name);
     for (int a = 0; a < m->naxes; a++)
         fprintf(f, "%s{\"name\": \"%s\", \"size\": %d, \"link\": \"%s\"}", a ? ", " : "",
@@ -202,20 +179,20 @@ void plan_print_json(const Plan *p, FILE *f)
         sharding_local_dims(&tp->sharding, m, t, local);
         fprintf(f, "%s\n    {\"name\": ", first ? "" : ",");
         first = 0;
-        json_str(f, t->name);
+        json_write_str(f, t->name);
         fprintf(f, ", \"dtype\": \"%s\", \"shape\": ", dtype_name(t->dtype));
-        json_dims(f, t->dims, t->rank);
+        json_write_dims(f, t->dims, t->rank);
         fprintf(f, ", \"sharding\": ");
-        json_str(f, sharding_str(&tp->sharding, m, b, sizeof b));
+        json_write_str(f, sharding_str(&tp->sharding, m, b, sizeof b));
         fprintf(f, ", \"local_shape\": ");
-        json_dims(f, local, t->rank);
+        json_write_dims(f, local, t->rank);
         fprintf(f, ", \"origin\": \"%s\"", origin_name(tp->origin));
         if (tp->origin == ORIGIN_PROPAGATED) {
             fprintf(f, ", \"via\": ");
-            json_str(f, tp->via->name);
+            json_write_str(f, tp->via->name);
             if (tp->from) {
                 fprintf(f, ", \"from\": ");
-                json_str(f, tp->from->name);
+                json_write_str(f, tp->from->name);
             }
         }
         fprintf(f, "}");
@@ -229,7 +206,7 @@ void plan_print_json(const Plan *p, FILE *f)
             const Sharding *before = k ? &r->r.steps[k - 1].after : &r->src;
             fprintf(f, "%s\n    {\"kind\": \"%s\", \"tensor\": ", first ? "" : ",", coll_name(s->kind));
             first = 0;
-            json_str(f, r->tensor->name);
+            json_write_str(f, r->tensor->name);
             fprintf(f, ", \"axes\": [");
             for (int a = 0, fa = 1; a < m->naxes; a++)
                 if (s->axes & (1u << a)) {
@@ -238,16 +215,16 @@ void plan_print_json(const Plan *p, FILE *f)
                 }
             fprintf(f, "], \"dim\": %d, \"bytes_per_rank\": %lld, \"seconds\": %.3e, \"from\": ",
                     s->dim, (long long)s->bytes, s->seconds);
-            json_str(f, sharding_str(before, m, b, sizeof b));
+            json_write_str(f, sharding_str(before, m, b, sizeof b));
             fprintf(f, ", \"to\": ");
-            json_str(f, sharding_str(&s->after, m, b, sizeof b));
+            json_write_str(f, sharding_str(&s->after, m, b, sizeof b));
             fprintf(f, ", \"consumer\": ");
             if (r->consumer)
-                json_str(f, r->consumer->name);
+                json_write_str(f, r->consumer->name);
             else
                 fprintf(f, "null");
             fprintf(f, ", \"reason\": ");
-            json_str(f, r->reason);
+            json_write_str(f, r->reason);
             fprintf(f, ", \"full_gather\": %s}", r->r.full_gather ? "true" : "false");
         }
     }
