@@ -77,6 +77,7 @@ unit: $(TESTS)
 
 cli: build/onnx2spmd
 	@bash tests/cli/test_cli.sh build/onnx2spmd
+	@bash tests/cli/test_out_dir.sh build/onnx2spmd
 
 # ---- sanitizers ---------------------------------------------------------
 $(ASAN_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps
@@ -94,6 +95,7 @@ $(ASAN_DIR)/onnx2spmd: $(ASAN_DIR)/main.o $(ASAN_OBJ)
 asan: $(ASAN_TESTS) $(ASAN_DIR)/onnx2spmd
 	@set -e; for t in $(ASAN_TESTS); do echo "== asan $$t"; $$t; done
 	@bash tests/cli/test_cli.sh $(ASAN_DIR)/onnx2spmd
+	@bash tests/cli/test_out_dir.sh $(ASAN_DIR)/onnx2spmd
 
 # ---- fuzzing (libFuzzer) ------------------------------------------------
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -120,6 +122,7 @@ e2e: all
 	@bash tests/e2e/test_determinism.sh
 	@bash tests/e2e/test_runtime_errors.sh
 	@bash tests/e2e/run_ops_sharded.sh
+	@$(PY) tests/e2e/test_hostile_names.py
 
 cuda-build: all
 	@bash tests/e2e/cuda_build.sh

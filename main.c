@@ -115,20 +115,24 @@ static void inspect_text(const Graph *g, int nodes)
     Summary s;
     char buf[256];
     summarize(g, &s);
-    printf("model      %s\n", g->path);
+    char path[4096];
+    esc_term(g->path, path, sizeof path);
+    printf("model      %s\n", path);
     printf("ir_version %lld\n", (long long)g->ir_version);
     printf("opsets    ");
     for (int i = 0; i < g->nopsets; i++)
         printf(" %s:%lld", *g->opsets[i].domain ? g->opsets[i].domain : "ai.onnx",
                (long long)g->opsets[i].version);
-    printf("\nproducer   %s\n", *g->producer ? g->producer : "-");
+    char prod[256];
+    esc_term(g->producer, prod, sizeof prod);
+    printf("\nproducer   %s\n", *prod ? prod : "-");
     printf("\ninputs\n");
     for (int i = 0; i < g->ninputs; i++)
-        printf("  %-24s %-8s %s\n", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype),
+        printf("  %-24s %-8s %s\n", g->inputs[i]->label, dtype_name(g->inputs[i]->dtype),
                shape_str(g->inputs[i]->dims, g->inputs[i]->rank, buf, sizeof buf));
     printf("outputs\n");
     for (int i = 0; i < g->noutputs; i++)
-        printf("  %-24s %-8s %s\n", g->outputs[i]->name, dtype_name(g->outputs[i]->dtype),
+        printf("  %-24s %-8s %s\n", g->outputs[i]->label, dtype_name(g->outputs[i]->dtype),
                shape_str(g->outputs[i]->dims, g->outputs[i]->rank, buf, sizeof buf));
     printf("\nnodes      %d\n", g->nnodes);
     for (int op = 0; op < OP_COUNT; op++)
@@ -142,10 +146,10 @@ static void inspect_text(const Graph *g, int nodes)
     printf("\n%-5s %-32s %-20s %s\n", "#", "node", "op", "outputs");
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        printf("%-5d %-32s %-20s", i, n->name, node_op_name(n));
+        printf("%-5d %-32s %-20s", i, n->label, node_op_name(n));
         for (int k = 0; k < n->noutputs; k++)
             if (n->outputs[k])
-                printf(" %s%s %s", k ? ", " : "", n->outputs[k]->name,
+                printf(" %s%s %s", k ? ", " : "", n->outputs[k]->label,
                        shape_str(n->outputs[k]->dims, n->outputs[k]->rank, buf, sizeof buf));
         printf("\n");
     }
@@ -419,6 +423,27 @@ static int cmd_plan(int argc, char **argv, int compile)
     if (compile && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0)
         return usage_error("--target %s: unknown target (c, cuda)", target);
     const char *path = argv[optind];
+    /* -o is checked before any work: it must be new or an earlier output
+     * (see codegen/output.c); "out/" is the folder "out". */
+    char out_buf[4096];
+    if (compile) {
+        size_t len = strlen(out_dir);
+        while (len > 1 && out_dir[len - 1] == '/')
+            len--;
+        if (len >= sizeof out_buf)
+            return usage_error("-o: path too long%s", "");
+        memcpy(out_buf, out_dir, len);
+        out_buf[len] = 0;
+        out_dir = out_buf;
+        Diag od;
+        diag_init(&od, NULL);
+        int bad = codegen_check_out_dir(out_dir, path, &od);
+        if (bad)
+            print_diags(&od);
+        diag_free(&od);
+        if (bad)
+            return EXIT_BAD_INPUT;
+    }
     Diag d;
     Graph *g = NULL;
     Plan *p = NULL;

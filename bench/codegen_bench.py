@@ -9,6 +9,7 @@ so its peak RSS is its own. Prints both times, the ratio and peak memory.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ def bench(name, model, tokens, iters):
     inp = os.path.join(OUT, name + "_tokens.npy")
     np.save(inp, tokens)
     d = os.path.join(OUT, name + "_c")
+    shutil.rmtree(d, ignore_errors=True)
     subprocess.run([os.path.join(ROOT, "build", "onnx2spmd"), "compile", path, "--mesh", "r=1", "-o", d],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", d, "CFLAGS=-O3 -march=native -std=c11"], check=True)

@@ -13,6 +13,13 @@
 
 #include "../partition/partition.h"
 
+/* Model strings reach generated source only through ir/escape.c: CMT for
+ * comments (bounded: a name to ESC_NAME_CAP, a sentence or command line to
+ * ESC_TEXT_CAP), esc_c_string for literals. */
+#define ESC_NAME_CAP 160
+#define ESC_TEXT_CAP 1024
+#define CMT(s, buf) esc_c_comment((s), (buf), sizeof(buf))
+
 /* ---- program.c ---------------------------------------------------------- */
 
 typedef enum BufKind {
@@ -67,6 +74,8 @@ typedef struct Program {
     int coords[MESH_MAX_AXES];
     Buffer *bufs;
     int nbufs, bufs_cap;
+    int *name_set;          /* hash set of buffer names (index + 1), for uniqueness */
+    int name_cap;
     int *tensor_buf;        /* Tensor id -> buffer of its produced layout */
     int *reshard_buf;       /* reshard -> buffer of its result */
     StepBufs (*steps)[RESHARD_MAX_STEPS];
@@ -101,6 +110,8 @@ typedef struct EmitOptions {
     int tf32;              /* CUDA: let cuBLAS use TF32 */
 } EmitOptions;
 
+/* `rt_node = "...";`: the node the runtime names in its errors. */
+void emit_rt_node(FILE *f, const char *label);
 /* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */
 void emit_inputs(const Program *pr, FILE *f, int cuda);
 /* Writes rank<k>.c (or .cu) for one program. */
@@ -140,6 +151,11 @@ typedef struct CompileOptions {
     int64_t *weight_bytes;   /* out, per rank (may be NULL) */
 } CompileOptions;
 
+/* Whether -o DIR may be written: a new path, or an earlier onnx2spmd
+ * output (its marker present, nothing but its own files in it, not a
+ * symlink, not the model's folder). compile checks again itself; main
+ * calls this first so a bad -o fails before any work. */
+int codegen_check_out_dir(const char *out_dir, const char *model, Diag *d);
 int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d);
 
 #endif

@@ -92,22 +92,23 @@ static const Sharding *step_before(const Program *pr, int r, int j)
 
 static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
 {
-    char g[128], l[128], s[128];
+    char g[128], l[128], s[128], nm[ESC_NAME_CAP];
     const Tensor *t = b->tensor;
     shape_str(b->dims, b->rank, l, sizeof l);
     if (b->kind == BUF_WEIGHT) {
         fprintf(f, "#define %s ((%s *)(g_weights + %lld)) /* %s: local %s of %s, %s */\n", b->name,
-                emit_ctype(b->dtype), (long long)b->offset, t->name, l, shape_str(t->dims, t->rank, g, sizeof g),
-                sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+                emit_ctype(b->dtype), (long long)b->offset, CMT(t->name, nm), l,
+                shape_str(t->dims, t->rank, g, sizeof g), sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
     } else if (b->kind == BUF_INPUT) {
         fprintf(f, "static %s *%s; /* graph input %s: local %s of %s, %s */\n", emit_ctype(b->dtype), b->name,
-                t->name, l, shape_str(t->dims, t->rank, g, sizeof g),
+                CMT(t->name, nm), l, shape_str(t->dims, t->rank, g, sizeof g),
                 sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
     } else if (b->last >= 0) {
         fprintf(f, "#define %s ((%s *)(g_arena + %lld)) /* %lld bytes, live [%d, %d]", b->name,
                 emit_ctype(b->dtype), (long long)b->offset, (long long)b->bytes, b->first, b->last);
         if (t)
-            fprintf(f, ": %s local %s, %s", t->name, l, sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+            fprintf(f, ": %s local %s, %s", CMT(t->name, nm), l,
+                    sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
         fprintf(f, " */\n");
     }
 }
@@ -127,14 +128,14 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
     const Sharding *before = step_before(pr, r, j);
     unsigned char axes[MESH_MAX_AXES];
     int na = step_axes(pr, s, before, axes), p = mesh_group_size(&pr->plan->mesh, s->axes);
-    char comm[96], bs[128], as[128];
+    char comm[96], bs[128], as[128], nm[ESC_NAME_CAP];
     comm_name(pr, axes, na, comm, sizeof comm);
     size_t es = dtype_size(in->dtype);
     int64_t sin[IR_MAX_RANK], sout[IR_MAX_RANK];
     contiguous_strides(in->dims, in->rank, sin);
     contiguous_strides(out->dims, out->rank, sout);
     fprintf(f, "    /* %s of %s over %s: %s -> %s, %lld bytes sent per rank */\n", coll_name(s->kind),
-            rr->tensor->name, comm + 5, sharding_str(before, &pr->plan->mesh, bs, sizeof bs),
+            CMT(rr->tensor->name, nm), comm + 5, sharding_str(before, &pr->plan->mesh, bs, sizeof bs),
             sharding_str(&s->after, &pr->plan->mesh, as, sizeof as), (long long)s->bytes);
     switch (s->kind) {
     case COLL_SLICE: {
@@ -269,13 +270,13 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
     unsigned char axes[MESH_MAX_AXES];
     const ReshardStep *s0 = &p->reshards[leader].r.steps[0];
     int na = step_axes(pr, s0, &p->reshards[leader].src, axes);
-    char comm[96];
+    char comm[96], nm[ESC_NAME_CAP];
     comm_name(pr, axes, na, comm, sizeof comm);
     if (start) {
         fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
         for (int m = 0; m < p->nreshards; m++)
             if (pr->fused_leader[m] == leader)
-                fprintf(f, " %s", p->reshards[m].tensor->name);
+                fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
         fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
     } else {
         fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n",
@@ -319,8 +320,9 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
     }
     if (in->reshard < 0) {
         int m = -1 - in->reshard;
+        char nm[ESC_NAME_CAP];
         fprintf(f, "\n    /* reshard %d of %s: %s in the fused call of reshard %d */\n", m,
-                pr->plan->reshards[m].tensor->name, in->kind == INST_START ? "started" : "completed",
+                CMT(pr->plan->reshards[m].tensor->name, nm), in->kind == INST_START ? "started" : "completed",
                 pr->fused_leader[m]);
         return;
     }
@@ -330,20 +332,28 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
         emit_fused(pr, r, in->kind == INST_START, f);
         return;
     }
+    char nm[ESC_NAME_CAP], why[ESC_TEXT_CAP], who[ESC_NAME_CAP];
     if (in->kind == INST_START) {
-        fprintf(f, "\n    /* start reshard %d of %s: %s */\n    rt_node = \"%s\";\n", r, rr->tensor->name, rr->reason,
-                in->node ? in->node->name : "(start)");
+        fprintf(f, "\n    /* start reshard %d of %s: %s */\n", r, CMT(rr->tensor->name, nm), CMT(rr->reason, why));
+        emit_rt_node(f, in->node ? in->node->label : "(start)");
         emit_step_start(pr, r, 0, f);
         return;
     }
-    fprintf(f, "\n    /* wait for reshard %d of %s here: %s is its first reader */\n    rt_node = \"%s\";\n", r,
-            rr->tensor->name, in->node ? in->node->name : "the graph output",
-            in->node ? in->node->name : "(outputs)");
+    fprintf(f, "\n    /* wait for reshard %d of %s here: %s is its first reader */\n", r, CMT(rr->tensor->name, nm),
+            in->node ? CMT(in->node->name, who) : "the graph output");
+    emit_rt_node(f, in->node ? in->node->label : "(outputs)");
     emit_step_finish(pr, r, 0, f);
     for (int j = 1; j < rr->r.nsteps; j++) {
         emit_step_start(pr, r, j, f);
         emit_step_finish(pr, r, j, f);
     }
+}
+
+void emit_rt_node(FILE *f, const char *label)
+{
+    fputs("    rt_node = ", f);
+    esc_c_string(f, label);
+    fputs(";\n", f);
 }
 
 /* main()'s input handling: refuse unknown --in names, then read each
@@ -353,10 +363,12 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
 {
     const Graph *g = pr->g;
     const Mesh *m = &pr->plan->mesh;
-    char buf[256];
+    char buf[256], nm[ESC_NAME_CAP];
     fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
-    for (int i = 0; i < g->ninputs; i++)
-        fprintf(f, "%s\"%s\"", i ? ", " : "", g->inputs[i]->name);
+    for (int i = 0; i < g->ninputs; i++) {
+        fputs(i ? ", " : "", f);
+        esc_c_string(f, g->inputs[i]->name);
+    }
     fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
                "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
                "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
@@ -369,7 +381,8 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
             nsh[k] = sharding_dim_shards(&b->layout, m, k);
             idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
         }
-        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", t->name, dtype_name(t->dtype),
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", CMT(t->name, nm),
+                dtype_name(t->dtype),
                 shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
         fprintf(f, "        static const int64_t gdims[] = ");
         emit_dims(f, t->dims, t->rank);
@@ -377,13 +390,19 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
         emit_dims(f, nsh, t->rank);
         fprintf(f, ", index[] = ");
         emit_dims(f, idx, t->rank);
-        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, \"%s\");\n"
-                   "        if (!path)\n            rt_die(\"missing --in %s=FILE (%s %s)\");\n"
+        /* The exact name is matched against --in; the label (terminal-safe)
+         * is what errors print. Neither is ever a format string. */
+        fprintf(f, ";\n        static const char name[] = ");
+        esc_c_string(f, t->name);
+        fprintf(f, ", label[] = ");
+        esc_c_string(f, t->label);
+        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
+                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
                    "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(\"%s\", path, &t, %d, %d, gdims);\n"
+                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n"
                    "        void *block = rt_alloc(%lld);\n"
                    "        rt_take_block(block, t.data, %d, gdims, nshards, index, %zu);\n",
-                t->name, t->name, dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), t->name,
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
                 (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype));
         if (cuda)
             fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
@@ -406,8 +425,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     mesh_str(m, buf, sizeof buf);
     fprintf(f, "/* rank%d.%s: generated by onnx2spmd %s; do not edit.\n", pr->rank, g_cuda ? "cu" : "c",
             ONNX2SPMD_VERSION);
-    fprintf(f, " * command: %s\n * model:   %s\n * mesh:    %s (%d ranks); this is rank %d at", opt->command_line,
-            opt->model, buf, m->nranks, pr->rank);
+    char cmd[ESC_TEXT_CAP], model[ESC_TEXT_CAP];
+    fprintf(f, " * command: %s\n * model:   %s\n * mesh:    %s (%d ranks); this is rank %d at",
+            CMT(opt->command_line, cmd), CMT(opt->model, model), buf, m->nranks, pr->rank);
     for (int a = 0; a < m->naxes; a++)
         fprintf(f, " %s=%d", m->axes[a].name, pr->coords[a]);
     fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, inputs %lld bytes\n */\n",
@@ -452,12 +472,13 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
         for (int j = 0; j < p->reshards[r].r.nsteps; j++)
             comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
         if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r)) {
+            char nm[ESC_NAME_CAP];
             if (g_cuda)
                 fprintf(f, "static cudaEvent_t ev_ready_r%d, ev_done_r%d; /* reshard %d: %s */\n", r, r, r,
-                        p->reshards[r].tensor->name);
+                        CMT(p->reshards[r].tensor->name, nm));
             else
                 fprintf(f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
-                        p->reshards[r].tensor->name);
+                        CMT(p->reshards[r].tensor->name, nm));
         }
     }
     fprintf(f, "\nstatic void init_comms(void)\n{\n");
@@ -539,8 +560,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-        fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
-                t->name);
+        fprintf(f, "        if (strcmp(args.out_name[i], ");
+        esc_c_string(f, t->name);
+        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
         emit_dims(f, t->dims, t->rank);
         fprintf(f, ";\n            if (RANK == 0) /* every rank holds the gathered output */\n"
                    "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n            continue;\n        }\n",

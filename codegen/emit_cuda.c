@@ -59,8 +59,9 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-        fprintf(f, "        if (strcmp(args.out_name[i], \"%s\") == 0) {\n            static const int64_t dims[] = ",
-                t->name);
+        fprintf(f, "        if (strcmp(args.out_name[i], ");
+        esc_c_string(f, t->name);
+        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
         emit_dims(f, t->dims, t->rank);
         fprintf(f, ";\n            void *host = rt_alloc(%lld);\n"
                    "            CHECK_CUDA(cudaMemcpy(host, %s, %lld, cudaMemcpyDeviceToHost));\n"

@@ -112,7 +112,8 @@ static int emit_bias_residual(const Ctx *c)
     const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)];
     const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = out_buf(c, 0);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
-    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", add->name);
+    char nm[ESC_NAME_CAP];
+    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", CMT(add->name, nm));
     fprintf(c->f, "    k_bias_residual_f32(%s, %s, %s, %s, %lld, %lld);\n", y->name, a->name, b->name, r->name,
             (long long)(n / cols), (long long)cols);
     return 0;
@@ -187,7 +188,8 @@ static int emit_bias_act(const Ctx *c)
     const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
     const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = out_buf(c, 0);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
-    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", add->name);
+    char nm[ESC_NAME_CAP];
+    fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", CMT(add->name, nm));
     fprintf(c->f, "    k_bias_act_f32(%d, %s, %s, %s, %lld, %lld);\n", unary_code(c->n), y->name, a->name, b->name,
             (long long)(n / cols), (long long)cols);
     return 0;
@@ -517,16 +519,17 @@ static int emit_maxpool(const Ctx *c, Diag *d)
 int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
 {
     Ctx c = {pr, n, f};
-    char g[128], l[128], s[128];
-    fprintf(f, "\n    /* node \"%s\" (%s)", n->name, node_op_name(n));
+    char g[128], l[128], s[128], nm[ESC_NAME_CAP];
+    fprintf(f, "\n    /* node \"%s\" (%s)", CMT(n->name, nm), node_op_name(n));
     for (int k = 0; k < n->noutputs; k++) {
         const Buffer *y = out_buf(&c, k);
         if (y)
-            fprintf(f, "\n     *   %s: local %s of %s, %s", n->outputs[k]->name, shape_str(y->dims, y->rank, l, sizeof l),
+            fprintf(f, "\n     *   %s: local %s of %s, %s", CMT(n->outputs[k]->name, nm), shape_str(y->dims, y->rank, l, sizeof l),
                     shape_str(n->outputs[k]->dims, n->outputs[k]->rank, g, sizeof g),
                     sharding_str(&y->layout, &pr->plan->mesh, s, sizeof s));
     }
-    fprintf(f, " */\n    rt_node = \"%s\";\n", n->name);
+    fprintf(f, " */\n");
+    emit_rt_node(f, n->label);
     switch (n->op) {
     case OP_CONSTANT:
         fprintf(f, "    /* value stored with the weights as %s */\n", out_buf(&c, 0)->name);

@@ -2,35 +2,172 @@
  * all.
  *
  * Everything goes to a temporary sibling folder first (rank<k>.c,
- * weights.rank<k>.bin, Makefile, run.sh, plan.txt, plan.json); only when
- * every file is written is it renamed into place, replacing an older
- * output. Nothing in the files depends on time, host or process, so two
- * compiles of the same model and flags give identical folders.
+ * weights.rank<k>.bin, Makefile, run.sh, plan.txt, plan.json and the
+ * .onnx2spmd-output marker); only when every file is written is it
+ * renamed into place. An existing -o path is replaced only if it is an
+ * earlier output: a real folder (never a symlink, never the model's own
+ * folder) with the marker and nothing in it but the files the marker lists
+ * and the rank binaries its Makefile builds. Anything else is a user's and
+ * compile stops before touching it. Nothing in the files depends on time,
+ * host or process, so two compiles of the same model and flags give
+ * identical folders.
  */
 #include "codegen.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void remove_tree(const char *dir)
+/* The marker that makes a folder an onnx2spmd output, so that a later
+ * `compile -o` may replace it: written last into the temporary folder,
+ * it lists every file compile wrote and the rank count (the Makefile's
+ * build products are rank0 .. rank<N-1>). */
+#define OUT_MARKER ".onnx2spmd-output"
+#define OUT_MARKER_MAX 65536
+
+/* A file name compile could have written or make could have built: our
+ * names are generated, so anything else in a marked folder is a user's. */
+static int ours(const char *marker, long nranks, const char *name)
 {
-    DIR *dp = opendir(dir);
-    if (!dp)
-        return;
-    struct dirent *e;
+    if (strcmp(name, OUT_MARKER) == 0)
+        return 1;
+    if (strncmp(name, "rank", 4) == 0) {
+        char *end;
+        errno = 0;
+        long k = strtol(name + 4, &end, 10);
+        if (end != name + 4 && !*end && isdigit((unsigned char)name[4]) && errno == 0 && k < nranks)
+            return 1; /* a built rank binary */
+    }
+    size_t n = strlen(name);
+    const char *files = strstr(marker, "\nfiles:");
+    for (const char *q = files ? files + 7 : ""; *q && *q != '\n';) {
+        while (*q == ' ')
+            q++;
+        size_t len = strcspn(q, " \n");
+        if (len == n && memcmp(q, name, n) == 0)
+            return 1;
+        q += len;
+    }
+    return 0;
+}
+
+/* Reads dir's marker (no symlinks, regular file, bounded) into buf. */
+static int read_marker(const char *dir, char *buf, size_t cap)
+{
     char path[8300];
-    while ((e = readdir(dp))) {
+    snprintf(path, sizeof path, "%s/%s", dir, OUT_MARKER);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)cap)
+        n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n < 0)
+        return -1;
+    buf[n] = 0;
+    static const char magic[] = "onnx2spmd output folder";
+    return strncmp(buf, magic, sizeof magic - 1) == 0 ? 0 : -1;
+}
+
+int codegen_check_out_dir(const char *out_dir, const char *model, Diag *d)
+{
+    struct stat st;
+    if (!*out_dir) {
+        diag_add(d, "-o: empty path");
+        return -1;
+    }
+    if (lstat(out_dir, &st) != 0) {
+        if (errno == ENOENT)
+            return 0; /* a new folder (parents are created) */
+        diag_add(d, "-o %s: %s", out_dir, strerror(errno));
+        return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        diag_add(d, "-o %s: is a symbolic link; compile never writes through one (give the real folder)", out_dir);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        diag_add(d, "-o %s: exists and is not a folder; refusing to replace it", out_dir);
+        return -1;
+    }
+    char real_out[PATH_MAX], real_model[PATH_MAX], model_dir[PATH_MAX];
+    snprintf(model_dir, sizeof model_dir, "%s", model);
+    char *slash = strrchr(model_dir, '/');
+    if (slash)
+        *(slash == model_dir ? slash + 1 : slash) = 0;
+    else
+        snprintf(model_dir, sizeof model_dir, ".");
+    if (realpath(out_dir, real_out) && realpath(model_dir, real_model) && strcmp(real_out, real_model) == 0) {
+        diag_add(d, "-o %s: is the folder holding the model; refusing to replace it", out_dir);
+        return -1;
+    }
+    char *marker = malloc(OUT_MARKER_MAX);
+    if (!marker)
+        abort();
+    int rc = -1;
+    if (read_marker(out_dir, marker, OUT_MARKER_MAX) != 0) {
+        diag_add(d, "-o %s: exists and is not an onnx2spmd output folder (no %s marker); refusing to replace it",
+                 out_dir, OUT_MARKER);
+        goto cleanup;
+    }
+    const char *ranks = strstr(marker, "\nranks: ");
+    long nranks = ranks ? strtol(ranks + 8, NULL, 10) : 0;
+    DIR *dp = opendir(out_dir);
+    if (!dp) {
+        diag_add(d, "-o %s: %s", out_dir, strerror(errno));
+        goto cleanup;
+    }
+    rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(dp));) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
+        struct stat es;
+        if (fstatat(dirfd(dp), e->d_name, &es, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(es.st_mode) ||
+            !ours(marker, nranks, e->d_name)) {
+            char shown[256];
+            esc_term(e->d_name, shown, sizeof shown);
+            diag_add(d, "-o %s: holds \"%s\", which compile did not write; move it away or choose another folder "
+                        "(nothing was changed)", out_dir, shown);
+            rc = -1;
+        }
     }
     closedir(dp);
+cleanup:
+    free(marker);
+    return rc;
+}
+
+/* Removes a folder compile wrote (or an earlier output it checked): only
+ * the names it may hold, each unlinked (a link, never its target), then
+ * the folder itself if that left it empty. */
+static void remove_output(const char *dir)
+{
+    char *marker = malloc(OUT_MARKER_MAX);
+    if (!marker)
+        abort();
+    if (read_marker(dir, marker, OUT_MARKER_MAX) != 0)
+        marker[0] = 0; /* a half-written temporary folder: only its own files */
+    const char *ranks = strstr(marker, "\nranks: ");
+    long nranks = ranks ? strtol(ranks + 8, NULL, 10) : 0;
+    DIR *dp = opendir(dir);
+    if (dp) {
+        for (struct dirent *e; (e = readdir(dp));)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+                (ours(marker, nranks, e->d_name) || !marker[0]))
+                unlinkat(dirfd(dp), e->d_name, 0);
+        closedir(dp);
+    }
     rmdir(dir);
+    free(marker);
 }
 
 static FILE *open_in(const char *dir, const char *name, Diag *d)
@@ -160,26 +297,59 @@ static int write_run_sh(const Plan *p, const char *dir, Diag *d)
     return 0;
 }
 
+static int write_marker(const Plan *p, const CompileOptions *opt, const char *dir, Diag *d)
+{
+    FILE *f = open_in(dir, OUT_MARKER, d);
+    if (!f)
+        return -1;
+    const char *ext = strcmp(opt->target, "cuda") == 0 ? "cu" : "c";
+    fprintf(f, "onnx2spmd output folder, written by onnx2spmd %s compile.\n"
+               "A later `onnx2spmd compile -o` may replace this folder as long as it holds only\n"
+               "the files listed here and the rank binaries its Makefile builds.\n"
+               "ranks: %d\nfiles:", ONNX2SPMD_VERSION, p->mesh.nranks);
+    for (int r = 0; r < p->mesh.nranks; r++)
+        fprintf(f, " rank%d.%s weights.rank%d.bin", r, ext, r);
+    fprintf(f, " Makefile run.sh plan.txt plan.json\n");
+    return close_checked(f, OUT_MARKER, d);
+}
+
 int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
 {
     if (strcmp(opt->target, "c") != 0 && strcmp(opt->target, "cuda") != 0) {
         diag_add(d, "--target %s: unknown target (c, cuda)", opt->target);
         return -1;
     }
-    char tmp[4200], old[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", opt->out_dir, (int)getpid());
-    snprintf(old, sizeof old, "%s.old.%d", opt->out_dir, (int)getpid());
-    remove_tree(tmp);
+    /* "out/" and "out" are the same folder; the temporary one is a
+     * sibling, so the final rename stays on one file system. */
+    char dir[4096], tmp[4200];
+    size_t len = strlen(opt->out_dir);
+    while (len > 1 && opt->out_dir[len - 1] == '/')
+        len--;
+    if (len >= sizeof dir - 32) {
+        diag_add(d, "-o %s: path too long", opt->out_dir);
+        return -1;
+    }
+    memcpy(dir, opt->out_dir, len);
+    dir[len] = 0;
+    if (strcmp(dir, "/") == 0) {
+        diag_add(d, "-o /: refusing to replace the root folder");
+        return -1;
+    }
+    if (codegen_check_out_dir(dir, opt->model, d))
+        return -1;
     /* Create missing parent folders, as mkdir -p would. */
+    snprintf(tmp, sizeof tmp, "%s", dir);
     for (char *q = strchr(tmp + 1, '/'); q; q = strchr(q + 1, '/')) {
         *q = 0;
         mkdir(tmp, 0755);
         *q = '/';
     }
-    if (mkdir(tmp, 0755) != 0) {
-        diag_add(d, "-o %s: cannot create %s: %s", opt->out_dir, tmp, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dir);
+    if (!mkdtemp(tmp)) {
+        diag_add(d, "-o %s: cannot create a folder beside it: %s", opt->out_dir, strerror(errno));
         return -1;
     }
+    chmod(tmp, 0755);
     for (int r = 0; r < p->mesh.nranks; r++)
         if (write_rank(p, r, opt, tmp, d))
             goto fail;
@@ -203,8 +373,8 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
             const Inst *s0 = &pr0->insts[pr0->start_at[r]], *w0 = &pr0->insts[pr0->wait_at[r]];
             /* A start placed before a node's compute is "at" that node; one
              * placed after its producer is at the producer. */
-            sa[r] = s0->node ? s0->node->name : NULL;
-            wb[r] = w0->node ? w0->node->name : NULL;
+            sa[r] = s0->node ? s0->node->label : NULL;
+            wb[r] = w0->node ? w0->node->label : NULL;
             fw[r] = pr0->fused_leader[r];
         }
         PlanSchedule sched = {sa, wb, fw};
@@ -221,23 +391,43 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
     plan_print_json(p, f);
     if (close_checked(f, "plan.json", d))
         goto fail;
-    /* Swap the finished folder into place. */
-    struct stat st;
-    int had_old = stat(opt->out_dir, &st) == 0;
-    if (had_old && rename(opt->out_dir, old) != 0) {
-        diag_add(d, "-o %s: cannot replace: %s", opt->out_dir, strerror(errno));
+    if (write_marker(p, opt, tmp, d))
         goto fail;
+    /* Swap the finished folder into place: atomically exchanged with an
+     * earlier output where the file system allows, so no moment exists
+     * without one; the earlier output (checked above) is then removed. */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno == EEXIST || errno == ENOTEMPTY) {
+        if (codegen_check_out_dir(dir, opt->model, d))
+            goto fail; /* changed since the first check */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+            remove_output(tmp);
+            return 0;
+        }
     }
-    if (rename(tmp, opt->out_dir) != 0) {
-        diag_add(d, "-o %s: cannot create: %s", opt->out_dir, strerror(errno));
+    if (errno == EINVAL || errno == ENOSYS) {
+        /* No renameat2 flags on this file system: move an earlier output
+         * aside (onto an empty sibling made for it), then rename. */
+        char old[4200];
+        snprintf(old, sizeof old, "%s.old.XXXXXX", dir);
+        struct stat st;
+        int had_old = lstat(dir, &st) == 0;
+        if (had_old && (codegen_check_out_dir(dir, opt->model, d) || !mkdtemp(old) || rename(dir, old) != 0)) {
+            if (!d->n)
+                diag_add(d, "-o %s: cannot move the earlier output aside: %s", opt->out_dir, strerror(errno));
+            goto fail;
+        }
+        if (rename(tmp, dir) == 0) {
+            if (had_old)
+                remove_output(old);
+            return 0;
+        }
         if (had_old)
-            rename(old, opt->out_dir);
-        goto fail;
+            rename(old, dir);
     }
-    if (had_old)
-        remove_tree(old);
-    return 0;
+    diag_add(d, "-o %s: cannot move the new output into place: %s", opt->out_dir, strerror(errno));
 fail:
-    remove_tree(tmp);
+    remove_output(tmp);
     return -1;
 }

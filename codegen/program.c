@@ -19,6 +19,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Buffer names in an open-addressing hash set (index + 1, 0 empty), so
+ * making them unique stays linear in the number of buffers. */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int name_taken(const Program *pr, const char *name)
+{
+    if (!pr->name_cap)
+        return 0;
+    for (size_t i = name_hash(name) & (size_t)(pr->name_cap - 1);; i = (i + 1) & (size_t)(pr->name_cap - 1)) {
+        int b = pr->name_set[i];
+        if (!b)
+            return 0;
+        if (strcmp(pr->bufs[b - 1].name, name) == 0)
+            return 1;
+    }
+}
+
+static void name_insert(Program *pr, int b)
+{
+    if (2 * (pr->nbufs + 1) > pr->name_cap) {
+        int cap = pr->name_cap ? 2 * pr->name_cap : 256;
+        pr->name_set = arena_alloc(&pr->arena, (size_t)cap * sizeof(int));
+        pr->name_cap = cap;
+        for (int i = 0; i < pr->nbufs; i++)
+            if (i != b)
+                name_insert(pr, i);
+    }
+    size_t i = name_hash(pr->bufs[b].name) & (size_t)(pr->name_cap - 1);
+    while (pr->name_set[i])
+        i = (i + 1) & (size_t)(pr->name_cap - 1);
+    pr->name_set[i] = b + 1;
+}
+
 static int buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind, DType dt, int rank,
                    const int64_t *dims, const Sharding *layout)
 {
@@ -31,19 +70,20 @@ static int buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind,
     }
     Buffer *b = &pr->bufs[pr->nbufs];
     memset(b, 0, sizeof(*b));
-    /* A valid, unique C identifier from the ONNX name. */
+    /* A C identifier generated from the ONNX name: a kind prefix, then the
+     * name's ASCII letters and digits with everything else as '_', cut to
+     * fit, then a counter if an earlier buffer already has it. Nothing of
+     * the model's bytes but [A-Za-z0-9] reaches it. */
     char id[100];
     size_t k = 0;
-    for (const char *s = base; *s && k < sizeof id - 1; s++)
-        id[k++] = isalnum((unsigned char)*s) ? *s : '_';
+    for (const unsigned char *s = (const unsigned char *)base; *s && k < sizeof id - 1; s++)
+        id[k++] = (*s < 0x80 && isalnum(*s)) ? (char)*s : '_';
     id[k] = 0;
-    snprintf(b->name, sizeof b->name, "%s_%s", kind == BUF_WEIGHT ? "W" : kind == BUF_INPUT ? "I" : "B", id);
-    for (int i = 0, n = 2; i < pr->nbufs; i++)
-        if (strcmp(pr->bufs[i].name, b->name) == 0) {
-            snprintf(b->name, sizeof b->name, "%s_%s_%d", kind == BUF_WEIGHT ? "W" : kind == BUF_INPUT ? "I" : "B",
-                     id, n++);
-            i = -1;
-        }
+    const char *prefix = kind == BUF_WEIGHT ? "W" : kind == BUF_INPUT ? "I" : "B";
+    snprintf(b->name, sizeof b->name, "%s_%s", prefix, id);
+    for (int n = 2; name_taken(pr, b->name); n++)
+        snprintf(b->name, sizeof b->name, "%s_%s_%d", prefix, id, n);
+    name_insert(pr, pr->nbufs);
     b->tensor = t;
     b->kind = kind;
     b->dtype = dt;

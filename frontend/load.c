@@ -252,6 +252,7 @@ static int load_attr(Loader *L, Node *n, const Onnx__AttributeProto *ap, Attr *a
                  node_op_name(n), a->name);
         a->t = arena_alloc(&g->arena, sizeof(Tensor));
         a->t->name = arena_strdup(&g->arena, ap->t->name && *ap->t->name ? ap->t->name : a->name);
+        a->t->label = esc_label(&g->arena, a->t->name);
         a->t->decl_rank = -1;
         if (frontend_tensor_import(g, ap->t, a->t, L->base_dir, what, L->d))
             return -1;

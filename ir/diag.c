@@ -18,12 +18,11 @@ void diag_init(Diag *d, const char *context)
 
 void diag_vadd(Diag *d, const char *fmt, va_list ap)
 {
-    char body[1024];
-    vsnprintf(body, sizeof(body), fmt, ap);
-    /* Keep each diagnostic to one line whatever the input names contain. */
-    for (char *p = body; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
+    char raw[1024], body[1024];
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    /* One line, safe to print, whatever the input names contain: newlines,
+     * terminal escape codes and invalid UTF-8 come out as \xNN. */
+    esc_term(raw, body, sizeof body);
     size_t len = strlen(body) + (d->context ? strlen(d->context) + 2 : 0) + 1;
     char *msg = malloc(len);
     if (!msg)

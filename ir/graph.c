@@ -148,6 +148,7 @@ Tensor *graph_tensor_get(Graph *g, const char *name)
     }
     t = arena_alloc(&g->arena, sizeof(Tensor));
     t->name = arena_strdup(&g->arena, name);
+    t->label = esc_label(&g->arena, t->name);
     t->id = g->ntensors;
     t->rank = -1;
     t->decl_rank = -1;
@@ -170,6 +171,7 @@ Node *graph_node_add(Graph *g, OpKind op, const char *name)
         snprintf(buf, sizeof(buf), "%s_%d", op_table[op].name, g->nnodes);
         n->name = arena_strdup(&g->arena, buf);
     }
+    n->label = esc_label(&g->arena, n->name);
     g->nodes = (Node **)grow(&g->arena, (void **)g->nodes, g->nnodes, &g->nodes_cap);
     g->nodes[g->nnodes++] = n;
     return n;

@@ -7,9 +7,9 @@
  * never copied. Library code never prints: fallible functions return -1 and
  * append a one-line diagnostic to a Diag.
  *
- * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), json.c
- * (JSON writers), shape.c and shape_nn.c (shape inference), the op table
- * (ops.def).
+ * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), escape.c
+ * (one writer per place an untrusted string lands), shape.c and shape_nn.c
+ * (shape inference), the op table (ops.def).
  */
 #ifndef ONNX2SPMD_IR_H
 #define ONNX2SPMD_IR_H
@@ -102,7 +102,8 @@ int op_from_name(const char *onnx_name); /* -1 when unknown */
 /* ---- graph.c ------------------------------------------------------------ */
 
 typedef struct Tensor {
-    const char *name;
+    const char *name;      /* exact, as in the model: for lookups only */
+    const char *label;     /* the name made safe for terminals and reports */
     int id;
     DType dtype;
     int rank;              /* -1 until inferred */
@@ -146,6 +147,7 @@ typedef struct Attr {
 
 struct Node {
     const char *name; /* ONNX name, or "<Op>_<index>" when the model has none */
+    const char *label; /* the name made safe for terminals and reports */
     int id;
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
@@ -232,10 +234,21 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
 /* Formats dims as "[2, 16, 64]" into buf; returns buf. */
 char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
 
-/* ---- json.c ------------------------------------------------------------- */
+/* ---- escape.c ----------------------------------------------------------- */
+/* One writer per place an untrusted string (a name from the model, a path)
+ * can land; see escape.c for what each one guarantees. */
 
 #include <stdio.h>
-void json_write_str(FILE *f, const char *s);          /* quoted and escaped */
+/* Terminal / text-report form, snprintf-style: writes at most cap bytes
+ * (NUL included) and returns the full length. */
+size_t esc_term(const char *s, char *out, size_t cap);
+/* The terminal form in the arena (s itself when nothing needs escaping). */
+const char *esc_label(Arena *a, const char *s);
+/* Text for inside a C comment, cut to fit cap with "..."; returns buf. */
+const char *esc_c_comment(const char *s, char *buf, size_t cap);
+void esc_c_string(FILE *f, const char *s);           /* "..." C literal, exact bytes */
+void json_write_str(FILE *f, const char *s);          /* quoted, escaped, valid UTF-8 */
+void dot_write_str(FILE *f, const char *s);           /* inside a quoted Graphviz label */
 void json_write_dims(FILE *f, const int64_t *dims, int rank); /* [2, 16, 64] */
 
 /* ---- shape.c / shape_nn.c ----------------------------------------------- */

@@ -73,7 +73,12 @@ static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const
 int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
                       const char *arg, const char *what, Diag *d)
 {
-    const char *eq = strchr(arg, '=');
+    /* The spec starts at the last "=[": a tensor name may hold '='. */
+    const char *eq = NULL;
+    for (const char *q = strstr(arg, "=["); q; q = strstr(q + 1, "=["))
+        eq = q;
+    if (!eq)
+        eq = strchr(arg, '=');
     if (!eq || eq == arg) {
         diag_add(d, "%s %s: expected NAME=SPEC, e.g. W1=[_,tp]", what, arg);
         return -1;

@@ -406,7 +406,7 @@ static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, i
     const Mesh *m = &p->mesh;
     if (have->partial && !need->partial) {
         snprintf(buf, sizeof buf, "partial sum feeds %s \"%s\", which is not linear in it; reduce first",
-                 node_op_name(n), n->name);
+                 node_op_name(n), n->label);
         return arena_strdup(&p->arena, buf);
     }
     for (int i = 0; i < have->rank; i++) {
@@ -417,12 +417,12 @@ static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, i
         for (int fi = 0; fi < df->n; fi++)
             if (r->kind[df->f[fi]] == FK_NEED_REPL && have->naxes[i]) {
                 snprintf(buf, sizeof buf, "%s \"%s\": %s (dim %d must be whole)", node_op_name(n),
-                         n->name, r->why[df->f[fi]], i);
+                         n->label, r->why[df->f[fi]], i);
                 return arena_strdup(&p->arena, buf);
             }
         char hs[96], ns[96];
         snprintf(buf, sizeof buf, "%s \"%s\" computes with operand %d as %s (from its other tensors), not %s",
-                 node_op_name(n), n->name, t, sharding_str(need, m, ns, sizeof ns),
+                 node_op_name(n), n->label, t, sharding_str(need, m, ns, sizeof ns),
                  sharding_str(have, m, hs, sizeof hs));
         return arena_strdup(&p->arena, buf);
     }

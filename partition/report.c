@@ -38,15 +38,15 @@ static void origin_str(const Plan *p, const Tensor *t, char *buf, size_t cap)
 {
     const TensorPlan *tp = &p->tensors[t->id];
     if (tp->sharding.partial && t->producer) {
-        snprintf(buf, cap, "partial sum: %s (%s) contracts a split dim", t->producer->name,
+        snprintf(buf, cap, "partial sum: %s (%s) contracts a split dim", t->producer->label,
                  node_op_name(t->producer));
         return;
     }
     switch (tp->origin) {
-    case ORIGIN_USER: snprintf(buf, cap, "annotation %s=%s", t->name, tp->source); break;
+    case ORIGIN_USER: snprintf(buf, cap, "annotation %s=%s", t->label, tp->source); break;
     case ORIGIN_MODEL: snprintf(buf, cap, "model sharding spec %s", tp->source); break;
     case ORIGIN_PROPAGATED:
-        snprintf(buf, cap, "from %s via %s (%s)", tp->from ? tp->from->name : "-", tp->via->name,
+        snprintf(buf, cap, "from %s via %s (%s)", tp->from ? tp->from->label : "-", tp->via->label,
                  node_op_name(tp->via));
         break;
     default:
@@ -111,7 +111,7 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
         int64_t local[IR_MAX_RANK];
         sharding_local_dims(&p->tensors[i].sharding, m, t, local);
         origin_str(p, t, o, sizeof o);
-        fprintf(f, "  %-22s %-16s %-22s %-16s %s\n", t->name, shape_str(t->dims, t->rank, a, sizeof a),
+        fprintf(f, "  %-22s %-16s %-22s %-16s %s\n", t->label, shape_str(t->dims, t->rank, a, sizeof a),
                 sharding_str(&p->tensors[i].sharding, m, b, sizeof b),
                 shape_str(local, t->rank, c, sizeof c), o);
     }
@@ -128,9 +128,9 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
                      sharding_str(&s->after, m, c, sizeof c));
             axes_str(m, s->axes, a, sizeof a);
             fprintf(f, "  %-3d %-15s %-18s %-6s %12lld  %-36s ", ++idx, coll_name(s->kind),
-                    r->tensor->name, a, (long long)s->bytes, change);
+                    r->tensor->label, a, (long long)s->bytes, change);
             if (r->consumer)
-                fprintf(f, "for %s (%s): %s", r->consumer->name, node_op_name(r->consumer), r->reason);
+                fprintf(f, "for %s (%s): %s", r->consumer->label, node_op_name(r->consumer), r->reason);
             else
                 fprintf(f, "%s", r->reason);
             fprintf(f, "%s\n", r->r.full_gather ? " [full gather-then-slice: nothing cheaper]" : "");
@@ -245,25 +245,25 @@ int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
     }
     const Mesh *m = &p->mesh;
     char a[128], b[128];
-    fprintf(f, "%s %s: %s\n", t->name, shape_str(t->dims, t->rank, a, sizeof a),
+    fprintf(f, "%s %s: %s\n", t->label, shape_str(t->dims, t->rank, a, sizeof a),
             sharding_str(&p->tensors[t->id].sharding, m, b, sizeof b));
     for (const Tensor *cur = t; cur;) {
         const TensorPlan *tp = &p->tensors[cur->id];
         sharding_str(&tp->sharding, m, b, sizeof b);
         switch (tp->origin) {
         case ORIGIN_PROPAGATED:
-            fprintf(f, "  %s is %s: propagated by node \"%s\" (%s) from \"%s\"\n", cur->name, b,
-                    tp->via->name, node_op_name(tp->via), tp->from ? tp->from->name : "?");
+            fprintf(f, "  %s is %s: propagated by node \"%s\" (%s) from \"%s\"\n", cur->label, b,
+                    tp->via->label, node_op_name(tp->via), tp->from ? tp->from->label : "?");
             cur = tp->from;
             continue;
         case ORIGIN_USER:
-            fprintf(f, "  %s is %s: user annotation (--shard / --shardings)\n", cur->name, b);
+            fprintf(f, "  %s is %s: user annotation (--shard / --shardings)\n", cur->label, b);
             break;
         case ORIGIN_MODEL:
-            fprintf(f, "  %s is %s: the model's own ONNX sharding spec\n", cur->name, b);
+            fprintf(f, "  %s is %s: the model's own ONNX sharding spec\n", cur->label, b);
             break;
         default:
-            fprintf(f, "  %s is %s: %s\n", cur->name, b,
+            fprintf(f, "  %s is %s: %s\n", cur->label, b,
                     cur->is_input ? "graph input, replicated unless annotated"
                                   : "no annotation reaches it, replicated by default");
             break;
@@ -273,13 +273,13 @@ int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
     /* Producer's view: partial results come from split reduction factors. */
     if (p->tensors[t->id].sharding.partial && t->producer)
         fprintf(f, "  partial: node \"%s\" (%s) contracts a dim split over those axes\n",
-                t->producer->name, node_op_name(t->producer));
+                t->producer->label, node_op_name(t->producer));
     for (int i = 0; i < p->nreshards; i++) {
         const PlanReshard *r = &p->reshards[i];
         if (r->tensor != t)
             continue;
         fprintf(f, "  reshard %s -> %s for %s: %s\n", sharding_str(&r->src, m, a, sizeof a),
-                sharding_str(&r->dst, m, b, sizeof b), r->consumer ? r->consumer->name : "graph output",
+                sharding_str(&r->dst, m, b, sizeof b), r->consumer ? r->consumer->label : "graph output",
                 r->reason);
         for (int k = 0; k < r->r.nsteps; k++) {
             char ax[64];
@@ -312,12 +312,16 @@ void plan_print_dot(const Plan *p, FILE *f)
             c++;
         if (c == nseen && nseen < 10)
             snprintf(seen[nseen++], sizeof seen[0], "%s", b);
-        fprintf(f, "  t%d [shape=ellipse, style=filled, fillcolor=\"%s\", label=\"%s\\n%s\"];\n", i,
-                palette[c < 10 ? c : 9], t->name, b);
+        /* The name goes through the DOT writer; the sharding is ours. */
+        fprintf(f, "  t%d [shape=ellipse, style=filled, fillcolor=\"%s\", label=\"", i, palette[c < 10 ? c : 9]);
+        dot_write_str(f, t->name);
+        fprintf(f, "\\n%s\"];\n", b);
     }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        fprintf(f, "  n%d [shape=box, label=\"%s\\n%s\"];\n", i, n->name, node_op_name(n));
+        fprintf(f, "  n%d [shape=box, label=\"", i);
+        dot_write_str(f, n->name);
+        fprintf(f, "\\n%s\"];\n", node_op_name(n));
         for (int k = 0; k < n->noutputs; k++)
             if (n->outputs[k])
                 fprintf(f, "  n%d -> t%d;\n", i, n->outputs[k]->id);

@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=build/demo
+# The logits are written into the output folder, which compile -o would
+# (rightly) refuse to replace; a demo run starts afresh.
+rm -rf "$OUT"
 echo "== plan and compile: tiny_gpt on dp=2,tp=2"
 build/onnx2spmd compile tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 \
     --shardings tests/partition/tiny_gpt_megatron.txt -o "$OUT"

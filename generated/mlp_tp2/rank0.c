@@ -1149,12 +1149,13 @@ int main(int argc, char **argv)
     }
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
         static const int64_t gdims[] = {8, 64}, nshards[] = {1, 1}, index[] = {0, 0};
-        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, "x");
+        static const char name[] = "x", label[] = "x";
+        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);
         if (!path)
-            rt_die("missing --in x=FILE (float32 [8, 64])");
+            rt_die("missing --in %s=FILE (float32 [8, 64])", label);
         RtTensor t;
         rt_read_tensor(path, &t);
-        rt_check_input("x", path, &t, 1, 2, gdims);
+        rt_check_input(label, path, &t, 1, 2, gdims);
         void *block = rt_alloc(2048);
         rt_take_block(block, t.data, 2, gdims, nshards, index, 4);
         I_x = (float *)block;

@@ -2353,12 +2353,13 @@ int main(int argc, char **argv)
     }
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, nshards[] = {2, 1}, index[] = {0, 0};
-        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, "tokens");
+        static const char name[] = "tokens", label[] = "tokens";
+        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);
         if (!path)
-            rt_die("missing --in tokens=FILE (int64 [2, 16])");
+            rt_die("missing --in %s=FILE (int64 [2, 16])", label);
         RtTensor t;
         rt_read_tensor(path, &t);
-        rt_check_input("tokens", path, &t, 7, 2, gdims);
+        rt_check_input(label, path, &t, 7, 2, gdims);
         void *block = rt_alloc(128);
         rt_take_block(block, t.data, 2, gdims, nshards, index, 8);
         CHECK_CUDA(cudaMalloc((void **)&I_tokens, 128));

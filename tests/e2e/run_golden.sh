@@ -16,6 +16,7 @@ while read -r name model mesh flags; do
     [ -n "$filter" ] && case "$name" in *$filter*) ;; *) continue;; esac
     ncase=$((ncase + 1))
     dir=$OUT/$name
+    rm -rf "$dir" # outputs are written into it, and compile -o never replaces user files
     # shellcheck disable=SC2086
     if ! "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags -o "$dir" >/dev/null 2>"$OUT/$name.err"; then
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; fail=1; continue

@@ -41,6 +41,7 @@ PYEOF
 run_case() {
     IFS='|' read -r name model mesh flags <<<"$1"
     d=build/ops_sharded/$name
+    rm -rf "$d" # holds the last run's outputs, which compile -o would refuse to replace
     # shellcheck disable=SC2086
     if ! out=$(build/onnx2spmd compile "tests/models/ops/$model.onnx" --mesh "$mesh" $flags -o "$d" 2>&1 >/dev/null); then
         case "$out" in *"not divisible"*|*"cannot be partial"*) echo "skip $name: $out"; return;; esac

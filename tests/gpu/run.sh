@@ -35,6 +35,7 @@ fi
 for c in "${cases[@]}"; do
     read -r model mesh flags <<<"$c"
     d="$OUT/${model}_${mesh//[=,]/_}"
+    rm -rf "$d" # holds the last run's outputs, which compile -o would refuse to replace
     # shellcheck disable=SC2086
     build/onnx2spmd compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda --cuda-arch "$ARCH" \
         -o "$d" >/dev/null || { echo "FAIL compile $c"; fail=1; continue; }
@@ -63,6 +64,7 @@ open(os.path.join(out, "gpt_512.onnx"), "wb").write(m.SerializeToString())
 np.save(os.path.join(out, "gpt_512_tokens.npy"), rng.integers(0, 1024, (4, 128), dtype=np.int64))
 PYEOF
 d=$OUT/gpt_512_cuda
+rm -rf "$d"
 build/onnx2spmd compile "$OUT/gpt_512.onnx" --mesh dp=1 --target cuda --cuda-arch "$ARCH" -o "$d" >/dev/null || exit 1
 make -s -C "$d" >"$d.build.log" 2>&1 || { echo "FAIL build gpt_512"; tail -5 "$d.build.log"; exit 1; }
 gen=$("$d/run.sh" --in tokens="$OUT/gpt_512_tokens.npy" --iters 50 </dev/null 2>&1 | grep "time per iteration" | sed 's/.*: \([0-9.]*\) ms.*/\1/')

@@ -1,0 +1,210 @@
+"""test_hostile_names.py: a model whose every name is an attack compiles to
+inert, warning-free code that still computes the right numbers.
+
+tiny_gpt is rewritten so that every tensor name, node name, the graph
+name, the producer and the doc strings hold what could end a C comment or
+string, start a preprocessor line, form a trigraph, act as a printf format,
+move a terminal's cursor, reorder text (bidi), or be invalid UTF-8, plus
+one 10 KB name. Invalid UTF-8 cannot be written through the protobuf API,
+so a placeholder of the same length is swapped for raw bytes in the
+serialized model. Then, for the C target on 1 rank, dp=2 and tp=2 (the
+sharding given with --shard on hostile names) and for the CUDA target on
+tp=2: compile, build with -Werror, run under mpirun (C), compare with ONNX
+Runtime's output for the original model, and check that the marker file
+the payloads try to create never appears. `inspect`, `inspect --json` and
+`plan` must print no control bytes and valid UTF-8 JSON.
+Usage: test_hostile_names.py [--no-cuda]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
+OUT = os.path.join(ROOT, "build", "hostile")
+PWNED = os.path.join(OUT, "PWNED")
+BAD_UTF8 = b"\xff\xfe\xc0\x80"       # invalid: lone bytes, overlong NUL
+PLACEHOLDER = "QZQZ"                 # same length, swapped in the bytes
+
+# Each payload aims at one context the name might be pasted into.
+PAYLOADS = [
+    '*/ system("touch ' + PWNED + '"); /*',          # C comment
+    '"); system("touch ' + PWNED + '"); ("',          # C string literal
+    "\\",                                              # escape / line splice
+    "\n#include \"/etc/passwd\"\n",                    # preprocessor line
+    "??/\n",                                           # trigraph splice
+    "%s%n%n%s",                                        # format string
+    "$(touch " + PWNED + ")`touch " + PWNED + "`",     # shell
+    "\x1b[2J\x1b]0;owned\x07",                         # terminal escapes
+    "\u202e\u2066",                                    # bidi override
+    "/*",
+    "# ",
+    PLACEHOLDER,                                       # -> invalid UTF-8
+]
+
+
+def hostile(i, kind):
+    """A unique hostile name: every payload, then an index."""
+    return "".join(PAYLOADS) + "%s%d" % (kind, i)
+
+
+def rename_model(m):
+    """Renames every tensor and node of m in place; returns old -> new."""
+    g = m.graph
+    names = {}
+    seen = [v.name for v in g.input] + [t.name for t in g.initializer]
+    for n in g.node:
+        seen += list(n.input) + list(n.output)
+    for name in seen:
+        if name and name not in names:
+            names[name] = hostile(len(names), "t")
+    # One 10 KB name, for the generators' fixed-size buffers.
+    longest = g.node[len(g.node) // 2].output[0]
+    names[longest] = names[longest] + "L" * 10240
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        v.name = names.get(v.name, v.name)
+        v.doc_string = PAYLOADS[0]
+    for t in g.initializer:
+        t.name = names[t.name]
+        t.doc_string = PAYLOADS[1]
+    for k, n in enumerate(g.node):
+        n.input[:] = [names.get(x, x) if x else x for x in n.input]
+        n.output[:] = [names.get(x, x) for x in n.output]
+        n.name = hostile(k, "n")
+        n.doc_string = PAYLOADS[0]
+    g.name = hostile(0, "g")
+    m.producer_name = hostile(0, "p")
+    m.doc_string = PAYLOADS[1]
+    return names
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, **kw)
+
+
+def check_text(what, data, fail):
+    """Terminal output: no C0/C1 control bytes but newline, valid UTF-8, no bidi."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        fail.append("%s: invalid UTF-8 (%s)" % (what, e))
+        return
+    bad = [c for c in text if (ord(c) < 0x20 and c not in "\n") or 0x7F <= ord(c) <= 0x9F
+           or c in "\u202e\u2066"]
+    if bad:
+        fail.append("%s: prints raw control characters %r" % (what, sorted(set(bad))[:5]))
+
+
+def main():
+    cuda = "--no-cuda" not in sys.argv
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT)
+    src = os.path.join(ROOT, "tests", "models", "tiny_gpt.onnx")
+    m = onnx.load(src)
+    names = rename_model(m)
+    data = m.SerializeToString()
+    assert data.count(PLACEHOLDER.encode()) > 0
+    data = data.replace(PLACEHOLDER.encode(), BAD_UTF8)
+    model = os.path.join(OUT, "model.onnx")
+    with open(model, "wb") as f:
+        f.write(data)
+    tokens, logits = names["tokens"].encode(), names["logits"].encode()
+    for nm in (tokens, logits):
+        nm_b = nm.replace(PLACEHOLDER.encode(), BAD_UTF8)
+        assert b"=" not in nm_b
+    tokens = tokens.replace(PLACEHOLDER.encode(), BAD_UTF8)
+    logits = logits.replace(PLACEHOLDER.encode(), BAD_UTF8)
+    w1 = names["l0_W1"].encode().replace(PLACEHOLDER.encode(), BAD_UTF8)
+    wo = names["l0_Wo"].encode().replace(PLACEHOLDER.encode(), BAD_UTF8)
+    golden_in = os.path.join(ROOT, "tests", "golden", "tiny_gpt", "input_tokens.npy")
+    golden_out = np.load(os.path.join(ROOT, "tests", "golden", "tiny_gpt", "output_logits.npy"))
+    fail = []
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+    # Reports: inert on a terminal, valid JSON.
+    for args in (["inspect", "--nodes"], ["plan", "--mesh", "tp=2"]):
+        r = run([BIN.encode()] + [a.encode() for a in args] + [model.encode()])
+        if r.returncode != 0:
+            fail.append("%s: exit %d: %r" % (args[0], r.returncode, r.stderr[:300]))
+        check_text(" ".join(args), r.stdout + r.stderr, fail)
+    for args in (["inspect", "--nodes", "--json"], ["plan", "--mesh", "tp=2", "--json"]):
+        r = run([BIN.encode()] + [a.encode() for a in args] + [model.encode()])
+        try:
+            doc = json.loads(r.stdout.decode("utf-8"))
+            if args[0] == "inspect" and doc["nodes"][0]["name"] != hostile(0, "n").replace(PLACEHOLDER, "\ufffd" * 4):
+                fail.append("inspect --json: node name not preserved: %r" % doc["nodes"][0]["name"][:80])
+        except (UnicodeDecodeError, ValueError, KeyError) as e:
+            fail.append("%s: not valid UTF-8 JSON: %s" % (" ".join(args), e))
+    r = run([BIN.encode(), b"plan", b"--mesh", b"tp=2", b"--shard", b"nonexistent\x1b[2J=[_,tp]", model.encode()])
+    check_text("plan error line", r.stderr, fail)
+
+    cases = [("c_r1", "r=1", [], "c"),
+             ("c_dp2", "dp=2", [b"--shard", tokens + b"=[dp,_]"], "c"),
+             ("c_tp2", "tp=2", [b"--shard", w1 + b"=[_,tp]", b"--shard", wo + b"=[tp,_]"], "c")]
+    if cuda:
+        cases.append(("cuda_tp2", "tp=2", [b"--shard", w1 + b"=[_,tp]", b"--shard", wo + b"=[tp,_]"], "cuda"))
+    for name, mesh, flags, target in cases:
+        d = os.path.join(OUT, name)
+        r = run([BIN.encode(), b"compile", model.encode(), b"--mesh", mesh.encode(), b"--target", target.encode()]
+                + flags + [b"-o", d.encode()])
+        if r.returncode != 0:
+            fail.append("%s: compile exit %d: %r" % (name, r.returncode, r.stderr[:300]))
+            continue
+        for fn in os.listdir(d):
+            if fn.endswith((".c", ".cu")):
+                body = open(os.path.join(d, fn), "rb").read()
+                if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
+                    fail.append("%s/%s: bytes outside printable ASCII" % (name, fn))
+            if fn in ("Makefile", "run.sh") and b"PWNED" in open(os.path.join(d, fn), "rb").read():
+                fail.append("%s/%s: holds a model string" % (name, fn))
+        if target == "cuda":
+            if not shutil.which(os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")):
+                print("%-9s skipped: no nvcc" % name)
+                continue
+            r = run(["make", "-s", "-C", d, "WARN=-Xcompiler -Wall,-Wextra,-Werror"])
+            if r.returncode != 0 or b"warning" in (r.stdout + r.stderr).lower():
+                fail.append("%s: nvcc build: %s" % (name, (r.stdout + r.stderr)[-600:].decode(errors="replace")))
+            print("%-9s %-5s %-6s ok: built with nvcc, no warnings" % (name, mesh, target))
+            continue
+        r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
+        if r.returncode != 0:
+            fail.append("%s: build: %s" % (name, (r.stdout + r.stderr)[:600].decode(errors="replace")))
+            continue
+        # The payloads call system(): a binary that links it ran model text as code.
+        for k in range(int(mesh.split("=")[1])):
+            syms = run(["nm", "-u", os.path.join(d, "rank%d" % k)]).stdout.decode()
+            if any(w in syms.split() for w in ("system", "popen", "execl", "execvp")):
+                fail.append("%s/rank%d: links system()" % (name, k))
+        out = os.path.join(OUT, name + "_logits.npy")
+        r = run([os.path.join(d, "run.sh").encode(), b"--in", tokens + b"=" + golden_in.encode(),
+                 b"--out", logits + b"=" + out.encode()], env=env, timeout=120, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            fail.append("%s: run exit %d: %r" % (name, r.returncode, (r.stdout + r.stderr)[-400:]))
+            continue
+        got = np.load(out)
+        err = float(np.max(np.abs(got - golden_out) - 1e-4 * np.abs(golden_out)))
+        status = "ok" if err <= 1e-5 else "FAIL"
+        print("%-9s %-5s %-6s %s: max |out - golden| - 1e-4|golden| = %.2e" % (name, mesh, target, status, err))
+        if err > 1e-5:
+            fail.append("%s: output differs from ONNX Runtime" % name)
+        # A run without --in: the error names the input, and no name is a format.
+        r = run([os.path.join(d, "run.sh")], env=env, timeout=120, stdin=subprocess.DEVNULL)
+        if r.returncode == 0 or b"missing --in" not in r.stderr:
+            fail.append("%s: run without --in: exit %d, %r" % (name, r.returncode, r.stderr[-300:]))
+        check_text(name + " runtime error", r.stderr.split(b"\n")[0], fail)
+    if os.path.exists(PWNED):
+        fail.append("a payload ran: %s exists" % PWNED)
+    for f in fail:
+        print("FAIL", f)
+    if fail:
+        sys.exit(1)
+    print("hostile names: %d builds inert and matching ONNX Runtime" % len(cases))
+
+
+if __name__ == "__main__":
+    main()
