@@ -404,9 +404,13 @@ static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, i
 {
     char buf[320];
     const Mesh *m = &p->mesh;
-    if (have->partial && !need->partial) {
-        snprintf(buf, sizeof buf, "partial sum feeds %s \"%s\", which is not linear in it; reduce first",
-                 node_op_name(n), n->label);
+    if (have->partial & ~need->partial) {
+        if (linear_in(n, t, p))
+            snprintf(buf, sizeof buf, "partial sum feeds %s \"%s\", which splits over an axis it is partial in; "
+                     "reduce first", node_op_name(n), n->label);
+        else
+            snprintf(buf, sizeof buf, "partial sum feeds %s \"%s\", which is not linear in it; reduce first",
+                     node_op_name(n), n->label);
         return arena_strdup(&p->arena, buf);
     }
     for (int i = 0; i < have->rank; i++) {
@@ -440,6 +444,16 @@ static int lower(Plan *p, Diag *d)
         merge_factors(p, &np->rule, np, win);
         make_representable(p, np);
         np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
+        /* Axes this node splits any factor over. A value cannot be both
+         * split and partial over one axis (each rank would hold a different
+         * slice of a different partial sum), so a partial operand is
+         * carried through a linear op only over axes the op does not split
+         * over; over the others it is reduced first (a reduce-scatter when
+         * the op wants it split there). */
+        unsigned split_axes = 0;
+        for (int f = 0; f < np->rule.nfactors; f++)
+            for (int k = 0; k < np->fnaxes[f]; k++)
+                split_axes |= 1u << np->faxes[f][k];
         unsigned carried = 0;
         for (int k = 0; k < n->ninputs; k++) {
             const Tensor *t = n->inputs[k];
@@ -449,8 +463,8 @@ static int lower(Plan *p, Diag *d)
             Sharding need, have = p->tensors[t->id].sharding;
             factors_to_tensor(&np->rule, k, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &need);
             if (have.partial && linear_in(n, k, p)) {
-                need.partial = have.partial;
-                carried |= have.partial;
+                need.partial = have.partial & ~split_axes;
+                carried |= need.partial;
             }
             if (!sharding_equal(&have, &need))
                 np->in_reshard[k] = plan_add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need),
@@ -470,6 +484,7 @@ static int lower(Plan *p, Diag *d)
             factors_to_tensor(&np->rule, n->ninputs + k, np->fnaxes,
                               (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &out);
             out.partial = reduced | carried;
+            IR_ASSERT(!(sharding_used_axes(&out) & out.partial));
             if (sharding_check(&out, m, t, d))
                 return -1;
             /* An annotated intermediate normally comes out as annotated

@@ -479,6 +479,54 @@ def make_bad_models(mlp_bytes):
     external("external_ok", "weights.bin", 8, 24, where=good)
 
 
+# ---- partial sums through linear reshaping ops -------------------------------
+# Regression models for a wrong-result bug: a value partial over a mesh axis
+# (a Gather from a table split on the gathered axis, or a MatMul contracting
+# a split dim) passes through Reshape / Unsqueeze / Flatten into a consumer
+# that wants it split over that same axis. Slicing the partial value and
+# reducing later sums different rows on each rank; the plan must
+# reduce-scatter instead. Cases in tests/e2e/cases.txt shard them.
+
+def make_partial_models():
+    rng = np.random.default_rng(909)
+    idx = const_i64("idx", [3, 0, 2, 1])
+    cases = {
+        # a [4,8] split [dp,_] -> Gather rows -> op -> Add(s split on dim 0)
+        "partial_gather_reshape": ([4, 8], [4, 1, 8], "Reshape", [const_i64("shape", [4, 1, 8])], {}),
+        "partial_gather_unsqueeze": ([4, 8], [4, 1, 8], "Unsqueeze", [const_i64("axes", [1])], {}),
+        "partial_gather_flatten": ([4, 2, 4], [4, 8], "Flatten", [], {"axis": 1}),
+    }
+    for name, (ashape, sshape, op, extra, attrs) in cases.items():
+        nodes = [helper.make_node("Gather", ["a", "idx"], ["g"], axis=0, name="gather"),
+                 helper.make_node(op, ["g"] + [e.name for e in extra], ["r"], name="reshape", **attrs),
+                 helper.make_node("Add", ["r", "s"], ["out"], name="add")]
+        graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("a", F32, ashape),
+                                                helper.make_tensor_value_info("s", F32, sshape)],
+                                  [helper.make_tensor_value_info("out", F32, sshape)], [idx] + extra)
+        feeds = {"a": rng.standard_normal(ashape).astype(np.float32),
+                 "s": rng.standard_normal(sshape).astype(np.float32)}
+        path = os.path.join(MODELS, name + ".onnx")
+        save(model(graph), path)
+        write_golden(os.path.join(GOLDEN, name), feeds, *run_ort(path, feeds))
+    # x [4,8] split [_,tp] @ W -> partial over tp -> Reshape / Flatten -> Add(s split [tp,...])
+    for name, op, extra, attrs, sshape in (
+            ("partial_matmul_reshape", "Reshape", [const_i64("shape", [2, 2, 8])], {}, [2, 2, 8]),
+            ("partial_matmul_flatten", "Flatten", [], {"axis": 1}, [4, 16])):
+        xshape = [4, 8] if op == "Reshape" else [4, 2, 8]
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="matmul"),
+                 helper.make_node(op, ["h"] + [e.name for e in extra], ["r"], name="reshape", **attrs),
+                 helper.make_node("Add", ["r", "s"], ["out"], name="add")]
+        W = init("W", rng.standard_normal((8, 8)) * 0.3)
+        graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", F32, xshape),
+                                                helper.make_tensor_value_info("s", F32, sshape)],
+                                  [helper.make_tensor_value_info("out", F32, sshape)], [W] + extra)
+        feeds = {"x": rng.standard_normal(xshape).astype(np.float32),
+                 "s": rng.standard_normal(sshape).astype(np.float32)}
+        path = os.path.join(MODELS, name + ".onnx")
+        save(model(graph), path)
+        write_golden(os.path.join(GOLDEN, name), feeds, *run_ort(path, feeds))
+
+
 def main():
     rng = np.random.default_rng(2026)
     for name, fn in (("mlp", make_mlp), ("attention", make_attention),
@@ -491,6 +539,7 @@ def main():
         if name == "mlp":
             save(make_mlp_sharded(m), os.path.join(MODELS, "mlp_sharded.onnx"))
     make_op_models()
+    make_partial_models()
     with open(os.path.join(MODELS, "mlp.onnx"), "rb") as fh:
         make_bad_models(fh.read())
     return 0
