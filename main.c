@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "frontend/frontend.h"
@@ -316,9 +317,18 @@ static int cmd_inspect(int argc, char **argv)
 /* ---- plan --------------------------------------------------------------- */
 
 /* Writes through a temporary name and renames, so a failed run leaves no
- * half-written file behind. */
+ * half-written file behind. The rename replaces whatever has the name, so
+ * only a regular file (or a link, itself replaced) may be there: never a
+ * FIFO, a device or a folder. */
 static int write_dot(const Plan *p, const char *path, Diag *d)
 {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        diag_add(d, "--dot %s: not a regular file (%s)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                 : S_ISCHR(st.st_mode) ? "a character device" : "not a plain file");
+        return -1;
+    }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");

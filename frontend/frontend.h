@@ -1,8 +1,9 @@
 /* frontend.h: ONNX models into the IR.
  *
  * Sections: load.c (decoding through protobuf-c, graph construction, the
- * whole import pipeline), tensor.c (TensorProto data, external data files),
- * normalize.c (folding opset variants into one form).
+ * whole import pipeline), wire.c (the nesting-depth pre-scan of the raw
+ * bytes), tensor.c (TensorProto data, external data files), normalize.c
+ * (folding opset variants into one form).
  */
 #ifndef ONNX2SPMD_FRONTEND_H
 #define ONNX2SPMD_FRONTEND_H
@@ -38,6 +39,19 @@ int frontend_load_buffer(const void *buf, size_t len, const char *name,
                          const char *base_dir, const FrontendOptions *opt,
                          Graph **out, Diag *d);
 
+/* ---- wire.c ------------------------------------------------------------- */
+
+/* Deepest nesting accepted: subgraphs (graph attributes of nodes of
+ * graphs ...) and TypeProtos (sequence of map of ...). */
+#define FRONTEND_MAX_GRAPH_DEPTH 64
+#define FRONTEND_MAX_TYPE_DEPTH 64
+
+/* Scans ModelProto bytes without decoding them, iteratively, and refuses
+ * (-1, one diagnostic) nesting past the limits above or a malformed
+ * tag, varint or length met on the way. Runs before protobuf-c, whose
+ * decoder recurses once per nested message. */
+int frontend_wire_check(const void *buf, size_t len, Diag *d);
+
 /* ---- tensor.c ----------------------------------------------------------- */
 
 struct Onnx__TensorProto;
@@ -46,6 +60,12 @@ struct Onnx__TensorProto;
 int frontend_tensor_import(Graph *g, const struct Onnx__TensorProto *tp,
                            Tensor *t, const char *base_dir, const char *what,
                            Diag *d);
+
+/* Opens `path` for reading if it is a regular file, refusing a FIFO, a
+ * device or a folder before anything could block on it. Returns the
+ * descriptor and sets *size, or -1 with one diagnostic, prefixed with
+ * "what: " when what is not NULL ("not a regular file (a FIFO)"). */
+int frontend_file_open(const char *path, const char *what, size_t *size, Diag *d);
 
 /* ---- normalize.c -------------------------------------------------------- */
 

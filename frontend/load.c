@@ -11,14 +11,12 @@
 #include "frontend.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
@@ -525,6 +523,9 @@ int frontend_load_buffer(const void *buf, size_t len, const char *name,
     L.dim_used = calloc((size_t)L.opt->ndims + 1, sizeof(int));
     if (!L.dim_used)
         abort();
+    /* protobuf-c recurses per nested message: bound the depth first. */
+    if (frontend_wire_check(buf, len, d))
+        goto fail;
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m) {
         diag_add(d, "not a valid ONNX model (protobuf decoding failed; truncated or corrupt file?)");
@@ -549,32 +550,29 @@ int frontend_load_file(const char *path, const FrontendOptions *opt, Graph **out
 {
     int fd = -1, rc = -1;
     void *map = MAP_FAILED;
-    struct stat st;
+    size_t size = 0;
     char dir[PATH_MAX];
     *out = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        diag_add(d, "cannot open: %s", strerror(errno));
+    fd = frontend_file_open(path, NULL, &size, d);
+    if (fd < 0)
         goto cleanup;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        diag_add(d, "not a regular file");
-        goto cleanup;
-    }
-    if (st.st_size == 0) {
+    if (size == 0) {
         diag_add(d, "file is empty");
         goto cleanup;
     }
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
         diag_add(d, "cannot map: %s", strerror(errno));
         goto cleanup;
     }
-    snprintf(dir, sizeof(dir), "%s", path);
-    rc = frontend_load_buffer(map, (size_t)st.st_size, path, dirname(dir), opt, out, d);
+    if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir)) {
+        diag_add(d, "path is too long");
+        goto cleanup;
+    }
+    rc = frontend_load_buffer(map, size, path, dirname(dir), opt, out, d);
 cleanup:
     if (map != MAP_FAILED)
-        munmap(map, (size_t)st.st_size);
+        munmap(map, size);
     if (fd >= 0)
         close(fd);
     return rc;

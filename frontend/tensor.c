@@ -7,13 +7,16 @@
  * it). Only bool values stored in int32_data are converted, into the arena.
  * External paths are trusted no further than the model's folder: absolute
  * paths, ".." components and links that resolve outside it are refused,
- * and offset and length are checked against the file size.
+ * and offset and length are checked against the file size. Every file the
+ * frontend reads (the model too) must be a regular file, checked before
+ * anything could block on it: a FIFO, a device or a folder is refused.
  */
 #include "frontend.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,49 @@ static int location_is_safe(const char *loc)
     return 1;
 }
 
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+         : S_ISSOCK(mode) ? "a socket" : "not a plain file";
+}
+
+int frontend_file_open(const char *path, const char *what, size_t *size, Diag *d)
+{
+    const char *sep = what ? ": " : "";
+    struct stat st;
+    /* stat before open: opening a FIFO blocks until a writer comes, and
+     * opening a device may do something of its own. */
+    if (stat(path, &st) != 0) {
+        diag_add(d, "%s%scannot open: %s", what ? what : "", sep, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        diag_add(d, "%s%snot a regular file (%s)", what ? what : "", sep, file_kind(st.st_mode));
+        return -1;
+    }
+    /* O_NONBLOCK in case it was swapped for a FIFO since; it does nothing
+     * to a regular file, and fstat checks what was opened. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        diag_add(d, "%s%scannot open: %s", what ? what : "", sep, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        diag_add(d, "%s%scannot open: %s", what ? what : "", sep, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size > SIZE_MAX) {
+        diag_add(d, "%s%snot a regular file (%s)", what ? what : "", sep,
+                 S_ISREG(st.st_mode) ? "its size is out of range" : file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
 /* Maps `loc` (relative to base_dir) once per graph; returns the mapping. */
 static Mapping *map_external(Graph *g, const char *base_dir, const char *loc,
                              const char *what, const char *tname, Diag *d)
@@ -77,16 +123,15 @@ static Mapping *map_external(Graph *g, const char *base_dir, const char *loc,
     for (m = g->maps; m; m = m->next)
         if (m->path && strcmp(m->path, real_file) == 0)
             return m;
-    fd = open(real_file, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        diag_add(d, "%s \"%s\": external data file \"%s\" is not a readable regular file",
-                 what, tname, loc);
-        goto cleanup;
-    }
+    char who[1024];
+    snprintf(who, sizeof(who), "%s \"%s\": external data file \"%s\"", what, tname, loc);
+    size_t size;
+    fd = frontend_file_open(real_file, who, &size, d);
+    if (fd < 0)
+        return NULL;
     m = arena_alloc(&g->arena, sizeof(Mapping));
     m->path = arena_strdup(&g->arena, real_file);
-    m->len = (size_t)st.st_size;
+    m->len = size;
     if (m->len) {
         m->addr = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m->addr == MAP_FAILED) {

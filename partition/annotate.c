@@ -12,9 +12,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const char *name,
                const char *spec, Origin origin, const char *what, Diag *d)
@@ -89,14 +92,49 @@ int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m
     return rc;
 }
 
+/* Opens the --shardings file only if it is a regular file: stat before
+ * open, since opening a FIFO blocks until a writer comes and a folder
+ * reads as an empty file; O_NONBLOCK in case it was swapped since (it does
+ * nothing to a regular file), and fstat checks what was opened. */
+static FILE *open_regular(const char *path, Diag *d)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        diag_add(d, "--shardings %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    int fd = -1;
+    if (S_ISREG(st.st_mode)) {
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+            diag_add(d, "--shardings %s: %s", path, strerror(errno));
+            return NULL;
+        }
+        if (fstat(fd, &st) != 0)
+            st.st_mode = 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        diag_add(d, "--shardings %s: not a regular file (%s)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                 : S_ISCHR(st.st_mode) ? "a character device" : "not a plain file");
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        diag_add(d, "--shardings %s: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
                       const char *path, Diag *d)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        diag_add(d, "--shardings %s: %s", path, strerror(errno));
+    FILE *f = open_regular(path, d);
+    if (!f)
         return -1;
-    }
     char line[1024], what[600];
     int lineno = 0, rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
@@ -113,6 +151,10 @@ int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m
             continue;
         snprintf(what, sizeof what, "%s:%d:", path, lineno);
         rc = annotate_add_flag(l, a, g, m, s, what, d);
+    }
+    if (rc == 0 && ferror(f)) {
+        diag_add(d, "--shardings %s: read error", path);
+        rc = -1;
     }
     fclose(f);
     return rc;
