@@ -110,6 +110,8 @@ typedef struct EmitOptions {
     int tf32;              /* CUDA: let cuBLAS use TF32 */
 } EmitOptions;
 
+/* model_inputs[] and model_outputs[]: the exact names rt_parse_args checks. */
+void emit_model_names(const Program *pr, FILE *f);
 /* `rt_node = "...";`: the node the runtime names in its errors. */
 void emit_rt_node(FILE *f, const char *label);
 /* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */

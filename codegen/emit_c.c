@@ -234,10 +234,17 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
     if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
         return;
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
-    if (g_cuda)
+    if (g_cuda) {
         fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", r);
-    else
-        fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", r);
+    } else {
+        /* What the rank names if the wait passes --timeout. */
+        char what[ESC_TEXT_CAP];
+        snprintf(what, sizeof what, "%s of %s (reshard %d)", coll_name(s->kind), pr->plan->reshards[r].tensor->label,
+                 r);
+        fprintf(f, "    rt_wait(&req_r%d, ", r);
+        esc_c_string(f, what);
+        fprintf(f, ");\n");
+    }
     if (sb->unpack < 0)
         return;
     int p = mesh_group_size(&pr->plan->mesh, s->axes);
@@ -284,7 +291,7 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
         if (g_cuda)
             fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", leader);
         else
-            fprintf(f, "    CHECK_MPI(MPI_Wait(&req_r%d, MPI_STATUS_IGNORE));\n", leader);
+            fprintf(f, "    rt_wait(&req_r%d, \"fused all-reduce (reshard %d)\");\n", leader, leader);
     }
     int64_t off = 0;
     for (int m = 0; m < p->nreshards; m++) {
@@ -349,6 +356,23 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
     }
 }
 
+void emit_model_names(const Program *pr, FILE *f)
+{
+    const Graph *g = pr->g;
+    fprintf(f, "/* The model's input and output names, exactly, for --in and --out. */\n"
+               "static const char *const model_inputs[] = {");
+    for (int i = 0; i < g->ninputs; i++) {
+        esc_c_string(f, g->inputs[i]->name);
+        fputs(", ", f);
+    }
+    fprintf(f, "NULL};\nstatic const char *const model_outputs[] = {");
+    for (int i = 0; i < g->noutputs; i++) {
+        esc_c_string(f, g->outputs[i]->name);
+        fputs(", ", f);
+    }
+    fprintf(f, "NULL};\n\n");
+}
+
 void emit_rt_node(FILE *f, const char *label)
 {
     fputs("    rt_node = ", f);
@@ -364,15 +388,6 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
     const Graph *g = pr->g;
     const Mesh *m = &pr->plan->mesh;
     char buf[256], nm[ESC_NAME_CAP];
-    fprintf(f, "    for (int i = 0; i < args.nin; i++) {\n        static const char *const known[] = {");
-    for (int i = 0; i < g->ninputs; i++) {
-        fputs(i ? ", " : "", f);
-        esc_c_string(f, g->inputs[i]->name);
-    }
-    fprintf(f, "%sNULL};\n        int ok = 0;\n        for (int k = 0; known[k]; k++)\n"
-               "            ok |= strcmp(known[k], args.in_name[i]) == 0;\n        if (!ok)\n"
-               "            rt_die(\"--in %%s: the model has no input of that name\", args.in_name[i]);\n    }\n",
-            g->ninputs ? ", " : "");
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
         const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
@@ -486,6 +501,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
         /* ncclUniqueId from rank 0 over MPI; one world communicator, split
          * per group; events for every collective. */
         fprintf(f, "    ncclUniqueId id;\n    ncclComm_t world;\n    if (RANK == 0)\n        CHECK_NCCL(ncclGetUniqueId(&id));\n"
+                   "    rt_watch(\"NCCL communicator set-up\"); /* blocking calls: under the --timeout alarm */\n"
                    "    CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));\n"
                    "    CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));\n    g_nccl[g_nnccl++] = world;\n");
         for (int r = 0; r < p->nreshards; r++) {
@@ -518,6 +534,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
             fprintf(f, "    %s = rt_comm_split(%d, %d);\n", names[k], program_group_color(pr, mask),
                     program_group_key(pr, axes, na));
     }
+    if (g_cuda)
+        fprintf(f, "    rt_unwatch();\n");
     if (!nnames && !g_cuda)
         fprintf(f, "    /* this plan needs no collectives */\n");
     fprintf(f, "}\n");
@@ -538,19 +556,22 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     }
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
+    emit_model_names(pr, f);
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n"
+               "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI work */\n"
                "    rt_init_mpi(&argc, &argv);\n"
                "    openblas_set_num_threads(1);\n"
-               "    rt_parse_args(argc, argv, &args);\n"
                "    init_comms();\n"
                "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
                "    g_arena = rt_alloc(%lld);\n",
             pr->rank, (long long)pr->arena_bytes);
     emit_inputs(pr, f, 0);
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
-               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t0 = MPI_Wtime();\n"
+               "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"
+               "        double t0 = MPI_Wtime();\n"
                "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
-               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n        double t1 = MPI_Wtime();\n"
+               "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (after timing)\");\n"
+               "        double t1 = MPI_Wtime();\n"
                "        if (RANK == 0)\n"
                "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\"\n"
                "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
@@ -569,6 +590,6 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                 (int)t->dtype, t->rank, b->name);
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
-    fprintf(f, "    CHECK_MPI(MPI_Finalize());\n    return 0;\n}\n");
+    fprintf(f, "    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");
     return rc;
 }

@@ -18,7 +18,9 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     const Graph *g = pr->g;
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
+    emit_model_names(pr, f);
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int local = 0, ndev = 0;\n"
+               "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI or CUDA work */\n"
                "    rt_init_mpi(&argc, &argv);\n"
                "    /* One GPU per rank: the local rank on this node picks it. */\n"
                "    MPI_Comm node;\n"
@@ -32,7 +34,6 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "    CHECK_CUBLAS(cublasSetStream(g_blas, g_stream));\n"
                "    /* float32 GEMMs match the goldens; TF32 only when compiled with --tf32. */\n"
                "    CHECK_CUBLAS(cublasSetMathMode(g_blas, O2S_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));\n"
-               "    rt_parse_args(argc, argv, &args);\n"
                "    init_comms();\n"
                "    {\n        unsigned char *host = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
                "        CHECK_CUDA(cudaMalloc((void **)&g_weights, WEIGHT_BYTES + 64));\n"
@@ -43,17 +44,17 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     emit_inputs(pr, f, 1);
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
                "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
-               "        forward(); /* warm-up */\n        CHECK_CUDA(cudaStreamSynchronize(g_stream));\n"
-               "        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));\n"
+               "        forward(); /* warm-up */\n        rt_cuda_sync(g_stream, \"the warm-up pass\");\n"
+               "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"
                "        CHECK_CUDA(cudaEventRecord(t0, g_stream));\n"
                "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
-               "        CHECK_CUDA(cudaEventRecord(t1, g_stream));\n        CHECK_CUDA(cudaEventSynchronize(t1));\n"
+               "        CHECK_CUDA(cudaEventRecord(t1, g_stream));\n        rt_cuda_sync(g_stream, \"the timed passes\");\n"
                "        float ms = 0;\n        CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));\n"
                "        if (RANK == 0)\n"
                "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks, CUDA events)\\n\"\n"
                "                   \"peak host memory: %%.1f MiB (rank 0, VmHWM); device: arena %%lld + weights %%llu bytes\\n\",\n"
                "                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, %lldLL, WEIGHT_BYTES);\n"
-               "    } else {\n        forward();\n    }\n    CHECK_CUDA(cudaStreamSynchronize(g_stream));\n",
+               "    } else {\n        forward();\n    }\n    rt_cuda_sync(g_stream, \"the forward pass\");\n",
             (long long)pr->arena_bytes);
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
@@ -72,5 +73,5 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
     fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n"
-               "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    CHECK_MPI(MPI_Finalize());\n    return 0;\n}\n");
+               "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");
 }

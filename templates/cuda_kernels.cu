@@ -51,6 +51,37 @@ static inline void rt_check_cublas(cublasStatus_t e, const char *call, const cha
 #define CHECK_CUBLAS(call) rt_check_cublas((call), #call, __FILE__, __LINE__)
 #define CHECK_LAUNCH() rt_check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+/* Waits for everything queued on a stream by polling, never blocking in
+ * the driver: between polls it asks every NCCL communicator for an
+ * asynchronous error (a peer gone, a network failure) and checks the
+ * --timeout deadline, so a stuck job ends with a line saying what it
+ * waited for (rt_die aborts the communicators, then the MPI job). */
+static inline void rt_cuda_sync(cudaStream_t s, const char *what)
+{
+    double deadline = rt_now() + rt_timeout_s;
+    for (unsigned spin = 1;; spin++) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            rt_check_cuda(e, "cudaStreamQuery", __FILE__, __LINE__);
+        if (spin % 64)
+            continue;
+        for (int i = 0; i < g_nnccl; i++) {
+            ncclResult_t ae = ncclSuccess;
+            CHECK_NCCL(ncclCommGetAsyncError(g_nccl[i], &ae));
+            if (ae != ncclSuccess && ae != ncclInProgress)
+                rt_die("NCCL communicator %d failed while waiting for %s (node \"%s\"): %s", i, what, rt_node,
+                       ncclGetErrorString(ae));
+        }
+        if (rt_timeout_s && rt_now() > deadline)
+            rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
+                   "job (--timeout)", rt_timeout_s, what, rt_node);
+        struct timespec nap = {0, 20000}; /* 20 us: the GPU works, the host need not spin */
+        nanosleep(&nap, NULL);
+    }
+}
+
 static inline unsigned k_blocks(int64_t n)
 {
     int64_t b = (n + K_THREADS - 1) / K_THREADS;

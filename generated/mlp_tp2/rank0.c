@@ -8,19 +8,31 @@
 #define WORLD 2
 
 /* ---- onnx2spmd runtime (templates/runtime.c) ------------------------------
- * Error handling, tensor files (.npy and ONNX TensorProto .pb), the weight
- * file, command-line flags and timing. Every MPI call goes through
- * CHECK_MPI; any failure prints one line naming the rank, the call, the
- * ONNX node being run and the source line, then aborts the whole job so
- * that no peer is left blocked in a collective.
+ * Error handling, deadlines, tensor files (.npy and ONNX TensorProto .pb),
+ * the weight file, command-line flags and timing. Every MPI call goes
+ * through CHECK_MPI; any failure prints one line naming the rank, the call,
+ * the ONNX node being run and the source line, then aborts the whole job
+ * so that no peer is left blocked in a collective.
+ *
+ * Nothing waits forever: a collective is waited for by polling against a
+ * deadline (--timeout S, default 300, 0 off), past which the rank names
+ * what it waited for and aborts the job; the few blocking MPI calls
+ * (start-up, communicator splits, barriers, shutdown) run under an alarm
+ * that does the same. Files are read only if they are regular files, and
+ * every size read from one is checked for overflow before it is used.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifndef O2S_CUDA
 #include <cblas.h>
@@ -32,6 +44,8 @@
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
 static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
+static int rt_mpi_up;             /* MPI_Init done: errors abort the whole job */
+static int rt_timeout_s = 300;    /* --timeout: seconds any wait may take; 0: none */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static inline void rt_die(const char *fmt, ...)
@@ -41,12 +55,60 @@ static inline void rt_die(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
-    fflush(stderr);
-    rt_abort_comms();
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
+    /* Before MPI is up every rank sees the same bad flag: rank 0 says it. */
+    if (rt_mpi_up || RANK == 0) {
+        fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
+        fflush(stderr);
+    }
+    if (rt_mpi_up) {
+        rt_abort_comms();
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    exit(2);
 }
+
+/* ---- deadlines ---- */
+
+static inline double rt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A blocking call that cannot be polled runs under an alarm: the handler
+ * prints the message prepared here (write() is async-signal-safe) and
+ * exits, and mpirun then takes the rest of the job down. */
+static char rt_watch_msg[1024];
+static size_t rt_watch_len;
+
+static void rt_on_alarm(int sig)
+{
+    (void)sig;
+    ssize_t w = write(2, rt_watch_msg, rt_watch_len);
+    (void)w;
+    _exit(3);
+}
+
+static inline void rt_watch(const char *what)
+{
+    if (!rt_timeout_s)
+        return;
+    int n = snprintf(rt_watch_msg, sizeof rt_watch_msg,
+                     "rank %d: error: waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much "
+                     "slower; aborting the job (--timeout)\n", RANK, rt_timeout_s, what, rt_node);
+    rt_watch_len = n < 0 ? 0 : (size_t)n < sizeof rt_watch_msg ? (size_t)n : sizeof rt_watch_msg - 1;
+    signal(SIGALRM, rt_on_alarm);
+    alarm((unsigned)rt_timeout_s);
+}
+
+static inline void rt_unwatch(void)
+{
+    alarm(0);
+}
+
+/* A blocking MPI call under the --timeout alarm. */
+#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 
 static inline void rt_check_mpi(int rc, const char *call, const char *file, int line)
 {
@@ -58,6 +120,29 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
     rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, err);
 }
 #define CHECK_MPI(call) rt_check_mpi((call), #call, __FILE__, __LINE__)
+
+#ifndef O2S_CUDA
+/* Waits for a non-blocking collective, polling against the deadline; past
+ * it, names what it waited for and aborts the job. (The CUDA target polls
+ * its streams instead: rt_cuda_sync.) */
+static inline void rt_wait(MPI_Request *req, const char *what)
+{
+    if (!rt_timeout_s) {
+        CHECK_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+        return;
+    }
+    double deadline = rt_now() + rt_timeout_s;
+    for (unsigned spin = 1;; spin++) {
+        int done = 0;
+        CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done)
+            return;
+        if (spin % 64 == 0 && rt_now() > deadline)
+            rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
+                   "job (--timeout)", rt_timeout_s, what, rt_node);
+    }
+}
+#endif
 
 static inline void *rt_alloc(size_t bytes)
 {
@@ -90,21 +175,53 @@ static inline const char *rt_dtype_name(int dt)
     return dt == RT_F32 ? "float32" : dt == RT_I64 ? "int64" : dt == RT_BOOL ? "bool" : "unsupported";
 }
 
+/* Opens a regular file for reading: a FIFO, a device or a folder is
+ * refused before anything could block on it. Returns the descriptor and
+ * the size. */
+static inline int rt_open_regular(const char *path, const char *what, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        rt_die("%s%s: cannot open: %s", what, path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rt_die("%s%s: not a regular file", what, path);
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+static inline void rt_read_all(int fd, unsigned char *buf, size_t n, const char *what, const char *path)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            rt_die("%s%s: %s", what, path, r < 0 ? strerror(errno) : "shorter than its size (truncated while read)");
+        got += (size_t)r;
+    }
+}
+
 static inline unsigned char *rt_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        rt_die("cannot open %s: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0)
-        rt_die("cannot read %s", path);
-    long n = ftell(f);
-    rewind(f);
-    unsigned char *buf = (unsigned char *)rt_alloc((size_t)(n > 0 ? n : 1));
-    if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n)
-        rt_die("cannot read %s", path);
-    fclose(f);
-    *len = (size_t)n;
+    size_t n;
+    int fd = rt_open_regular(path, "", &n);
+    unsigned char *buf = (unsigned char *)rt_alloc(n + 1);
+    rt_read_all(fd, buf, n, "", path);
+    close(fd);
+    *len = n;
     return buf;
+}
+
+/* numel * elsize of a shape read from a file, or die: every dim
+ * non-negative, no product overflowing. */
+static inline size_t rt_shape_bytes(const char *path, int rank, const int64_t *dims, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0 || __builtin_mul_overflow(n, (size_t)dims[i], &n))
+            rt_die("%s: shape dim %d = %lld is negative or the size overflows", path, i, (long long)dims[i]);
+    return n;
 }
 
 static inline void rt_parse_npy(const char *path, const unsigned char *buf, size_t len, RtTensor *t)
@@ -121,7 +238,7 @@ static inline void rt_parse_npy(const char *path, const unsigned char *buf, size
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         off = 12;
     }
-    if (off + hlen > len)
+    if (hlen > len - off)
         rt_die("%s: truncated .npy header", path);
     char hdr[4096];
     snprintf(hdr, sizeof hdr, "%.*s", (int)(hlen < sizeof hdr - 1 ? hlen : sizeof hdr - 1), buf + off);
@@ -151,12 +268,15 @@ static inline void rt_parse_npy(const char *path, const unsigned char *buf, size
             break;
         if (t->rank == 8)
             rt_die("%s: more than 8 dims", path);
-        t->dims[t->rank++] = strtoll(p, (char **)&p, 10);
+        char *next;
+        errno = 0;
+        t->dims[t->rank++] = strtoll(p, &next, 10);
+        if (next == p || errno)
+            rt_die("%s: malformed .npy shape", path);
+        p = next;
     }
-    size_t n = rt_dtype_size(t->dtype);
-    for (int i = 0; i < t->rank; i++)
-        n *= (size_t)t->dims[i];
-    if (off + hlen + n != len)
+    size_t n = rt_shape_bytes(path, t->rank, t->dims, rt_dtype_size(t->dtype));
+    if (n != len - off - hlen)
         rt_die("%s: holds %zu data bytes, its header says %zu", path, len - off - hlen, n);
     t->bytes = n;
     t->data = (void *)(buf + off + hlen);
@@ -215,20 +335,23 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
                 typed_field = field;
             }
             p += n;
-        } else if (wire == 5) {
-            p += 4;
-        } else if (wire == 1) {
-            p += 8;
+        } else if (wire == 5 || wire == 1) {
+            size_t n = wire == 5 ? 4 : 8;
+            if (n > (size_t)(end - p))
+                rt_die("%s: truncated protobuf", path);
+            p += n;
         } else {
             rt_die("%s: unsupported protobuf wire type %d", path, wire);
         }
     }
     if (t->dtype != RT_F32 && t->dtype != RT_I64 && t->dtype != RT_BOOL)
         rt_die("%s: dtype %d is not supported", path, t->dtype);
-    size_t numel = 1;
-    for (int i = 0; i < t->rank; i++)
-        numel *= (size_t)t->dims[i];
-    t->bytes = numel * rt_dtype_size(t->dtype);
+    /* Every element must come from the file: the count is checked against
+     * what the file holds before any buffer is sized from it. */
+    t->bytes = rt_shape_bytes(path, t->rank, t->dims, rt_dtype_size(t->dtype));
+    size_t numel = t->bytes / rt_dtype_size(t->dtype);
+    if (numel > len)
+        rt_die("%s: shape holds %zu elements, more than the file's %zu bytes can", path, numel, len);
     t->data = rt_alloc(t->bytes);
     if (raw) {
         if (raw_len != t->bytes)
@@ -298,9 +421,13 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     int len = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
                        dtype == RT_F32 ? "<f4" : dtype == RT_I64 ? "<i8" : "|b1", shape);
     int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    /* A fresh temporary name (never through a symlink an attacker placed),
+     * renamed over the final name, which replaces a link there rather than
+     * writing through it. */
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
     if (!f)
         rt_die("cannot write %s: %s", path, strerror(errno));
     unsigned short hl = (unsigned short)(len + pad + 1);
@@ -311,8 +438,11 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     for (int i = 0; i < pad; i++)
         fputc(' ', f);
     fputc('\n', f);
-    if (fwrite(data, 1, n, f) != n || fclose(f) != 0 || rename(tmp, path) != 0)
-        rt_die("cannot write %s: %s", path, strerror(errno));
+    if (fwrite(data, 1, n, f) != n || fclose(f) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rt_die("cannot write %s: %s", path, strerror(e));
+    }
 }
 
 /* Copies this rank's block of a full tensor: per dim, nshards[i] equal
@@ -368,21 +498,25 @@ static inline unsigned char *rt_load_weights(const char *argv0, const char *name
         snprintf(path, sizeof path, "%.*s/%s", (int)(slash - argv0), argv0, name);
     else
         snprintf(path, sizeof path, "%s", name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        rt_die("weight file %s: %s", path, strerror(errno));
+    size_t size;
+    int fd = rt_open_regular(path, "weight file ", &size);
     unsigned char hdr[24];
-    if (fread(hdr, 1, 24, f) != 24 || memcmp(hdr, "O2SPMDW1", 8) != 0)
+    if (size < 24)
+        rt_die("weight file %s: not an onnx2spmd weight file", path);
+    rt_read_all(fd, hdr, 24, "weight file ", path);
+    if (memcmp(hdr, "O2SPMDW1", 8) != 0)
         rt_die("weight file %s: not an onnx2spmd weight file", path);
     uint64_t bytes, sum;
     memcpy(&bytes, hdr + 8, 8);
     memcpy(&sum, hdr + 16, 8);
     if (bytes != want_bytes)
         rt_die("weight file %s: holds %llu bytes, this rank needs %zu", path, (unsigned long long)bytes, want_bytes);
+    if (size - 24 != want_bytes)
+        rt_die("weight file %s: holds %zu bytes after its header, this rank needs %zu (truncated or padded)", path,
+               size - 24, want_bytes);
     unsigned char *w = (unsigned char *)rt_alloc(want_bytes);
-    if (fread(w, 1, want_bytes, f) != want_bytes)
-        rt_die("weight file %s: truncated", path);
-    fclose(f);
+    rt_read_all(fd, w, want_bytes, "weight file ", path);
+    close(fd);
     if (sum != want_sum || rt_fnv1a(w, want_bytes) != want_sum)
         rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
     return w;
@@ -407,7 +541,8 @@ static inline long rt_peak_rss_kib(void)
 static inline void rt_init_mpi(int *argc, char ***argv)
 {
     int world = 0, me = -1;
-    CHECK_MPI(MPI_Init(argc, argv));
+    CHECK_MPI_WATCHED(MPI_Init(argc, argv), "MPI_Init (the other ranks to start)");
+    rt_mpi_up = 1;
     CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -423,30 +558,72 @@ typedef struct RtArgs {
     int nin, nout, iters;
 } RtArgs;
 
-static inline void rt_parse_args(int argc, char **argv, RtArgs *a)
+#define RT_MAX_ITERS 1000000000
+#define RT_MAX_TIMEOUT 86400
+
+static inline long rt_parse_int(const char *flag, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        rt_die("%s %s: expected an integer from %ld to %ld", flag, s, lo, hi);
+    return v;
+}
+
+/* Parses and checks every flag before any MPI work, so a typo costs
+ * nothing and no rank waits on one that exited. `inputs` and `outputs`
+ * are the model's names (NULL-terminated). */
+static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *const *inputs,
+                                 const char *const *outputs)
 {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if (strcmp(flag, "--iters") == 0 && i + 1 < argc) {
-            a->iters = atoi(argv[++i]);
+        int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
+        int is_iters = strcmp(flag, "--iters") == 0, is_timeout = strcmp(flag, "--timeout") == 0;
+        if ((!is_in && !is_out && !is_iters && !is_timeout) || i + 1 >= argc)
+            rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
+                   "(bad argument \"%s\")", argv[0], flag);
+        char *arg = argv[++i];
+        if (is_iters) {
+            a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);
             continue;
         }
-        int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
-        if ((!is_in && !is_out) || i + 1 >= argc)
-            rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] (bad argument \"%s\")",
-                   argv[0], flag);
-        char *arg = argv[++i], *eq = strchr(arg, '=');
-        if (!eq)
+        if (is_timeout) {
+            rt_timeout_s = (int)rt_parse_int(flag, arg, 0, RT_MAX_TIMEOUT);
+            continue;
+        }
+        char *eq = strchr(arg, '=');
+        if (!eq || eq == arg || !eq[1])
             rt_die("%s %s: expected NAME=FILE", flag, arg);
         *eq = 0;
-        if (is_in && a->nin < 64) {
+        int known = 0;
+        for (const char *const *n = is_in ? inputs : outputs; *n; n++)
+            known |= strcmp(*n, arg) == 0;
+        if (!known)
+            rt_die("%s %s: the model has no %s of that name", flag, arg, is_in ? "input" : "output");
+        if ((is_in ? a->nin : a->nout) == 64)
+            rt_die("%s: more than 64 of them", flag);
+        if (is_in) {
             a->in_name[a->nin] = arg;
             a->in_path[a->nin++] = eq + 1;
-        } else if (is_out && a->nout < 64) {
-            a->out_name[a->nout] = arg;
-            a->out_path[a->nout++] = eq + 1;
+            continue;
         }
+        /* An output goes to a temporary name in the same folder and is
+         * renamed over the final one: the folder must be writable, and the
+         * final name may not be a folder. */
+        const char *path = eq + 1, *slash = strrchr(path, '/');
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+        struct stat st;
+        if (strlen(path) > 4000 || access(dir, W_OK) != 0)
+            rt_die("--out %s=%s: cannot write into %s: %s", arg, path, dir,
+                   strlen(path) > 4000 ? "path too long" : strerror(errno));
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            rt_die("--out %s=%s: is a folder", arg, path);
+        a->out_name[a->nout] = arg;
+        a->out_path[a->nout++] = path;
     }
 }
 
@@ -465,7 +642,7 @@ static inline const char *rt_find_arg(const char *const *names, const char *cons
 static inline MPI_Comm rt_comm_split(int color, int key)
 {
     MPI_Comm c;
-    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+    CHECK_MPI_WATCHED(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "MPI_Comm_split (communicator set-up)");
     return c;
 }
 #endif
@@ -1117,7 +1294,7 @@ static void forward(void)
 
     /* wait for reshard 0 of o here: bias2 is its first reader */
     rt_node = "bias2";
-    CHECK_MPI(MPI_Wait(&req_r0, MPI_STATUS_IGNORE));
+    rt_wait(&req_r0, "all-reduce of o (reshard 0)");
 
     /* node "bias2" (Add)
      *   y: local [8, 64] of [8, 64], [_,_] */
@@ -1130,23 +1307,19 @@ static void forward(void)
 #define WEIGHT_BYTES 65792ULL
 #define WEIGHT_CHECKSUM 0x697e293ac805d0b4ULL
 
+/* The model's input and output names, exactly, for --in and --out. */
+static const char *const model_inputs[] = {"x", NULL};
+static const char *const model_outputs[] = {"y", NULL};
+
 int main(int argc, char **argv)
 {
     RtArgs args;
+    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI work */
     rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
-    rt_parse_args(argc, argv, &args);
     init_comms();
     g_weights = rt_load_weights(argv[0], "weights.rank0.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
     g_arena = rt_alloc(8192);
-    for (int i = 0; i < args.nin; i++) {
-        static const char *const known[] = {"x", NULL};
-        int ok = 0;
-        for (int k = 0; known[k]; k++)
-            ok |= strcmp(known[k], args.in_name[i]) == 0;
-        if (!ok)
-            rt_die("--in %s: the model has no input of that name", args.in_name[i]);
-    }
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
         static const int64_t gdims[] = {8, 64}, nshards[] = {1, 1}, index[] = {0, 0};
         static const char name[] = "x", label[] = "x";
@@ -1162,11 +1335,11 @@ int main(int argc, char **argv)
     }
     if (args.iters > 0) {
         forward(); /* warm-up */
-        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (before timing)");
         double t0 = MPI_Wtime();
         for (int i = 0; i < args.iters; i++)
             forward();
-        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (after timing)");
         double t1 = MPI_Wtime();
         if (RANK == 0)
             printf("time per iteration: %.3f ms (%d iterations after 1 warm-up, %d ranks)\n"
@@ -1184,6 +1357,6 @@ int main(int argc, char **argv)
         }
         rt_die("--out %s: the model has no output of that name", args.out_name[i]);
     }
-    CHECK_MPI(MPI_Finalize());
+    CHECK_MPI_WATCHED(MPI_Finalize(), "MPI_Finalize (the other ranks to finish)");
     return 0;
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# test_runtime_errors.sh: a built rank program meets bad launches and bad
-# files with one clear error line and a non-zero exit on every rank, and
-# never hangs (each run is under a timeout; 124 would mean a hang).
+# test_runtime_errors.sh: a built rank program meets bad launches, bad
+# flags, bad files and failing peers with one clear error line and a
+# non-zero exit on every rank, and never hangs (each run is under a
+# timeout; 124 would mean a hang). Faults: a rank SIGKILLed or SIGSTOPped
+# in the middle of the collectives must end the whole job within 30 s
+# (--timeout 8).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/onnx2spmd}
@@ -34,9 +37,56 @@ expect "wrong input dtype" 'is int64 \[8, 64\]; the model needs float32' "$D/out
 expect "missing input" 'missing --in x=FILE' "$D/out/run.sh"
 expect "unknown input" '--in y: the model has no input of that name' "$D/out/run.sh" --in x=$GOOD --in y=$GOOD
 expect "wrong rank count" 'this binary is rank 0 of 2' mpirun --oversubscribe -np 2 "$D/out/rank0" --in x=$GOOD
+expect "wrong -np" 'launched as rank 0 of 1' mpirun --oversubscribe -np 1 "$D/out/rank0" --in x=$GOOD
+
+# Flags are checked before any MPI work.
+expect "--iters not a number" '--iters abc: expected an integer from 1 to' "$D/out/run.sh" --in x=$GOOD --iters abc
+expect "--iters overflow" '--iters 99999999999: expected an integer' "$D/out/run.sh" --in x=$GOOD --iters 99999999999
+expect "--timeout negative" '--timeout -1: expected an integer from 0' "$D/out/run.sh" --in x=$GOOD --timeout -1
+expect "unknown --out" '--out z: the model has no output of that name' "$D/out/run.sh" --in x=$GOOD --out z=$D/z.npy
+expect "unwritable --out" '--out y=/nonexistent/y.npy: cannot write into /nonexistent' \
+    "$D/out/run.sh" --in x=$GOOD --out y=/nonexistent/y.npy
+expect "--out is a folder" "--out y=$D: is a folder" "$D/out/run.sh" --in x=$GOOD --out y=$D
+mkfifo "$D/fifo.npy"
+expect "--in a FIFO" 'fifo.npy: not a regular file' "$D/out/run.sh" --in x="$D/fifo.npy"
+expect "--in a device" '/dev/zero: not a regular file' "$D/out/run.sh" --in x=/dev/zero
+expect "--in a folder" "$D: not a regular file" "$D/out/run.sh" --in x="$D"
+
+# An output is renamed over its final name: a symlink there is replaced,
+# never written through.
+echo keep > "$D/victim"
+ln -s "$PWD/$D/victim" "$D/y.npy"
+timeout 60 "$D/out/run.sh" --in x=$GOOD --out y="$D/y.npy" </dev/null >/dev/null 2>&1 || err "run with --out over a symlink failed"
+[ "$(cat "$D/victim")" = keep ] || err "--out wrote through a symlink"
+[ -L "$D/y.npy" ] && err "--out left the symlink in place"
+
+# Peers that die or stop mid-run: every rank exits within 30 s with a line.
+fault() { # signal, expected substring
+    local sig=$1 want=$2 t0 rc
+    t0=$(date +%s)
+    timeout 60 "$D/out/run.sh" --in x=$GOOD --iters 1000000000 --timeout 8 </dev/null >"$D/fault.log" 2>&1 &
+    local job=$!
+    for _ in $(seq 100); do pgrep -f "^$PWD/$D/out/rank1" >/dev/null && break; sleep 0.1; done
+    sleep 1
+    pkill "-$sig" -f "^$PWD/$D/out/rank1"
+    wait $job; rc=$?
+    local dt=$(( $(date +%s) - t0 ))
+    sleep 1
+    # A stopped rank is still "alive" to pgrep until mpirun reaps the job.
+    pgrep -f "^$PWD/$D/out/rank0" >/dev/null && err "rank1 $sig: rank0 survived the job"
+    [ $rc -ne 0 ] || err "rank1 $sig: job exited 0"
+    [ $rc -ne 124 ] || err "rank1 $sig: job still running after 60 s"
+    [ $dt -le 30 ] || err "rank1 $sig: job took $dt s to end"
+    grep -q -- "$want" "$D/fault.log" || err "rank1 $sig: no line saying '$want' in: $(head -5 "$D/fault.log")"
+    pkill -KILL -f "^$PWD/$D/out/rank" 2>/dev/null
+    echo "fault: rank1 SIG$sig -> job ended in $dt s"
+}
+fault KILL 'rank 1 with PID'
+fault STOP 'waited 8 s for'
+pkill -CONT -f "^$PWD/$D/out/rank" 2>/dev/null
 cp "$D/out/weights.rank1.bin" "$D/saved.bin"
 rm "$D/out/weights.rank1.bin"
-expect "missing weight file" 'weights.rank1.bin: No such file' "$D/out/run.sh" --in x=$GOOD
+expect "missing weight file" 'weights.rank1.bin: cannot open: No such file' "$D/out/run.sh" --in x=$GOOD
 cp "$D/saved.bin" "$D/out/weights.rank1.bin"
 printf '\x01' | dd of="$D/out/weights.rank1.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 expect "corrupt weight file" 'checksum mismatch' "$D/out/run.sh" --in x=$GOOD
