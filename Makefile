@@ -78,6 +78,7 @@ unit: $(TESTS)
 cli: build/onnx2spmd
 	@bash tests/cli/test_cli.sh build/onnx2spmd
 	@bash tests/cli/test_out_dir.sh build/onnx2spmd
+	@bash tests/cli/test_files.sh build/onnx2spmd
 
 # ---- sanitizers ---------------------------------------------------------
 $(ASAN_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps
@@ -96,6 +97,7 @@ asan: $(ASAN_TESTS) $(ASAN_DIR)/onnx2spmd
 	@set -e; for t in $(ASAN_TESTS); do echo "== asan $$t"; $$t; done
 	@bash tests/cli/test_cli.sh $(ASAN_DIR)/onnx2spmd
 	@bash tests/cli/test_out_dir.sh $(ASAN_DIR)/onnx2spmd
+	@bash tests/cli/test_files.sh $(ASAN_DIR)/onnx2spmd
 
 # ---- fuzzing (libFuzzer) ------------------------------------------------
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -103,11 +105,26 @@ build/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c $(LIB_SRC) $(GEN_SRC) | dep
 	@mkdir -p build/fuzz
 	$(CLANG) $(WARN) $(FUZZ_FLAGS) $(INC) -o $@ tests/fuzz/fuzz_frontend.c $(LIB_SRC) $(GEN_SRC) $(LDLIBS)
 
-fuzz: build/fuzz/fuzz_frontend
+# The rank programs' .npy/.pb readers, from the runtime template itself.
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+build/fuzz/fuzz_readers: tests/fuzz/fuzz_readers.c templates/runtime.c | deps
+	@mkdir -p build/fuzz
+	$(CLANG) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(FUZZ_FLAGS) -I. $(MPI_CFLAGS) -o $@ tests/fuzz/fuzz_readers.c \
+	    $(MPI_LIBS) -lopenblas -lm
+
+fuzz: build/fuzz/fuzz_frontend build/fuzz/fuzz_readers
+	@mkdir -p build/fuzz/readers_corpus
+	@for f in tests/golden/*/*.npy; do cp -n "$$f" build/fuzz/readers_corpus/ 2>/dev/null; done; true
+	@echo "fuzz: rank-program readers for $(FUZZ_SECONDS)s"
+	@build/fuzz/fuzz_readers -artifact_prefix=build/fuzz/readers- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -print_final_stats=1 -rss_limit_mb=2048 build/fuzz/readers_corpus > build/fuzz/readers.log 2>&1; \
+	    rc=$$?; grep -E "stat::number_of_executed_units" build/fuzz/readers.log; \
+	    if [ $$rc -ne 0 ]; then grep -v "^#" build/fuzz/readers.log | tail -30; echo "fuzz: FAILED"; exit 1; fi
 	@mkdir -p build/fuzz/corpus
 	@cp -n tests/models/*.onnx tests/models/ops/*.onnx tests/models/bad/*.onnx tests/fuzz/regressions/* build/fuzz/corpus/ 2>/dev/null || true
 	@echo "fuzz: frontend for $(FUZZ_SECONDS)s"
-	@build/fuzz/fuzz_frontend -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	@build/fuzz/fuzz_frontend -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -max_len=1048576 \
 	    -print_final_stats=1 -rss_limit_mb=2048 build/fuzz/corpus > build/fuzz/last.log 2>&1; rc=$$?; \
 	    grep -E "stat::number_of_executed_units" build/fuzz/last.log; \
 	    if [ $$rc -ne 0 ]; then grep -v "^#" build/fuzz/last.log | tail -30; echo "fuzz: FAILED"; exit 1; fi
