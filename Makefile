@@ -7,7 +7,9 @@ CLANG    ?= clang
 CFLAGS   ?= -O2 -g
 WARN     := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
 INC      := -I. -Ibuild/gen
-LDLIBS   := -lprotobuf-c -lm
+# protobuf-c linked statically: the compiler then needs only libc, so it can be
+# carried to a machine without protobuf-c (the GPU machine of tests/gpu).
+LDLIBS   := -l:libprotobuf-c.a -lm
 VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60

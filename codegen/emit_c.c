@@ -500,10 +500,11 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     if (g_cuda) {
         /* ncclUniqueId from rank 0 over MPI; one world communicator, split
          * per group; events for every collective. */
-        fprintf(f, "    ncclUniqueId id;\n    ncclComm_t world;\n    if (RANK == 0)\n        CHECK_NCCL(ncclGetUniqueId(&id));\n"
-                   "    rt_watch(\"NCCL communicator set-up\"); /* blocking calls: under the --timeout alarm */\n"
-                   "    CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));\n"
-                   "    CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));\n    g_nccl[g_nnccl++] = world;\n");
+        if (m->nranks > 1)
+            fprintf(f, "    ncclUniqueId id;\n    ncclComm_t world;\n    if (RANK == 0)\n        CHECK_NCCL(ncclGetUniqueId(&id));\n"
+                       "    rt_share_nccl_id(&id); /* over MPI, or the bootstrap file without it */\n"
+                       "    rt_watch(\"NCCL communicator set-up\"); /* blocking calls: under the --timeout alarm */\n"
+                       "    CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));\n    g_nccl[g_nnccl++] = world;\n");
         for (int r = 0; r < p->nreshards; r++) {
             int comm_steps = 0;
             for (int j = 0; j < p->reshards[r].r.nsteps; j++)
@@ -534,9 +535,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
             fprintf(f, "    %s = rt_comm_split(%d, %d);\n", names[k], program_group_color(pr, mask),
                     program_group_key(pr, axes, na));
     }
-    if (g_cuda)
+    if (g_cuda && m->nranks > 1)
         fprintf(f, "    rt_unwatch();\n");
-    if (!nnames && !g_cuda)
+    if (!nnames && (!g_cuda || m->nranks == 1))
         fprintf(f, "    /* this plan needs no collectives */\n");
     fprintf(f, "}\n");
 

@@ -5,9 +5,11 @@
  * and events between the streams). main() picks this rank's GPU (local
  * rank modulo the devices on the node), creates the compute and
  * communication streams and the cuBLAS handle (float32 math unless --tf32),
- * bootstraps NCCL over MPI, uploads this rank's weight shards and input
+ * bootstraps NCCL (over MPI, or through a file when built with MPI=0 and
+ * started by launch.sh), uploads this rank's weight shards and input
  * blocks, times the iterations with CUDA events, and downloads the outputs.
- * The command line is the C target's: --in, --out, --iters.
+ * A one-rank program uses no NCCL. The command line is the C target's:
+ * --in, --out, --iters, --timeout.
  */
 #include "codegen.h"
 
@@ -19,15 +21,16 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
     emit_model_names(pr, f);
-    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int local = 0, ndev = 0;\n"
-               "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI or CUDA work */\n"
-               "    rt_init_mpi(&argc, &argv);\n"
+    fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int ndev = 0;\n"
+               "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any launch or CUDA work */\n"
+               "    rt_launch_init(&argc, &argv);\n"
                "    /* One GPU per rank: the local rank on this node picks it. */\n"
-               "    MPI_Comm node;\n"
-               "    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, RANK, MPI_INFO_NULL, &node));\n"
-               "    CHECK_MPI(MPI_Comm_rank(node, &local));\n"
+               "    int local = rt_local_rank();\n"
                "    CHECK_CUDA(cudaGetDeviceCount(&ndev));\n"
-               "    CHECK_CUDA(cudaSetDevice(local %% ndev));\n"
+               "    if (local >= ndev)\n"
+               "        rt_die(\"this is rank %%d on its node, which has %%d GPU(s): NCCL needs a GPU per rank \"\n"
+               "               \"(start at most %%d ranks per node)\", local, ndev, ndev);\n"
+               "    CHECK_CUDA(cudaSetDevice(local));\n"
                "    CHECK_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));\n"
                "    CHECK_CUDA(cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking));\n"
                "    CHECK_CUBLAS(cublasCreate(&g_blas));\n"
@@ -42,10 +45,14 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
             pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
     emit_inputs(pr, f, 1);
+    fprintf(f, "    /* The uploads above ran on the legacy stream, and a pageable cudaMemcpy may\n"
+               "     * return before its DMA lands: finish them before the first kernel on the\n"
+               "     * non-blocking compute stream. */\n"
+               "    CHECK_CUDA(cudaDeviceSynchronize());\n");
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
                "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
                "        forward(); /* warm-up */\n        rt_cuda_sync(g_stream, \"the warm-up pass\");\n"
-               "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"
+               "        rt_barrier(\"the other ranks (barrier before timing)\");\n"
                "        CHECK_CUDA(cudaEventRecord(t0, g_stream));\n"
                "        for (int i = 0; i < args.iters; i++)\n            forward();\n"
                "        CHECK_CUDA(cudaEventRecord(t1, g_stream));\n        rt_cuda_sync(g_stream, \"the timed passes\");\n"
@@ -72,6 +79,7 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                 (long long)b->bytes, b->name, (long long)b->bytes, (int)t->dtype, t->rank);
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
-    fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n"
-               "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");
+    if (pr->plan->mesh.nranks > 1)
+        fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n");
+    fprintf(f, "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    rt_launch_finish();\n    return 0;\n}\n");
 }

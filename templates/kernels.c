@@ -54,6 +54,26 @@ static inline void k_binary_f32(int op, float *y, const float *a, const float *b
     }
 }
 
+/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
+ * std::pow cast back), made total so no input traps: x / 0 is 0,
+ * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
+ * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
+static inline int64_t k_idiv(int64_t x, int64_t z)
+{
+    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
+
+static inline int64_t k_ipow(int64_t x, int64_t z)
+{
+    if (z < 0)
+        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; z; z >>= 1, b *= b)
+        if (z & 1)
+            r *= b;
+    return (int64_t)r;
+}
+
 static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
                                 const int64_t *dims, const int64_t *sa, const int64_t *sb)
 {
@@ -67,12 +87,8 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
         case 0: r = x + z; break;
         case 1: r = x - z; break;
         case 2: r = x * z; break;
-        case 3: r = z ? x / z : 0; break;
-        default: {
-            r = 1;
-            for (int64_t e = 0; e < z; e++)
-                r *= x;
-        }
+        case 3: r = k_idiv(x, z); break;
+        default: r = k_ipow(x, z); break;
         }
         y[k] = r;
         for (int i = rank - 1; i >= 0; i--) {

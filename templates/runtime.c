@@ -12,6 +12,10 @@
  * that does the same. Files are read only if they are regular files, and
  * every size read from one is checked for overflow before it is used.
  */
+#ifdef __CUDACC__
+/* Each rank program uses some of these helpers; unused ones are fine. */
+#pragma nv_diag_suppress 177
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -28,14 +32,21 @@
 #ifndef O2S_CUDA
 #include <cblas.h>
 #endif
+#if defined(O2S_CUDA) && defined(O2S_NO_MPI)
+/* Built without MPI (make MPI=0): launched by launch.sh, Slurm or any
+ * launcher that sets the rank in the environment; see the launch section
+ * of the CUDA runtime. */
+#else
+#define O2S_HAVE_MPI 1
 /* The C API only: MPI's C++ bindings are deprecated and warn under nvcc. */
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#endif
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
 static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
-static int rt_mpi_up;             /* MPI_Init done: errors abort the whole job */
+static int rt_job_up;             /* launched: an error aborts the whole job */
 static int rt_timeout_s = 300;    /* --timeout: seconds any wait may take; 0: none */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -49,14 +60,17 @@ static inline void rt_die(const char *fmt, ...)
 #ifdef RT_ON_DIE
     RT_ON_DIE(msg); /* the reader fuzzer returns from here instead of exiting */
 #endif
-    /* Before MPI is up every rank sees the same bad flag: rank 0 says it. */
-    if (rt_mpi_up || RANK == 0) {
+    /* Before the launch every rank sees the same bad flag: rank 0 says it. */
+    if (rt_job_up || RANK == 0) {
         fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
         fflush(stderr);
     }
-    if (rt_mpi_up) {
+    if (rt_job_up) {
         rt_abort_comms();
+#ifdef O2S_HAVE_MPI
         MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+        exit(1); /* without MPI the launcher stops the other ranks */
     }
     exit(2);
 }
@@ -101,9 +115,8 @@ static inline void rt_unwatch(void)
     alarm(0);
 }
 
-/* A blocking MPI call under the --timeout alarm. */
-#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 
+#ifdef O2S_HAVE_MPI
 static inline void rt_check_mpi(int rc, const char *call, const char *file, int line)
 {
     if (rc == MPI_SUCCESS)
@@ -114,8 +127,11 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
     rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, err);
 }
 #define CHECK_MPI(call) rt_check_mpi((call), #call, __FILE__, __LINE__)
+/* A blocking MPI call under the --timeout alarm. */
+#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
+#endif
 
-#ifndef O2S_CUDA
+#if !defined(O2S_CUDA)
 /* Waits for a non-blocking collective, polling against the deadline; past
  * it, names what it waited for and aborts the job. (The CUDA target polls
  * its streams instead: rt_cuda_sync.) */
@@ -532,11 +548,12 @@ static inline long rt_peak_rss_kib(void)
 
 /* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
  * that this binary runs as the rank it was generated for. */
+#ifdef O2S_HAVE_MPI
 static inline void rt_init_mpi(int *argc, char ***argv)
 {
     int world = 0, me = -1;
     CHECK_MPI_WATCHED(MPI_Init(argc, argv), "MPI_Init (the other ranks to start)");
-    rt_mpi_up = 1;
+    rt_job_up = 1;
     CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -544,6 +561,7 @@ static inline void rt_init_mpi(int *argc, char ***argv)
         rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
                RANK, WORLD, WORLD);
 }
+#endif
 
 /* ---- flags ---- */
 

@@ -21,6 +21,10 @@
  * that does the same. Files are read only if they are regular files, and
  * every size read from one is checked for overflow before it is used.
  */
+#ifdef __CUDACC__
+/* Each rank program uses some of these helpers; unused ones are fine. */
+#pragma nv_diag_suppress 177
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -37,14 +41,21 @@
 #ifndef O2S_CUDA
 #include <cblas.h>
 #endif
+#if defined(O2S_CUDA) && defined(O2S_NO_MPI)
+/* Built without MPI (make MPI=0): launched by launch.sh, Slurm or any
+ * launcher that sets the rank in the environment; see the launch section
+ * of the CUDA runtime. */
+#else
+#define O2S_HAVE_MPI 1
 /* The C API only: MPI's C++ bindings are deprecated and warn under nvcc. */
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#endif
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
 static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
-static int rt_mpi_up;             /* MPI_Init done: errors abort the whole job */
+static int rt_job_up;             /* launched: an error aborts the whole job */
 static int rt_timeout_s = 300;    /* --timeout: seconds any wait may take; 0: none */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -55,14 +66,20 @@ static inline void rt_die(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* Before MPI is up every rank sees the same bad flag: rank 0 says it. */
-    if (rt_mpi_up || RANK == 0) {
+#ifdef RT_ON_DIE
+    RT_ON_DIE(msg); /* the reader fuzzer returns from here instead of exiting */
+#endif
+    /* Before the launch every rank sees the same bad flag: rank 0 says it. */
+    if (rt_job_up || RANK == 0) {
         fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
         fflush(stderr);
     }
-    if (rt_mpi_up) {
+    if (rt_job_up) {
         rt_abort_comms();
+#ifdef O2S_HAVE_MPI
         MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+        exit(1); /* without MPI the launcher stops the other ranks */
     }
     exit(2);
 }
@@ -107,9 +124,8 @@ static inline void rt_unwatch(void)
     alarm(0);
 }
 
-/* A blocking MPI call under the --timeout alarm. */
-#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 
+#ifdef O2S_HAVE_MPI
 static inline void rt_check_mpi(int rc, const char *call, const char *file, int line)
 {
     if (rc == MPI_SUCCESS)
@@ -120,8 +136,11 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
     rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, err);
 }
 #define CHECK_MPI(call) rt_check_mpi((call), #call, __FILE__, __LINE__)
+/* A blocking MPI call under the --timeout alarm. */
+#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
+#endif
 
-#ifndef O2S_CUDA
+#if !defined(O2S_CUDA)
 /* Waits for a non-blocking collective, polling against the deadline; past
  * it, names what it waited for and aborts the job. (The CUDA target polls
  * its streams instead: rt_cuda_sync.) */
@@ -538,11 +557,12 @@ static inline long rt_peak_rss_kib(void)
 
 /* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
  * that this binary runs as the rank it was generated for. */
+#ifdef O2S_HAVE_MPI
 static inline void rt_init_mpi(int *argc, char ***argv)
 {
     int world = 0, me = -1;
     CHECK_MPI_WATCHED(MPI_Init(argc, argv), "MPI_Init (the other ranks to start)");
-    rt_mpi_up = 1;
+    rt_job_up = 1;
     CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -550,6 +570,7 @@ static inline void rt_init_mpi(int *argc, char ***argv)
         rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
                RANK, WORLD, WORLD);
 }
+#endif
 
 /* ---- flags ---- */
 
@@ -703,6 +724,26 @@ static inline void k_binary_f32(int op, float *y, const float *a, const float *b
     }
 }
 
+/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
+ * std::pow cast back), made total so no input traps: x / 0 is 0,
+ * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
+ * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
+static inline int64_t k_idiv(int64_t x, int64_t z)
+{
+    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
+
+static inline int64_t k_ipow(int64_t x, int64_t z)
+{
+    if (z < 0)
+        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; z; z >>= 1, b *= b)
+        if (z & 1)
+            r *= b;
+    return (int64_t)r;
+}
+
 static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
                                 const int64_t *dims, const int64_t *sa, const int64_t *sb)
 {
@@ -716,12 +757,8 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
         case 0: r = x + z; break;
         case 1: r = x - z; break;
         case 2: r = x * z; break;
-        case 3: r = z ? x / z : 0; break;
-        default: {
-            r = 1;
-            for (int64_t e = 0; e < z; e++)
-                r *= x;
-        }
+        case 3: r = k_idiv(x, z); break;
+        default: r = k_ipow(x, z); break;
         }
         y[k] = r;
         for (int i = rank - 1; i >= 0; i--) {

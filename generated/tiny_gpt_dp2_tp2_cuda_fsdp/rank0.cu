@@ -23,6 +23,10 @@
  * that does the same. Files are read only if they are regular files, and
  * every size read from one is checked for overflow before it is used.
  */
+#ifdef __CUDACC__
+/* Each rank program uses some of these helpers; unused ones are fine. */
+#pragma nv_diag_suppress 177
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -39,14 +43,21 @@
 #ifndef O2S_CUDA
 #include <cblas.h>
 #endif
+#if defined(O2S_CUDA) && defined(O2S_NO_MPI)
+/* Built without MPI (make MPI=0): launched by launch.sh, Slurm or any
+ * launcher that sets the rank in the environment; see the launch section
+ * of the CUDA runtime. */
+#else
+#define O2S_HAVE_MPI 1
 /* The C API only: MPI's C++ bindings are deprecated and warn under nvcc. */
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#endif
 
 static const char *rt_node = "(startup)"; /* ONNX node now running, for errors */
 static void rt_abort_comms(void); /* CUDA: aborts NCCL communicators first */
-static int rt_mpi_up;             /* MPI_Init done: errors abort the whole job */
+static int rt_job_up;             /* launched: an error aborts the whole job */
 static int rt_timeout_s = 300;    /* --timeout: seconds any wait may take; 0: none */
 
 static inline void rt_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -57,14 +68,20 @@ static inline void rt_die(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* Before MPI is up every rank sees the same bad flag: rank 0 says it. */
-    if (rt_mpi_up || RANK == 0) {
+#ifdef RT_ON_DIE
+    RT_ON_DIE(msg); /* the reader fuzzer returns from here instead of exiting */
+#endif
+    /* Before the launch every rank sees the same bad flag: rank 0 says it. */
+    if (rt_job_up || RANK == 0) {
         fprintf(stderr, "rank %d: error: %s\n", RANK, msg);
         fflush(stderr);
     }
-    if (rt_mpi_up) {
+    if (rt_job_up) {
         rt_abort_comms();
+#ifdef O2S_HAVE_MPI
         MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+        exit(1); /* without MPI the launcher stops the other ranks */
     }
     exit(2);
 }
@@ -109,9 +126,8 @@ static inline void rt_unwatch(void)
     alarm(0);
 }
 
-/* A blocking MPI call under the --timeout alarm. */
-#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 
+#ifdef O2S_HAVE_MPI
 static inline void rt_check_mpi(int rc, const char *call, const char *file, int line)
 {
     if (rc == MPI_SUCCESS)
@@ -122,8 +138,11 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
     rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, err);
 }
 #define CHECK_MPI(call) rt_check_mpi((call), #call, __FILE__, __LINE__)
+/* A blocking MPI call under the --timeout alarm. */
+#define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
+#endif
 
-#ifndef O2S_CUDA
+#if !defined(O2S_CUDA)
 /* Waits for a non-blocking collective, polling against the deadline; past
  * it, names what it waited for and aborts the job. (The CUDA target polls
  * its streams instead: rt_cuda_sync.) */
@@ -540,11 +559,12 @@ static inline long rt_peak_rss_kib(void)
 
 /* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
  * that this binary runs as the rank it was generated for. */
+#ifdef O2S_HAVE_MPI
 static inline void rt_init_mpi(int *argc, char ***argv)
 {
     int world = 0, me = -1;
     CHECK_MPI_WATCHED(MPI_Init(argc, argv), "MPI_Init (the other ranks to start)");
-    rt_mpi_up = 1;
+    rt_job_up = 1;
     CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -552,6 +572,7 @@ static inline void rt_init_mpi(int *argc, char ***argv)
         rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
                RANK, WORLD, WORLD);
 }
+#endif
 
 /* ---- flags ---- */
 
@@ -661,7 +682,9 @@ static inline MPI_Comm rt_comm_split(int color, int key)
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
+#if WORLD > 1
+#include <nccl.h> /* one rank needs no NCCL at all */
+#endif
 
 /* Each rank program uses some of these launchers; unused ones are fine. */
 #pragma nv_diag_suppress 177
@@ -672,14 +695,18 @@ static inline MPI_Comm rt_comm_split(int color, int key)
 static cudaStream_t g_stream; /* compute */
 static cudaStream_t g_comm;   /* communication: NCCL only */
 static cublasHandle_t g_blas;
+#if WORLD > 1
 static ncclComm_t g_nccl[64];
 static int g_nnccl;
+#endif
 
 static void rt_abort_comms(void)
 {
+#if WORLD > 1
     for (int i = 0; i < g_nnccl; i++)
         ncclCommAbort(g_nccl[i]);
     g_nnccl = 0;
+#endif
 }
 
 static inline void rt_check_cuda(cudaError_t e, const char *call, const char *file, int line)
@@ -687,18 +714,20 @@ static inline void rt_check_cuda(cudaError_t e, const char *call, const char *fi
     if (e != cudaSuccess)
         rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, cudaGetErrorString(e));
 }
+#if WORLD > 1
 static inline void rt_check_nccl(ncclResult_t e, const char *call, const char *file, int line)
 {
     if (e != ncclSuccess)
         rt_die("%s failed in node \"%s\" at %s:%d: %s", call, rt_node, file, line, ncclGetErrorString(e));
 }
+#define CHECK_NCCL(call) rt_check_nccl((call), #call, __FILE__, __LINE__)
+#endif
 static inline void rt_check_cublas(cublasStatus_t e, const char *call, const char *file, int line)
 {
     if (e != CUBLAS_STATUS_SUCCESS)
         rt_die("%s failed in node \"%s\" at %s:%d: cuBLAS status %d", call, rt_node, file, line, (int)e);
 }
 #define CHECK_CUDA(call) rt_check_cuda((call), #call, __FILE__, __LINE__)
-#define CHECK_NCCL(call) rt_check_nccl((call), #call, __FILE__, __LINE__)
 #define CHECK_CUBLAS(call) rt_check_cublas((call), #call, __FILE__, __LINE__)
 #define CHECK_LAUNCH() rt_check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
@@ -718,6 +747,7 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
             rt_check_cuda(e, "cudaStreamQuery", __FILE__, __LINE__);
         if (spin % 64)
             continue;
+#if WORLD > 1
         for (int i = 0; i < g_nnccl; i++) {
             ncclResult_t ae = ncclSuccess;
             CHECK_NCCL(ncclCommGetAsyncError(g_nccl[i], &ae));
@@ -725,12 +755,130 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
                 rt_die("NCCL communicator %d failed while waiting for %s (node \"%s\"): %s", i, what, rt_node,
                        ncclGetErrorString(ae));
         }
+#endif
         if (rt_timeout_s && rt_now() > deadline)
             rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
                    "job (--timeout)", rt_timeout_s, what, rt_node);
         struct timespec nap = {0, 20000}; /* 20 us: the GPU works, the host need not spin */
         nanosleep(&nap, NULL);
     }
+}
+
+/* ---- launch: under mpirun, or from the environment --------------------
+ * With MPI (the default when mpicc is found) the ranks come from mpirun
+ * and the NCCL id is broadcast over MPI. Built with MPI=0 there is no MPI
+ * at all: each rank reads its place from the environment (O2S_RANK,
+ * O2S_WORLD_SIZE, O2S_LOCAL_RANK, or the names torchrun and Slurm set) and
+ * rank 0 hands the NCCL id to the others through O2S_BOOTSTRAP_FILE, a
+ * path on a file system they share (launch.sh sets all of these). A rank
+ * that fails exits; the launcher stops the rest. */
+static inline int rt_env_int(const char *const *names, int fallback)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            char *end;
+            errno = 0;
+            long x = strtol(v, &end, 10);
+            if (*end || errno || x < 0 || x > 1 << 20)
+                rt_die("%s=%s: expected a small non-negative integer", *names, v);
+            return (int)x;
+        }
+    }
+    return fallback;
+}
+
+static inline void rt_launch_init(int *argc, char ***argv)
+{
+#ifdef O2S_HAVE_MPI
+    rt_init_mpi(argc, argv);
+#else
+    (void)argc;
+    (void)argv;
+    static const char *const rank_vars[] = {"O2S_RANK", "RANK", "SLURM_PROCID", NULL};
+    static const char *const size_vars[] = {"O2S_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", NULL};
+    int me = rt_env_int(rank_vars, WORLD == 1 ? 0 : -1), world = rt_env_int(size_vars, WORLD == 1 ? 1 : -1);
+    if (me != RANK || world != WORLD)
+        rt_die("launched as rank %d of %d (O2S_RANK, O2S_WORLD_SIZE), but this binary is rank %d of %d: use "
+               "launch.sh", me, world, RANK, WORLD);
+    rt_job_up = 1;
+#endif
+}
+
+/* This rank's index among the ranks on its node: it picks the GPU. */
+static inline int rt_local_rank(void)
+{
+#ifdef O2S_HAVE_MPI
+    MPI_Comm node;
+    int local = 0;
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, RANK, MPI_INFO_NULL, &node));
+    CHECK_MPI(MPI_Comm_rank(node, &local));
+    return local;
+#else
+    static const char *const vars[] = {"O2S_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID", NULL};
+    return rt_env_int(vars, RANK);
+#endif
+}
+
+#if WORLD > 1
+static inline void rt_share_nccl_id(ncclUniqueId *id)
+{
+#ifdef O2S_HAVE_MPI
+    CHECK_MPI_WATCHED(MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast of the NCCL id");
+#else
+    const char *path = getenv("O2S_BOOTSTRAP_FILE");
+    if (!path || !*path)
+        rt_die("O2S_BOOTSTRAP_FILE is not set: without MPI the ranks share the NCCL id through a file on a "
+               "file system they all see (launch.sh sets it)");
+    if (RANK == 0) { /* written whole under a temporary name, then renamed: never read half-written */
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 || write(fd, id, sizeof *id) != (ssize_t)sizeof *id || close(fd) != 0 || rename(tmp, path) != 0)
+            rt_die("O2S_BOOTSTRAP_FILE=%s: cannot write the NCCL id: %s", path, strerror(errno));
+        return;
+    }
+    double deadline = rt_now() + (rt_timeout_s ? rt_timeout_s : 1e9);
+    for (;;) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == (off_t)sizeof *id &&
+            read(fd, id, sizeof *id) == (ssize_t)sizeof *id) {
+            close(fd);
+            return;
+        }
+        if (fd >= 0)
+            close(fd);
+        if (rt_now() > deadline)
+            rt_die("waited %d s for rank 0's NCCL id in O2S_BOOTSTRAP_FILE=%s (--timeout)", rt_timeout_s, path);
+        struct timespec nap = {0, 10000000};
+        nanosleep(&nap, NULL);
+    }
+#endif
+}
+#endif
+
+/* All ranks reach this point before any goes on (timing starts here). */
+static inline void rt_barrier(const char *what)
+{
+#ifdef O2S_HAVE_MPI
+    CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), what);
+#elif WORLD > 1
+    static float *one;
+    if (!one)
+        CHECK_CUDA(cudaMalloc((void **)&one, sizeof(float)));
+    CHECK_NCCL(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, g_nccl[0], g_stream));
+    rt_cuda_sync(g_stream, what);
+#else
+    (void)what;
+#endif
+}
+
+static inline void rt_launch_finish(void)
+{
+#ifdef O2S_HAVE_MPI
+    CHECK_MPI_WATCHED(MPI_Finalize(), "MPI_Finalize (the other ranks to finish)");
+#endif
 }
 
 static inline unsigned k_blocks(int64_t n)
@@ -780,14 +928,44 @@ __device__ static inline void k_offsets(const KShape &s, int64_t i, int64_t *o0,
 
 #define GRID_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-template <typename T> __device__ static inline T k_op(int op, T x, T z)
+/* Integer Div and Pow exactly as the C target's k_idiv / k_ipow (ONNX
+ * Runtime's results, made total: x / 0 is 0, INT64_MIN / -1 wraps, a
+ * negative exponent truncates 1 / x^|z|). */
+__device__ static inline int64_t k_idiv(int64_t x, int64_t z)
+{
+    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
+
+__device__ static inline int64_t k_ipow(int64_t x, int64_t z)
+{
+    if (z < 0)
+        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; z; z >>= 1, b *= b)
+        if (z & 1)
+            r *= b;
+    return (int64_t)r;
+}
+
+template <typename T> __device__ static inline T k_op(int op, T x, T z);
+template <> __device__ inline float k_op<float>(int op, float x, float z)
 {
     switch (op) {
     case 0: return x + z;
     case 1: return x - z;
     case 2: return x * z;
-    case 3: return z ? x / z : (T)0;
-    default: return (T)pow((double)x, (double)z);
+    case 3: return x / z; /* IEEE: x / 0 is +-inf or NaN, as on the CPU */
+    default: return (float)pow((double)x, (double)z);
+    }
+}
+template <> __device__ inline int64_t k_op<int64_t>(int op, int64_t x, int64_t z)
+{
+    switch (op) {
+    case 0: return (int64_t)((uint64_t)x + (uint64_t)z);
+    case 1: return (int64_t)((uint64_t)x - (uint64_t)z);
+    case 2: return (int64_t)((uint64_t)x * (uint64_t)z);
+    case 3: return k_idiv(x, z);
+    default: return k_ipow(x, z);
     }
 }
 
@@ -797,7 +975,7 @@ template <typename T> __global__ void kk_binary(int op, T *y, const T *a, const 
     {
         int64_t oa, ob, unused;
         k_offsets(s, i, &oa, &ob, &unused);
-        y[i] = op == 3 ? (T)(a[oa] / b[ob]) : k_op<T>(op, a[oa], b[ob]);
+        y[i] = k_op<T>(op, a[oa], b[ob]);
     }
 }
 
@@ -1058,29 +1236,39 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
     CHECK_LAUNCH();
 }
 
-/* One block per row: mean and variance in one pass of shared reductions. */
+/* One block per row, two passes: the mean first, then the mean of squared
+ * deviations from it. The one-pass E[x^2] - E[x]^2 cancels catastrophically
+ * when |mean| >> std (at |mean|/std ~ 100 it misses the tolerance), which
+ * the C target never did. The tree reductions run in a fixed order, so the
+ * result is the same on every run. */
+__device__ static inline float k_block_sum(float v, float *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k)
+            sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    float total = sh[0];
+    __syncthreads(); /* sh is reused by the next sum */
+    return total;
+}
+
 __global__ void kk_layernorm(float *y, float *mean_out, float *istd_out, const float *x, const float *scale,
                              const float *bias, int64_t n, int64_t sn, int64_t bn, float eps)
 {
-    __shared__ float rs[K_THREADS], rq[K_THREADS];
+    __shared__ float sh[K_THREADS];
     int64_t row = blockIdx.x;
     const float *xp = x + row * n;
-    float s = 0, q = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float s = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
         s += xp[j];
-        q += xp[j] * xp[j];
-    }
-    rs[threadIdx.x] = s;
-    rq[threadIdx.x] = q;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) {
-            rs[threadIdx.x] += rs[threadIdx.x + k];
-            rq[threadIdx.x] += rq[threadIdx.x + k];
-        }
-        __syncthreads();
-    }
-    float mean = rs[0] / n, var = fmaxf(rq[0] / n - mean * mean, 0.0f), istd = rsqrtf(var + eps);
+    float mean = k_block_sum(s, sh) / n;
+    float q = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        q += (xp[j] - mean) * (xp[j] - mean);
+    float var = k_block_sum(q, sh) / n, istd = rsqrtf(var + eps);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         float v = (xp[j] - mean) * istd * scale[j % sn];
         y[row * n + j] = bias ? v + bias[j % bn] : v;
@@ -1100,49 +1288,59 @@ static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, c
     CHECK_LAUNCH();
 }
 
-/* Reductions: one thread per input element adding into its output. */
-__global__ void kk_reduce_f32(float *y, const float *x, KShape s)
+/* Reductions: one thread per output element, summing its inputs in the
+ * C target's order (row-major over the reduced dims). No atomics, so two
+ * runs give the same bits. sy: the output stride of each input dim, 0
+ * along the reduced ones; the output is contiguous over the kept dims. */
+template <typename T> __global__ void kk_reduce(T *y, int64_t ny, const T *x, KShape s, T scale)
 {
-    GRID_LOOP(i, s.n)
+    GRID_LOOP(o, ny)
     {
-        int64_t oy, u1, u2;
-        k_offsets(s, i, &oy, &u1, &u2);
-        atomicAdd(&y[oy], x[i]);
+        int64_t xstride[K_MAX_RANK], st = 1, base = 0, rem = o;
+        for (int k = s.rank - 1; k >= 0; k--) {
+            xstride[k] = st;
+            st *= s.d[k];
+        }
+        for (int k = s.rank - 1; k >= 0; k--)
+            if (s.s0[k]) { /* a kept dim: its coordinate comes from o */
+                base += (rem % s.d[k]) * xstride[k];
+                rem /= s.d[k];
+            }
+        int64_t nred = 1, idx[K_MAX_RANK] = {0};
+        for (int k = 0; k < s.rank; k++)
+            if (!s.s0[k])
+                nred *= s.d[k];
+        T acc = 0;
+        int64_t off = base;
+        for (int64_t r = 0; r < nred; r++) {
+            acc += x[off];
+            for (int k = s.rank - 1; k >= 0; k--) {
+                if (s.s0[k])
+                    continue;
+                off += xstride[k];
+                if (++idx[k] < s.d[k])
+                    break;
+                off -= xstride[k] * s.d[k];
+                idx[k] = 0;
+            }
+        }
+        y[o] = acc * scale;
     }
-}
-
-__global__ void kk_scale(float *y, int64_t n, float scale)
-{
-    GRID_LOOP(i, n) y[i] *= scale;
 }
 
 static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims, const int64_t *sy,
                                 float scale)
 {
     KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)ny * sizeof(float), g_stream));
-    kk_reduce_f32<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>(y, x, s);
+    kk_reduce<float><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, scale);
     CHECK_LAUNCH();
-    kk_scale<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, scale);
-    CHECK_LAUNCH();
-}
-
-__global__ void kk_reduce_i64(unsigned long long *y, const int64_t *x, KShape s)
-{
-    GRID_LOOP(i, s.n)
-    {
-        int64_t oy, u1, u2;
-        k_offsets(s, i, &oy, &u1, &u2);
-        atomicAdd(&y[oy], (unsigned long long)x[i]);
-    }
 }
 
 static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
                                 const int64_t *sy)
 {
     KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)ny * sizeof(int64_t), g_stream));
-    kk_reduce_i64<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((unsigned long long *)y, x, s);
+    kk_reduce<int64_t><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, (int64_t)1);
     CHECK_LAUNCH();
 }
 
@@ -1545,8 +1743,8 @@ static void init_comms(void)
     ncclComm_t world;
     if (RANK == 0)
         CHECK_NCCL(ncclGetUniqueId(&id));
+    rt_share_nccl_id(&id); /* over MPI, or the bootstrap file without it */
     rt_watch("NCCL communicator set-up"); /* blocking calls: under the --timeout alarm */
-    CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
     CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));
     g_nccl[g_nnccl++] = world;
     CHECK_CUDA(cudaEventCreateWithFlags(&ev_ready_r0, cudaEventDisableTiming));
@@ -2534,15 +2732,16 @@ static const char *const model_outputs[] = {"logits", NULL};
 int main(int argc, char **argv)
 {
     RtArgs args;
-    int local = 0, ndev = 0;
-    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI or CUDA work */
-    rt_init_mpi(&argc, &argv);
+    int ndev = 0;
+    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any launch or CUDA work */
+    rt_launch_init(&argc, &argv);
     /* One GPU per rank: the local rank on this node picks it. */
-    MPI_Comm node;
-    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, RANK, MPI_INFO_NULL, &node));
-    CHECK_MPI(MPI_Comm_rank(node, &local));
+    int local = rt_local_rank();
     CHECK_CUDA(cudaGetDeviceCount(&ndev));
-    CHECK_CUDA(cudaSetDevice(local % ndev));
+    if (local >= ndev)
+        rt_die("this is rank %d on its node, which has %d GPU(s): NCCL needs a GPU per rank "
+               "(start at most %d ranks per node)", local, ndev, ndev);
+    CHECK_CUDA(cudaSetDevice(local));
     CHECK_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking));
     CHECK_CUBLAS(cublasCreate(&g_blas));
@@ -2572,13 +2771,17 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaMemcpy(I_tokens, block, 128, cudaMemcpyHostToDevice));
         free(block);
     }
+    /* The uploads above ran on the legacy stream, and a pageable cudaMemcpy may
+     * return before its DMA lands: finish them before the first kernel on the
+     * non-blocking compute stream. */
+    CHECK_CUDA(cudaDeviceSynchronize());
     if (args.iters > 0) {
         cudaEvent_t t0, t1;
         CHECK_CUDA(cudaEventCreate(&t0));
         CHECK_CUDA(cudaEventCreate(&t1));
         forward(); /* warm-up */
         rt_cuda_sync(g_stream, "the warm-up pass");
-        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (before timing)");
+        rt_barrier("the other ranks (barrier before timing)");
         CHECK_CUDA(cudaEventRecord(t0, g_stream));
         for (int i = 0; i < args.iters; i++)
             forward();
@@ -2609,6 +2812,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < g_nnccl; i++)
         CHECK_NCCL(ncclCommDestroy(g_nccl[i]));
     CHECK_CUBLAS(cublasDestroy(g_blas));
-    CHECK_MPI_WATCHED(MPI_Finalize(), "MPI_Finalize (the other ranks to finish)");
+    rt_launch_finish();
     return 0;
 }

@@ -1,58 +1,107 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh: everything that needs a GPU, in one call (< 8 minutes).
-#  1. builds the CUDA output of every golden model for one rank (and for
-#     more ranks when more GPUs are present), runs it, compares with the
-#     ONNX Runtime goldens (|out - golden| <= 1e-5 + 1e-4 |golden|);
-#  2. times the larger GPT of `make bench` (d_model 512, 4 layers, seq 128,
-#     batch 4) on one GPU and reports, as a table, its time per iteration,
-#     its GEMM throughput, and the fraction of the rate cuBLAS reaches on
-#     the same GEMM shapes alone (tests/gpu/gemm_rate.cu).
-# Needs: nvcc, NCCL, cuBLAS, MPI; build/onnx2spmd and build/venv (carried
-# from the machine that built them, or built here by make).
+# tests/gpu/run.sh: everything that needs a GPU, in one call (under 8
+# minutes on one H200; see tests/gpu/README.md). It runs on a bare GPU
+# machine: nvcc and the CUDA toolkit, python3 with onnx, onnxruntime, numpy
+# and the nvidia-nccl wheel; no OpenMPI, no protobuf-c, no network. Carry
+# build/onnx2spmd from the CPU machine (protobuf-c is linked into it
+# statically, so it needs only libc). Every step runs under a timeout and
+# says what failed.
+#  1. one-rank golden runs (mlp, attention, tiny_gpt, convnet, the
+#     LayerNorm-offset and int64 Div/Pow models), built with MPI=0: no MPI,
+#     no NCCL. Compared with the goldens (|out - golden| <= 1e-5 + 1e-4|golden|);
+#  2. determinism: tiny_gpt run twice, outputs bit-identical;
+#  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
+#     (with an rpath) and started by launch.sh: run and compared where two
+#     GPUs exist, else the clear refusal of two ranks on one GPU;
+#  4. the larger GPT of `make bench` on one GPU against cuBLAS alone on the
+#     same GEMMs, issued the same way (strided-batched, random data).
 set -u
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=build/gpu
 mkdir -p "$OUT"
-PY=build/venv/bin/python
-[ -x "$PY" ] || PY=python3
-[ -x build/onnx2spmd ] || make build/onnx2spmd >/dev/null || exit 1
-NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
-[ "$NGPU" -ge 1 ] || { echo "gpu: no GPU found"; exit 1; }
-echo "gpu: $NGPU GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-ARCH=${ARCH:-sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}
+T0=$(date +%s)
 fail=0
+err() { echo "FAIL $*"; fail=1; }
+step() { echo "== $* ($(( $(date +%s) - T0 )) s)"; }
 
-# 1. golden runs: one rank always; tp=2 / dp=2,tp=2 when the GPUs are there.
-cases=("mlp dp=1" "attention dp=1" "tiny_gpt dp=1" "convnet dp=1")
-if [ "$NGPU" -ge 2 ]; then
-    cases+=("mlp tp=2 --shard W1=[_,tp]" "tiny_gpt tp=2 --shardings tests/e2e/tiny_gpt_tp.txt"
-            "tiny_gpt dp=2 --shard tokens=[dp,_] --shard-weights dp")
-fi
-if [ "$NGPU" -ge 4 ]; then
-    cases+=("tiny_gpt dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --shard-weights dp")
-fi
-for c in "${cases[@]}"; do
-    read -r model mesh flags <<<"$c"
-    d="$OUT/${model}_${mesh//[=,]/_}"
-    rm -rf "$d" # holds the last run's outputs, which compile -o would refuse to replace
-    # shellcheck disable=SC2086
-    build/onnx2spmd compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda --cuda-arch "$ARCH" \
-        -o "$d" >/dev/null || { echo "FAIL compile $c"; fail=1; continue; }
-    make -s -j4 -C "$d" >"$d.build.log" 2>&1 || { echo "FAIL build $c"; tail -5 "$d.build.log"; fail=1; continue; }
+PY=build/venv/bin/python
+"$PY" -c "import onnx, onnxruntime, numpy" 2>/dev/null || PY=python3
+"$PY" -c "import onnx, onnxruntime, numpy" 2>/dev/null || { echo "FAIL: no python with onnx, onnxruntime and numpy"; exit 1; }
+[ -x build/onnx2spmd ] || { echo "FAIL: build/onnx2spmd missing (build it with make on the CPU machine and carry it)"; exit 1; }
+build/onnx2spmd --version >/dev/null || { echo "FAIL: build/onnx2spmd does not run here: $(ldd build/onnx2spmd 2>&1 | grep 'not found')"; exit 1; }
+command -v nvidia-smi >/dev/null && NGPU=$(nvidia-smi -L 2>/dev/null | wc -l) || NGPU=0
+[ "$NGPU" -ge 1 ] || { echo "FAIL: no GPU found"; exit 1; }
+ARCH=${ARCH:-sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+echo "gpu: $NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $ARCH, $("$NVCC" --version | tail -1)"
+
+# compile_build NAME MODEL MESH [FLAGS...]: compile for CUDA and build with MPI=0.
+compile_build() {
+    local name=$1 model=$2 mesh=$3 d=$OUT/$1; shift 3
+    rm -rf "$d"
+    timeout 60 build/onnx2spmd compile "$model" --mesh "$mesh" "$@" --target cuda --cuda-arch "$ARCH" -o "$d" \
+        >"$d.compile.log" 2>&1 || { err "$name: compile: $(tail -2 "$d.compile.log")"; return 1; }
+    timeout 300 make -s -j8 -C "$d" MPI=0 NVCC="$NVCC" >"$d.build.log" 2>&1 \
+        || { err "$name: build: $(grep -m3 -i 'error' "$d.build.log")"; return 1; }
+}
+# golden_args MODEL DIR: --in/--out flags for a golden model's files.
+golden_args() {
     args=()
-    for f in tests/golden/$model/input_*.npy; do n=$(basename "$f" .npy); args+=(--in "${n#input_}=$f"); done
-    for f in tests/golden/$model/output_*.npy; do n=$(basename "$f" .npy); args+=(--out "${n#output_}=$d/$n.npy"); done
-    timeout 120 "$d/run.sh" "${args[@]}" </dev/null >"$d.log" 2>&1 || { echo "FAIL run $c"; tail -5 "$d.log"; fail=1; continue; }
-    for f in tests/golden/$model/output_*.npy; do
+    for f in tests/golden/$1/input_*.npy; do n=$(basename "$f" .npy); args+=(--in "${n#input_}=$f"); done
+    for f in tests/golden/$1/output_*.npy; do n=$(basename "$f" .npy); args+=(--out "${n#output_}=$2/$n.npy"); done
+}
+compare() { # MODEL DIR LABEL
+    for f in tests/golden/$1/output_*.npy; do
+        local n res
         n=$(basename "$f" .npy)
-        res=$("$PY" tests/e2e/compare.py "$f" "$d/$n.npy") || fail=1
-        printf '%-12s %-10s %s\n' "$model" "$mesh" "$res"
+        res=$("$PY" tests/e2e/compare.py "$f" "$2/$n.npy") || err "$3: $res"
+        printf '%-28s %s\n' "$3" "$res"
     done
+}
+
+step "1. one-rank golden runs (MPI=0, no NCCL)"
+pids=()
+for m in mlp attention tiny_gpt convnet layernorm_offset int_ops; do
+    compile_build "${m}_1" "tests/models/$m.onnx" r=1 &
+    pids+=($!)
+done
+wait "${pids[@]}"
+for m in mlp attention tiny_gpt convnet layernorm_offset int_ops; do
+    d=$OUT/${m}_1
+    [ -x "$d/rank0" ] || continue
+    golden_args "$m" "$d"
+    timeout 120 "$d/rank0" "${args[@]}" --timeout 60 </dev/null >"$d.log" 2>&1 \
+        || { err "${m}_1: run (exit $?): $(tail -3 "$d.log")"; continue; }
+    compare "$m" "$d" "${m} r=1"
 done
 
-# 2. the larger GPT on one GPU against cuBLAS alone.
-"$PY" - "$OUT" <<'PYEOF'
+step "2. determinism: tiny_gpt twice"
+d=$OUT/tiny_gpt_1
+if [ -x "$d/rank0" ]; then
+    timeout 120 "$d/rank0" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --out logits="$OUT/again.npy" </dev/null \
+        >/dev/null 2>&1 || err "tiny_gpt second run"
+    cmp -s "$d/output_logits.npy" "$OUT/again.npy" && echo "tiny_gpt r=1: two runs bit-identical" \
+        || err "tiny_gpt: two runs differ (a non-deterministic kernel)"
+fi
+
+step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
+if compile_build gpt_tp2 tests/models/tiny_gpt.onnx tp=2 --shardings tests/e2e/tiny_gpt_tp.txt; then
+    d=$OUT/gpt_tp2
+    readelf -d "$d/rank0" | grep -q 'R.*PATH' || err "gpt_tp2: no rpath to NCCL in rank0"
+    golden_args tiny_gpt "$d"
+    timeout 120 "$d/launch.sh" "${args[@]}" --timeout 60 </dev/null >"$d.log" 2>&1
+    rc=$?
+    if [ "$NGPU" -ge 2 ]; then
+        [ $rc -eq 0 ] && compare tiny_gpt "$d" "tiny_gpt tp=2 launch.sh" || err "gpt_tp2: run (exit $rc): $(tail -3 "$d.log")"
+    elif grep -q "NCCL needs a GPU per rank" "$d.log" && [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+        echo "tiny_gpt tp=2 on 1 GPU: refused clearly: $(grep -m1 'NCCL needs' "$d.log")"
+    else
+        err "gpt_tp2 on one GPU: expected a clear refusal, got exit $rc: $(tail -3 "$d.log")"
+    fi
+fi
+
+step "4. gpt_512 on one GPU against cuBLAS alone"
+timeout 120 "$PY" - "$OUT" <<'PYEOF' || err "gpt_512: model generation"
 import os, sys
 import numpy as np
 sys.path.insert(0, "tests/models")
@@ -63,23 +112,29 @@ m, _ = make_models.make_tiny_gpt(rng, V=1024, D=512, H=8, S=128, B=4, F=2048, L=
 open(os.path.join(out, "gpt_512.onnx"), "wb").write(m.SerializeToString())
 np.save(os.path.join(out, "gpt_512_tokens.npy"), rng.integers(0, 1024, (4, 128), dtype=np.int64))
 PYEOF
-d=$OUT/gpt_512_cuda
-rm -rf "$d"
-build/onnx2spmd compile "$OUT/gpt_512.onnx" --mesh dp=1 --target cuda --cuda-arch "$ARCH" -o "$d" >/dev/null || exit 1
-make -s -C "$d" >"$d.build.log" 2>&1 || { echo "FAIL build gpt_512"; tail -5 "$d.build.log"; exit 1; }
-gen=$("$d/run.sh" --in tokens="$OUT/gpt_512_tokens.npy" --iters 50 </dev/null 2>&1 | grep "time per iteration" | sed 's/.*: \([0-9.]*\) ms.*/\1/')
-/usr/local/cuda/bin/nvcc -O3 -arch="$ARCH" -o "$OUT/gemm_rate" tests/gpu/gemm_rate.cu -lcublas || exit 1
-# GEMMs of gpt_512 per forward pass (B*S = 512 rows): per layer QKV 3x
-# (512,512,512), scores and context 32x (128,128,64)+(128,64,128), output
-# (512,512,512), MLP (512,2048,512)+(512,512,2048); LM head (512,1024,512).
-ref=$("$OUT/gemm_rate" 512 512 512 16 128 128 64 128 128 64 128 128 512 2048 512 4 512 512 2048 4 512 1024 512 1)
-gflop=$(echo "$ref" | awk '{print $2}'); cublas_s=$(echo "$ref" | awk '{print $4}'); cublas_rate=$(echo "$ref" | awk '{print $6}')
-awk -v g="$gflop" -v t="$gen" -v cs="$cublas_s" -v cr="$cublas_rate" 'BEGIN {
-    rate = g / (t / 1e3);
-    printf "\n%-46s %12s %14s %10s\n", "gpt_512 on 1 GPU (float32, TF32 off)", "ms/iter", "GEMM GFLOP/s", "fraction";
-    printf "%-46s %12.3f %14.1f %10s\n", "cuBLAS alone, same GEMM shapes", cs * 1e3, cr, "1.00";
-    printf "%-46s %12.3f %14.1f %10.2f\n", "generated program, whole forward pass", t, rate, rate / cr;
-}'
-[ -n "$gen" ] || fail=1
+gen=""
+if compile_build gpt_512 "$OUT/gpt_512.onnx" r=1; then
+    timeout 120 "$OUT/gpt_512/rank0" --in tokens="$OUT/gpt_512_tokens.npy" --iters 50 --timeout 60 </dev/null \
+        >"$OUT/gpt_512.log" 2>&1 || err "gpt_512: run (exit $?): $(tail -3 "$OUT/gpt_512.log")"
+    gen=$(grep "time per iteration" "$OUT/gpt_512.log" | sed 's/.*: \([0-9.]*\) ms.*/\1/')
+fi
+timeout 120 "$NVCC" -O3 -arch="$ARCH" -o "$OUT/gemm_rate" tests/gpu/gemm_rate.cu -lcublas || err "gemm_rate: build"
+# The GEMMs of gpt_512 per pass, as the generated code issues them (B*S = 512
+# rows): per layer Q, K, V and the output projection (512,512,512), the
+# scores and the context as one strided-batched call of B*H = 32 each
+# ((128,128,64) and (128,64,128)), the MLP (512,2048,512) and (512,512,2048);
+# then the LM head (512,1024,512).
+ref=$(timeout 120 "$OUT/gemm_rate" 512 512 512 1 16  128 128 64 32 4  128 64 128 32 4  512 2048 512 1 4 \
+      512 512 2048 1 4  512 1024 512 1 1) || err "gemm_rate: run"
+if [ -n "$gen" ] && [ -n "$ref" ]; then
+    echo "$ref" | awk -v t="$gen" '{ g = $2; cs = $4; cr = $6; rate = g / (t / 1e3);
+        printf "\n%-46s %12s %14s %10s\n", "gpt_512 on 1 GPU (float32, TF32 off)", "ms/iter", "GEMM GFLOP/s", "fraction";
+        printf "%-46s %12.3f %14.1f %10s\n", "cuBLAS alone, same GEMM calls", cs * 1e3, cr, "1.00";
+        printf "%-46s %12.3f %14.1f %10.2f\n", "generated program, whole forward pass", t, rate, rate / cr }'
+else
+    err "gpt_512: no timing"
+fi
+
+echo "gpu: $(( $(date +%s) - T0 )) s"
 [ $fail = 0 ] && echo "gpu: all checks passed"
 exit $fail
