@@ -270,6 +270,30 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
 
 /* A fused all-reduce: members packed into one buffer, one call, unpacked
  * at the wait. */
+/* Members of each fused call in reshard order: g_fused_next[m] is the next
+ * member after m (-1 at the end), built once per file so a program with
+ * many fused calls stays linear. */
+static int *g_fused_next;
+
+static void fused_index(const Program *pr)
+{
+    int n = pr->plan->nreshards;
+    g_fused_next = malloc((size_t)(n + 1) * sizeof(int));
+    int *last = malloc((size_t)(n + 1) * sizeof(int));
+    if (!g_fused_next || !last)
+        abort();
+    for (int m = 0; m < n; m++)
+        g_fused_next[m] = last[m] = -1;
+    for (int m = 0; m < n; m++) {
+        int l = pr->fused_leader[m];
+        if (l < 0 || l == m)
+            continue;
+        g_fused_next[last[l] >= 0 ? last[l] : l] = m;
+        last[l] = m;
+    }
+    free(last);
+}
+
 static void emit_fused(const Program *pr, int leader, int start, FILE *f)
 {
     const Plan *p = pr->plan;
@@ -281,9 +305,8 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
     comm_name(pr, axes, na, comm, sizeof comm);
     if (start) {
         fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
-        for (int m = 0; m < p->nreshards; m++)
-            if (pr->fused_leader[m] == leader)
-                fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
+        for (int m = leader; m >= 0; m = g_fused_next[m])
+            fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
         fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
     } else {
         fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n",
@@ -294,9 +317,7 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
             fprintf(f, "    rt_wait(&req_r%d, \"fused all-reduce (reshard %d)\");\n", leader, leader);
     }
     int64_t off = 0;
-    for (int m = 0; m < p->nreshards; m++) {
-        if (pr->fused_leader[m] != leader)
-            continue;
+    for (int m = leader; m >= 0; m = g_fused_next[m]) {
         const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];
         if (start)
             fprintf(f, "    k_copy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
@@ -542,8 +563,11 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "}\n");
 
     fprintf(f, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{");
+    fused_index(pr);
     for (int i = 0; i < pr->ninsts; i++)
         emit_inst(pr, i, f, d, &rc);
+    free(g_fused_next);
+    g_fused_next = NULL;
     fprintf(f, "}\n");
 
     /* main: flags, weights, inputs, runs, outputs. */

@@ -9,9 +9,11 @@
  * Multi-step reshards run their later steps at the wait. Memory: every
  * value, reshard step and scratch buffer lives in one arena; a buffer's
  * lifetime runs from its first write to its last read (a collective's
- * input and output stay live until its wait), and buffers are placed by
- * first fit in decreasing size, so buffers whose lifetimes do not overlap
- * share memory. Weights and inputs are persistent, outside the arena.
+ * input and output stay live until its wait), and buffers are placed in
+ * decreasing size, each at the lowest offset free over its lifetime, so
+ * buffers whose lifetimes do not overlap share memory. Weights and inputs
+ * are persistent, outside the arena. Every pass is linear or n log n in
+ * the graph (a million-node chain compiles in seconds).
  */
 #include "codegen.h"
 
@@ -46,7 +48,10 @@ static void name_insert(Program *pr, int b)
 {
     if (2 * (pr->nbufs + 1) > pr->name_cap) {
         int cap = pr->name_cap ? 2 * pr->name_cap : 256;
-        pr->name_set = arena_alloc(&pr->arena, (size_t)cap * sizeof(int));
+        free(pr->name_set);
+        pr->name_set = calloc((size_t)cap, sizeof(int));
+        if (!pr->name_set)
+            abort();
         pr->name_cap = cap;
         for (int i = 0; i < pr->nbufs; i++)
             if (i != b)
@@ -61,12 +66,17 @@ static void name_insert(Program *pr, int b)
 static int buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind, DType dt, int rank,
                    const int64_t *dims, const Sharding *layout)
 {
+    /* Growing arrays are realloc'd (program_free frees them), not left
+     * behind in the arena at every doubling; so no Buffer pointer
+     * survives a buf_new, and dims may point into pr->bufs: copied. */
+    int64_t d[IR_MAX_RANK];
+    memcpy(d, dims, (size_t)rank * sizeof(int64_t));
+    dims = d;
     if (pr->nbufs == pr->bufs_cap) {
         pr->bufs_cap = pr->bufs_cap ? 2 * pr->bufs_cap : 64;
-        Buffer *nb = arena_alloc(&pr->arena, (size_t)pr->bufs_cap * sizeof(Buffer));
-        if (pr->nbufs)
-            memcpy(nb, pr->bufs, (size_t)pr->nbufs * sizeof(Buffer));
-        pr->bufs = nb;
+        pr->bufs = realloc(pr->bufs, (size_t)pr->bufs_cap * sizeof(Buffer));
+        if (!pr->bufs)
+            abort();
     }
     Buffer *b = &pr->bufs[pr->nbufs];
     memset(b, 0, sizeof(*b));
@@ -91,9 +101,12 @@ static int buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind,
     memcpy(b->dims, dims, (size_t)rank * sizeof(int64_t));
     if (layout)
         b->layout = *layout;
+    /* -1: the size overflows (or a dim is negative); program_build
+     * reports it. */
     b->bytes = (int64_t)dtype_size(dt);
-    for (int i = 0; i < rank; i++)
-        b->bytes *= dims[i];
+    for (int i = 0; i < rank && b->bytes >= 0; i++)
+        if (ck_mul_i64(b->bytes, dims[i], &b->bytes))
+            b->bytes = -1;
     b->first = 1 << 30;
     b->last = -1;
     return pr->nbufs++;
@@ -111,10 +124,9 @@ static void inst_add(Program *pr, InstKind k, const Node *n, int reshard)
 {
     if (pr->ninsts == pr->insts_cap) {
         pr->insts_cap = pr->insts_cap ? 2 * pr->insts_cap : 64;
-        Inst *ni = arena_alloc(&pr->arena, (size_t)pr->insts_cap * sizeof(Inst));
-        if (pr->ninsts)
-            memcpy(ni, pr->insts, (size_t)pr->ninsts * sizeof(Inst));
-        pr->insts = ni;
+        pr->insts = realloc(pr->insts, (size_t)pr->insts_cap * sizeof(Inst));
+        if (!pr->insts)
+            abort();
     }
     pr->insts[pr->ninsts++] = (Inst){k, n, reshard};
 }
@@ -184,18 +196,18 @@ static void build_reshard_bufs(Program *pr, int r)
         sb->in = in;
         sb->out = out;
         sb->pack = sb->unpack = -1;
-        const Buffer *ib = &pr->bufs[in];
-        if (s->kind == COLL_ALL_GATHER && outer_of(ib, s->dim) > 1) {
+        const Buffer ib = pr->bufs[in]; /* a copy: buf_new may move pr->bufs */
+        if (s->kind == COLL_ALL_GATHER && outer_of(&ib, s->dim) > 1) {
             snprintf(base, sizeof base, "%s_r%d_s%d_recv", t->name, r, j);
             sb->unpack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, t->rank, local, NULL);
         } else if (s->kind == COLL_ALL_TO_ALL) {
             snprintf(base, sizeof base, "%s_r%d_s%d_send", t->name, r, j);
-            sb->pack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib->rank, ib->dims, NULL);
+            sb->pack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib.rank, ib.dims, NULL);
             snprintf(base, sizeof base, "%s_r%d_s%d_recv", t->name, r, j);
-            sb->unpack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib->rank, ib->dims, NULL);
-        } else if (s->kind == COLL_REDUCE_SCATTER && outer_of(ib, s->dim) > 1) {
+            sb->unpack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib.rank, ib.dims, NULL);
+        } else if (s->kind == COLL_REDUCE_SCATTER && outer_of(&ib, s->dim) > 1) {
             snprintf(base, sizeof base, "%s_r%d_s%d_send", t->name, r, j);
-            sb->pack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib->rank, ib->dims, NULL);
+            sb->pack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, ib.rank, ib.dims, NULL);
         }
         in = out;
     }
@@ -217,6 +229,11 @@ static void find_fusions(Program *pr)
     const Plan *p = pr->plan;
     for (int i = 0; i < g->nnodes; i++)
         pr->fused_from[i] = -1;
+    char *resharded = calloc((size_t)g->ntensors + 1, 1);
+    if (!resharded)
+        abort();
+    for (int r = 0; r < p->nreshards; r++)
+        resharded[p->reshards[r].tensor->id] = 1;
     for (int i = 0; i + 1 < g->nnodes; i++) {
         const Node *n = g->nodes[i], *u = g->nodes[i + 1];
         const Tensor *t = n->outputs[0];
@@ -237,64 +254,91 @@ static void find_fusions(Program *pr)
             if (rb->bytes != pr->bufs[pr->tensor_buf[t->id]].bytes)
                 continue;
         }
-        int resharded = 0;
-        for (int r = 0; r < p->nreshards; r++)
-            resharded |= p->reshards[r].tensor == t;
         const Buffer *y = &pr->bufs[pr->tensor_buf[t->id]];
         const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
         int64_t cols = y->rank ? y->dims[y->rank - 1] : 1;
-        if (resharded || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
+        if (resharded[t->id] || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
             !(b->bytes == y->bytes || (b->bytes / 4 == cols && b->rank >= 1 && b->dims[b->rank - 1] == cols)))
             continue;
         pr->fused_from[u->id] = n->id;
     }
+    free(resharded);
 }
 
-/* First node (index) that reads reshard r's result; nnodes for outputs. */
-static int first_reader(const Program *pr, int r)
+/* Groups items 0..n-1 by key (0..nkeys-1; negative: none), in increasing
+ * item order within a group: key k's items are items[off[k] .. off[k+1]).
+ * Linear, so that the schedule is. */
+typedef struct Buckets {
+    int *off, *items;
+} Buckets;
+
+static Buckets buckets_make(int nkeys, int n, const int *key)
 {
-    const Plan *p = pr->plan;
-    for (int i = 0; i < pr->g->nnodes; i++)
-        for (int k = 0; k < pr->g->nodes[i]->ninputs; k++)
-            if (p->nodes[i].in_reshard[k] == r)
-                return i;
-    return pr->g->nnodes;
+    Buckets b = {calloc((size_t)nkeys + 2, sizeof(int)), malloc(sizeof(int) * (size_t)(n + 1))};
+    int total = 0;
+    if (!b.off || !b.items)
+        abort();
+    for (int i = 0; i < n; i++)
+        if (key[i] >= 0)
+            b.off[key[i] + 1]++, total++;
+    for (int k = 0; k < nkeys; k++)
+        b.off[k + 1] += b.off[k]; /* off[k + 1]: where group k ends */
+    for (int i = n - 1; i >= 0; i--)
+        if (key[i] >= 0)
+            b.items[--b.off[key[i] + 1]] = i; /* leaves off[k + 1] where k starts */
+    memmove(b.off, b.off + 1, sizeof(int) * (size_t)nkeys);
+    b.off[nkeys] = total;
+    return b;
 }
 
 /* Instruction order. A reshard of a node's output starts right after that
  * node; a weight gather (--shard-weights) starts `prefetch` weight-reading
  * nodes before its first reader, so it overlaps their compute; any other
  * reshard of a weight or input starts before the first node. Every
- * reshard is waited on right before its first reader. */
+ * reshard is waited on right before its first reader (nnodes for graph
+ * outputs). Reshards at the same place go in index order. */
 static void schedule(Program *pr, int prefetch)
 {
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
     int nr = p->nreshards, nn = g->nnodes;
     int *reader = malloc(sizeof(int) * (size_t)(nr + 1)), *start_before = malloc(sizeof(int) * (size_t)(nr + 1));
-    int *readers = malloc(sizeof(int) * (size_t)(nn + 1)), nreaders = 0;
+    int *after = malloc(sizeof(int) * (size_t)(nr + 1));
+    int *reader_pos = malloc(sizeof(int) * (size_t)(nn + 1)), *readers = malloc(sizeof(int) * (size_t)(nn + 1));
     char *is_reader = calloc((size_t)nn + 2, 1);
-    if (!reader || !start_before || !readers || !is_reader)
+    int nreaders = 0;
+    if (!reader || !start_before || !after || !reader_pos || !readers || !is_reader)
         abort();
-    for (int r = 0; r < nr; r++) {
-        reader[r] = first_reader(pr, r);
+    for (int r = 0; r < nr; r++)
+        reader[r] = nn;
+    /* One pass over every operand: its first reader is the lowest node. */
+    for (int i = nn - 1; i >= 0; i--)
+        for (int k = 0; k < g->nodes[i]->ninputs; k++) {
+            int r = p->nodes[i].in_reshard[k];
+            if (r >= 0 && r < nr)
+                reader[r] = i;
+        }
+    for (int r = 0; r < nr; r++)
         if (p->reshards[r].weight_gather && reader[r] < nn)
             is_reader[reader[r]] = 1;
-    }
     for (int i = 0; i < nn; i++)
-        if (is_reader[i])
+        if (is_reader[i]) {
+            reader_pos[i] = nreaders;
             readers[nreaders++] = i;
+        }
     for (int r = 0; r < nr; r++) {
         start_before[r] = -1; /* -1: program start; -2: after its producer */
+        after[r] = -1;
         if (p->reshards[r].tensor->producer) {
             start_before[r] = -2;
+            after[r] = p->reshards[r].tensor->producer->id;
         } else if (p->reshards[r].weight_gather && reader[r] < nn) {
-            int j = 0;
-            while (readers[j] != reader[r])
-                j++;
+            int j = reader_pos[reader[r]];
             start_before[r] = j - prefetch >= 0 ? readers[j - prefetch] : -1;
         }
     }
+    Buckets starts = buckets_make(nn, nr, start_before), waits = buckets_make(nn + 1, nr, reader),
+            posts = buckets_make(nn, nr, after);
     pr->ninsts = 0;
     for (int r = 0; r < nr; r++)
         if (start_before[r] == -1) {
@@ -303,32 +347,39 @@ static void schedule(Program *pr, int prefetch)
         }
     for (int i = 0; i < nn; i++) {
         const Node *n = g->nodes[i];
-        for (int r = 0; r < nr; r++)
-            if (start_before[r] == i) {
-                pr->start_at[r] = pr->ninsts;
-                inst_add(pr, INST_START, n, r);
-            }
-        for (int r = 0; r < nr; r++)
-            if (reader[r] == i) {
-                pr->wait_at[r] = pr->ninsts;
-                inst_add(pr, INST_WAIT, n, r);
-            }
+        for (int q = starts.off[i]; q < starts.off[i + 1]; q++) {
+            int r = starts.items[q];
+            pr->start_at[r] = pr->ninsts;
+            inst_add(pr, INST_START, n, r);
+        }
+        for (int q = waits.off[i]; q < waits.off[i + 1]; q++) {
+            int r = waits.items[q];
+            pr->wait_at[r] = pr->ninsts;
+            inst_add(pr, INST_WAIT, n, r);
+        }
         int fused_away = i + 1 < nn && pr->fused_from[i + 1] == i;
         if (!fused_away)
             inst_add(pr, INST_COMPUTE, n, -1);
-        for (int r = 0; r < nr; r++)
-            if (start_before[r] == -2 && p->reshards[r].tensor->producer == n) {
-                pr->start_at[r] = pr->ninsts;
-                inst_add(pr, INST_START, n, r);
-            }
-    }
-    for (int r = 0; r < nr; r++)
-        if (reader[r] == nn) {
-            pr->wait_at[r] = pr->ninsts;
-            inst_add(pr, INST_WAIT, NULL, r);
+        for (int q = posts.off[i]; q < posts.off[i + 1]; q++) {
+            int r = posts.items[q];
+            pr->start_at[r] = pr->ninsts;
+            inst_add(pr, INST_START, n, r);
         }
+    }
+    for (int q = waits.off[nn]; q < waits.off[nn + 1]; q++) {
+        int r = waits.items[q];
+        pr->wait_at[r] = pr->ninsts;
+        inst_add(pr, INST_WAIT, NULL, r);
+    }
+    Buckets all[] = {starts, waits, posts};
+    for (int k = 0; k < 3; k++) {
+        free(all[k].off);
+        free(all[k].items);
+    }
     free(reader);
     free(start_before);
+    free(after);
+    free(reader_pos);
     free(readers);
     free(is_reader);
 }
@@ -365,11 +416,12 @@ static void fuse(Program *pr, int64_t fuse_bytes)
             int64_t total = 0;
             for (int k = 0; k < ng; k++) {
                 pr->fused_leader[group[k]] = leader;
-                total += pr->bufs[pr->steps[group[k]][0].in].bytes;
+                if (total >= 0 && ck_add_i64(total, pr->bufs[pr->steps[group[k]][0].in].bytes, &total))
+                    total = -1;
                 if (pr->wait_at[group[k]] < first_wait)
                     first_wait = pr->wait_at[group[k]];
             }
-            int64_t elems = total / (int64_t)dtype_size(p->reshards[leader].tensor->dtype);
+            int64_t elems = total < 0 ? -1 : total / (int64_t)dtype_size(p->reshards[leader].tensor->dtype);
             char base[160];
             snprintf(base, sizeof base, "fused_r%d_send", leader);
             pr->fused_send[leader] = buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1,
@@ -402,6 +454,15 @@ static void liveness(Program *pr)
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
     int end = pr->ninsts;
+    /* A fused call's members: each one's input is in flight from the
+     * call's start, its output from the call's wait (the leader's). */
+    for (int m = 0; m < p->nreshards; m++) {
+        int r = pr->fused_leader[m];
+        if (r >= 0) {
+            live(pr, pr->steps[m][0].in, pr->start_at[r]);
+            live(pr, pr->steps[m][0].out, pr->wait_at[r]);
+        }
+    }
     for (int i = 0; i < pr->ninsts; i++) {
         const Inst *in = &pr->insts[i];
         if (in->kind == INST_COMPUTE) {
@@ -427,12 +488,7 @@ static void liveness(Program *pr)
                 live(pr, pr->fused_send[r], w);
                 live(pr, pr->fused_recv[r], s0);
                 live(pr, pr->fused_recv[r], w);
-                for (int m = 0; m < p->nreshards; m++)
-                    if (pr->fused_leader[m] == r) {
-                        live(pr, pr->steps[m][0].in, s0);
-                        live(pr, pr->steps[m][0].out, w);
-                    }
-                continue;
+                continue; /* the members: above */
             }
             /* The first step's buffers are in flight from start to wait;
              * later steps run at the wait. */
@@ -455,46 +511,155 @@ static void liveness(Program *pr)
         live(pr, program_output_buf(pr, i), end);
 }
 
-/* First fit in decreasing size over lifetime-overlapping placed buffers. */
-static void place(Program *pr)
+/* Memory plan: buffers in decreasing size (ties: creation order), each at
+ * the lowest offset where it meets no placed buffer live at the same time
+ * (sizes rounded up to 64 bytes). The placed buffers whose lifetimes meet
+ * a new one come from a max-tree over all buffers sorted by first use,
+ * holding each placed buffer's last use (-1 until placed): a query enters
+ * only subtrees holding one, so the cost is O(log n) per buffer plus the
+ * number of live buffers met, not a scan of everything placed. */
+typedef struct Pair {
+    int64_t a, b;
+} Pair; /* a span [a, b) of the arena, or a sort key a with buffer index b */
+
+static int pair_cmp(const void *x, const void *y)
 {
-    int n = pr->nbufs, *order = malloc(sizeof(int) * (size_t)(n + 1)), *placed = malloc(sizeof(int) * (size_t)(n + 1));
-    int nplaced = 0;
-    if (!order || !placed)
-        abort();
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (pr->bufs[i].kind >= BUF_VALUE && pr->bufs[i].last >= 0)
-            order[m++] = i;
-    for (int i = 1; i < m; i++)
-        for (int j = i; j > 0 && pr->bufs[order[j]].bytes > pr->bufs[order[j - 1]].bytes; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
+    const Pair *p = x, *q = y;
+    return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
+}
+
+typedef struct Placer {
+    const Buffer *bufs;
+    const Pair *by_first; /* leaf -> (first use, buffer) */
+    const int64_t *end;   /* buffer -> offset + rounded size, once placed */
+    int *tree;            /* max last use over placed buffers, -1: none */
+    int leaves;           /* a power of two */
+    Pair *found;          /* spans of the placed buffers met */
+    int nfound, cap;
+} Placer;
+
+/* Collects the placed buffers among leaves [lo, lo + width) below `node`
+ * and before leaf qhi (first use <= the new buffer's last) that are live
+ * at `first` or later. */
+static void placer_collect(Placer *pl, int node, int lo, int width, int qhi, int first)
+{
+    if (lo >= qhi || pl->tree[node] < first)
+        return;
+    if (width == 1) {
+        if (pl->nfound == pl->cap) {
+            pl->cap = pl->cap ? 2 * pl->cap : 64;
+            if (!(pl->found = realloc(pl->found, sizeof(Pair) * (size_t)pl->cap)))
+                abort();
         }
-    pr->arena_bytes = 0;
-    for (int i = 0; i < m; i++) {
-        Buffer *b = &pr->bufs[order[i]];
-        int64_t size = (b->bytes + 63) & ~(int64_t)63, off = 0;
-        for (int moved = 1; moved;) {
-            moved = 0;
-            for (int k = 0; k < nplaced; k++) {
-                const Buffer *o = &pr->bufs[placed[k]];
-                int64_t osz = (o->bytes + 63) & ~(int64_t)63;
-                int overlap_t = !(o->last < b->first || b->last < o->first);
-                if (overlap_t && off < o->offset + osz && o->offset < off + size) {
-                    off = o->offset + osz;
-                    moved = 1;
-                }
+        int b = (int)pl->by_first[lo].b;
+        pl->found[pl->nfound++] = (Pair){pl->bufs[b].offset, pl->end[b]};
+        return;
+    }
+    placer_collect(pl, 2 * node, lo, width / 2, qhi, first);
+    placer_collect(pl, 2 * node + 1, lo + width / 2, width / 2, qhi, first);
+}
+
+/* The lowest offset at which [off, off + size) meets none of the spans.
+ * Moving off past each span it meets, until it meets none, reaches that
+ * offset in any order (it never passes it); a few passes in the order
+ * found are linear and usually settle it (same-size buffers stacked one
+ * above another), else one pass in offset order does. -1: past 64 bits. */
+static int lowest_fit(Pair *s, int n, int64_t size, int64_t *out)
+{
+    int64_t off = 0, top = size;
+    for (int pass = 0, moved = 1; moved; pass++) {
+        moved = 0;
+        if (pass == 4)
+            qsort(s, (size_t)n, sizeof(Pair), pair_cmp);
+        for (int k = 0; k < n && !(pass == 4 && s[k].a >= top); k++)
+            if (s[k].a < top && off < s[k].b) {
+                off = s[k].b;
+                moved = pass < 4;
+                if (ck_add_i64(off, size, &top))
+                    return -1;
             }
+    }
+    *out = off;
+    return 0;
+}
+
+/* A buffer's arena footprint: its bytes rounded up to 64. */
+static int round64(int64_t bytes, int64_t *out)
+{
+    if (bytes < 0 || ck_add_i64(bytes, 63, out))
+        return -1;
+    *out &= ~(int64_t)63;
+    return 0;
+}
+
+static int place(Program *pr, Diag *d)
+{
+    int n = pr->nbufs, m = 0, rc = -1, *leaf = malloc(sizeof(int) * (size_t)(n + 1));
+    Pair *by_size = malloc(sizeof(Pair) * (size_t)(n + 1)), *by_first = malloc(sizeof(Pair) * (size_t)(n + 1));
+    int64_t *size = malloc(sizeof(int64_t) * (size_t)(n + 1)), *end = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    Placer pl = {pr->bufs, by_first, end, NULL, 1, NULL, 0, 0};
+    if (!by_size || !by_first || !leaf || !size || !end)
+        abort();
+    pr->arena_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &pr->bufs[i];
+        if (b->kind < BUF_VALUE || b->last < 0)
+            continue;
+        if (round64(b->bytes, &size[i])) {
+            diag_add(d, "rank %d: buffer %s (%lld bytes) is too large for a 64-bit arena", pr->rank, b->name,
+                     (long long)b->bytes);
+            goto cleanup;
+        }
+        by_size[m] = (Pair){-b->bytes, i};
+        by_first[m++] = (Pair){b->first, i};
+    }
+    qsort(by_size, (size_t)m, sizeof(Pair), pair_cmp);
+    qsort(by_first, (size_t)m, sizeof(Pair), pair_cmp);
+    while (pl.leaves < m)
+        pl.leaves *= 2;
+    if (!(pl.tree = malloc(sizeof(int) * 2 * (size_t)pl.leaves)))
+        abort();
+    for (int i = 0; i < 2 * pl.leaves; i++)
+        pl.tree[i] = -1;
+    for (int i = 0; i < m; i++)
+        leaf[by_first[i].b] = i;
+    for (int i = 0; i < m; i++) {
+        int bi = (int)by_size[i].b, lo = 0, hi = m;
+        Buffer *b = &pr->bufs[bi];
+        while (lo < hi) { /* leaves [0, hi) start no later than b ends */
+            int mid = lo + (hi - lo) / 2;
+            if (by_first[mid].a <= b->last)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        pl.nfound = 0;
+        placer_collect(&pl, 1, 0, pl.leaves, hi, b->first);
+        int64_t off, top;
+        if (lowest_fit(pl.found, pl.nfound, size[bi], &off) || ck_add_i64(off, size[bi], &top)) {
+            diag_add(d, "rank %d: the arena outgrows 64-bit offsets placing buffer %s (%lld bytes)", pr->rank,
+                     b->name, (long long)b->bytes);
+            goto cleanup;
         }
         b->offset = off;
-        placed[nplaced++] = order[i];
-        if (off + size > pr->arena_bytes)
-            pr->arena_bytes = off + size;
+        end[bi] = top;
+        if (top > pr->arena_bytes)
+            pr->arena_bytes = top;
+        int t = pl.leaves + leaf[bi];
+        pl.tree[t] = b->last;
+        for (t /= 2; t >= 1; t /= 2)
+            pl.tree[t] = pl.tree[2 * t] > pl.tree[2 * t + 1] ? pl.tree[2 * t] : pl.tree[2 * t + 1];
     }
-    free(order);
-    free(placed);
+    rc = 0;
+cleanup:
+    free(pl.tree);
+    free(pl.found);
+    free(by_size);
+    free(by_first);
+    free(leaf);
+    free(size);
+    free(end);
+    return rc;
 }
 
 static int conv_scratch(Program *pr, const Node *n)
@@ -503,17 +668,19 @@ static int conv_scratch(Program *pr, const Node *n)
         return -1;
     const Buffer *x = &pr->bufs[program_operand_buf(pr, n, 0)];
     const Buffer *y = &pr->bufs[pr->tensor_buf[n->outputs[0]->id]];
-    int64_t group = node_attr_int(n, "group", 1), k = x->dims[1] / group;
-    for (int i = 2; i < x->rank; i++)
-        k *= pr->bufs[program_operand_buf(pr, n, 1)].dims[i];
-    for (int i = 2; i < y->rank; i++)
-        k *= y->dims[i];
+    int64_t group = node_attr_int(n, "group", 1), k = group > 0 ? x->dims[1] / group : -1;
+    for (int i = 2; i < x->rank && k >= 0; i++)
+        if (ck_mul_i64(k, pr->bufs[program_operand_buf(pr, n, 1)].dims[i], &k))
+            k = -1;
+    for (int i = 2; i < y->rank && k >= 0; i++)
+        if (ck_mul_i64(k, y->dims[i], &k))
+            k = -1; /* buf_new marks the size as overflowed */
     char base[160];
     snprintf(base, sizeof base, "%s_im2col", n->name);
     return buf_new(pr, base, NULL, BUF_SCRATCH, DT_F32, 1, &k, NULL);
 }
 
-static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch);
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, Diag *d);
 
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d)
 {
@@ -523,8 +690,12 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
     /* Deeper prefetch holds more gathered weights at once; back off until
      * the rank fits its memory limit. */
     for (int k = opt->prefetch; k >= 0; k--) {
-        Program *pr = build_once(p, rank, opt, k);
-        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+        Program *pr = build_once(p, rank, opt, k, d);
+        if (!pr)
+            return NULL;
+        int64_t total;
+        if (ck_add_i64(pr->arena_bytes, pr->weight_bytes, &total) || ck_add_i64(total, pr->input_bytes, &total))
+            total = INT64_MAX; /* over any limit */
         if (!opt->mem_limit || total <= opt->mem_limit || k == 0) {
             if (opt->mem_limit && total > opt->mem_limit) {
                 diag_add(d, "rank %d needs %lld bytes (arena %lld, weights %lld, inputs %lld), over --mem-limit %lld",
@@ -541,7 +712,7 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
     return NULL;
 }
 
-static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch)
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, Diag *d)
 {
     const Graph *g = p->g;
     Program *pr = calloc(1, sizeof(Program));
@@ -590,25 +761,40 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
     liveness(pr);
-    place(pr);
-    int64_t woff = 0;
+    int64_t woff = 0, sz;
     for (int i = 0; i < pr->nbufs; i++) {
         Buffer *b = &pr->bufs[i];
+        if (b->bytes < 0) {
+            diag_add(d, "rank %d: buffer %s: its size overflows 64 bits", rank, b->name);
+            goto fail;
+        }
         if (b->kind == BUF_WEIGHT) {
             b->offset = woff;
-            woff += (b->bytes + 63) & ~(int64_t)63;
-        } else if (b->kind == BUF_INPUT) {
-            pr->input_bytes += b->bytes;
+            if (round64(b->bytes, &sz) || ck_add_i64(woff, sz, &woff)) {
+                diag_add(d, "rank %d: the weights outgrow 64-bit offsets at %s", rank, b->name);
+                goto fail;
+            }
+        } else if (b->kind == BUF_INPUT && ck_add_i64(pr->input_bytes, b->bytes, &pr->input_bytes)) {
+            diag_add(d, "rank %d: the inputs' total size overflows 64 bits at %s", rank, b->name);
+            goto fail;
         }
     }
     pr->weight_bytes = woff;
+    if (place(pr, d))
+        goto fail;
     return pr;
+fail:
+    program_free(pr);
+    return NULL;
 }
 
 void program_free(Program *pr)
 {
     if (!pr)
         return;
+    free(pr->bufs);
+    free(pr->insts);
+    free(pr->name_set);
     arena_free(&pr->arena);
     free(pr);
 }

@@ -2,7 +2,8 @@
  *
  * Tensors are found by name through an open-addressing hash owned by the
  * graph arena. graph_toposort() runs Kahn's algorithm keeping the model's
- * own order among ready nodes, so an already-sorted graph is unchanged and
+ * own order among ready nodes (a min-heap of node indices, so any input
+ * order costs O(n log n)), so an already-sorted graph is unchanged and
  * the result is deterministic; a cycle is reported by walking back from a
  * node that never became ready until a node repeats, which names a node
  * that really lies on the cycle (not merely downstream of it).
@@ -246,6 +247,33 @@ char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap)
 
 /* ---- order -------------------------------------------------------------- */
 
+/* Min-heap of node indices: the ready node that comes first in the model. */
+static void heap_push(int *h, int *n, int v)
+{
+    int i = (*n)++;
+    for (; i > 0 && h[(i - 1) / 2] > v; i = (i - 1) / 2)
+        h[i] = h[(i - 1) / 2];
+    h[i] = v;
+}
+
+static int heap_pop(int *h, int *n)
+{
+    int top = h[0], v = h[--*n], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && h[c + 1] < h[c])
+            c++;
+        if (h[c] >= v)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
 void graph_link_consumers(Graph *g)
 {
     for (int i = 0; i < g->ntensors; i++) {
@@ -291,20 +319,17 @@ int graph_toposort(Graph *g, Diag *d)
             if (n->inputs[j] && n->inputs[j]->producer)
                 pending[i]++;
     }
-    /* Ready nodes are taken lowest model index first: a min-heap would be
-     * O(n log n) but a sorted model (the norm) only ever has the next node
-     * ready, so a linear scan from a moving cursor is as fast in practice. */
+    /* Ready nodes are taken lowest model index first. A scan from a cursor
+     * that moves back to each newly ready node would be quadratic when the
+     * model lists its nodes out of order (each placement can send it back
+     * and forth across the graph); the heap is O(log n) per node and, for
+     * a sorted model, never holds more than a few. */
     int nready = 0, placed = 0;
     for (int i = 0; i < nn; i++)
         if (!pending[i])
-            ready[i] = 1, nready++;
-    int cursor = 0;
+            heap_push(ready, &nready, i);
     while (nready) {
-        while (!ready[cursor])
-            cursor++;
-        int i = cursor;
-        ready[i] = 0;
-        nready--;
+        int i = heap_pop(ready, &nready);
         Node *n = g->nodes[i];
         order[placed++] = n;
         pending[i] = -1;
@@ -315,12 +340,8 @@ int graph_toposort(Graph *g, Diag *d)
             for (int c = 0; c < t->nconsumers; c++) {
                 Node *u = t->consumers[c];
                 for (int j = 0; j < u->ninputs; j++)
-                    if (u->inputs[j] == t && --pending[u->id] == 0) {
-                        ready[u->id] = 1;
-                        nready++;
-                        if (u->id < cursor)
-                            cursor = u->id;
-                    }
+                    if (u->inputs[j] == t && --pending[u->id] == 0)
+                        heap_push(ready, &nready, u->id);
             }
         }
     }

@@ -50,14 +50,23 @@ static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const
         return -1;
     }
     diag_free(&sub);
-    for (int i = 0; i < l->n; i++)
-        if (strcmp(l->items[i].tensor, name) == 0) {
-            if (sharding_equal(&l->items[i].sharding, &s))
-                return 0;
-            diag_add(d, "%s %s=%s: tensor \"%s\" is already annotated as %s", what, name, spec,
-                     name, l->items[i].spec);
-            return -1;
-        }
+    /* An index by tensor id keeps a long --shardings file linear. */
+    if (l->by_n < g->ntensors) {
+        int *idx = arena_alloc(a, (size_t)g->ntensors * sizeof(int));
+        if (l->by_n)
+            memcpy(idx, l->by_tensor, (size_t)l->by_n * sizeof(int));
+        l->by_tensor = idx;
+        l->by_n = g->ntensors;
+    }
+    int seen = l->by_tensor[t->id] - 1;
+    if (seen >= 0) {
+        if (sharding_equal(&l->items[seen].sharding, &s))
+            return 0;
+        diag_add(d, "%s %s=%s: tensor \"%s\" is already annotated as %s", what, name, spec, name,
+                 l->items[seen].spec);
+        return -1;
+    }
+    l->by_tensor[t->id] = l->n + 1;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 16;
         l->items = realloc(l->items, (size_t)l->cap * sizeof(Annotation));

@@ -43,12 +43,11 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
         store.axes[dim][store.naxes[dim]++] = (unsigned char)ax;
         tp->sharding = store;
         /* Existing reshards of this weight now start from the stored layout. */
-        for (int r = 0; r < p->nreshards; r++)
-            if (p->reshards[r].tensor == t) {
-                p->reshards[r].src = store;
-                p->reshards[r].weight_gather = 1;
-                reshard_lower(m, t, &store, &p->reshards[r].dst, &p->reshards[r].r);
-            }
+        for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor) {
+            p->reshards[r].src = store;
+            p->reshards[r].weight_gather = 1;
+            reshard_lower(m, t, &store, &p->reshards[r].dst, &p->reshards[r].r);
+        }
         /* Direct readers now read through a gather to the planned layout. */
         for (int c = 0; c < t->nconsumers; c++) {
             const Node *n = t->consumers[c];

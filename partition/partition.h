@@ -188,6 +188,7 @@ typedef struct PlanReshard {
     int weight_gather;     /* gathers a weight stored sharded (--shard-weights) */
     Sharding src, dst;
     Reshard r;
+    int next_of_tensor;    /* next (lower-index) reshard of the same tensor, or -1 */
 } PlanReshard;
 
 typedef struct NodePlan {
@@ -213,6 +214,8 @@ typedef struct Plan {
     NodePlan *nodes;       /* by node index */
     PlanReshard *reshards;
     int nreshards, reshards_cap;
+    int *tensor_reshard;   /* by Tensor id: its latest reshard, or -1 (a list through
+                              next_of_tensor); NULL until the first reshard */
     int *out_reshard;      /* per graph output: index into reshards, or -1 */
     int iterations;        /* propagation node visits */
 } Plan;
@@ -222,6 +225,8 @@ typedef struct Plan {
 typedef struct AnnotationList {
     Annotation *items;
     int n, cap;
+    int *by_tensor;        /* tensor id -> item index + 1 (in the caller's arena) */
+    int by_n;
 } AnnotationList;
 
 /* "NAME=SPEC" from --shard. */

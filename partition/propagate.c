@@ -344,10 +344,21 @@ static int linear_in(const Node *n, int k, const Plan *p)
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand,
                      const char *reason, const Sharding *src, const Sharding *dst)
 {
-    for (int i = 0; i < p->nreshards; i++)
-        if (p->reshards[i].tensor == t && sharding_equal(&p->reshards[i].src, src) &&
-            sharding_equal(&p->reshards[i].dst, dst))
-            return i; /* one reshard serves every consumer needing that layout */
+    /* One reshard serves every consumer needing that layout: look among
+     * this tensor's own reshards only (a list per tensor keeps this linear
+     * in the graph) and take the lowest-indexed match, as a scan of all
+     * would. */
+    if (!p->tensor_reshard) {
+        p->tensor_reshard = arena_alloc(&p->arena, (size_t)(p->g->ntensors + 1) * sizeof(int));
+        for (int i = 0; i < p->g->ntensors; i++)
+            p->tensor_reshard[i] = -1;
+    }
+    int found = -1;
+    for (int i = p->tensor_reshard[t->id]; i >= 0; i = p->reshards[i].next_of_tensor)
+        if (sharding_equal(&p->reshards[i].src, src) && sharding_equal(&p->reshards[i].dst, dst))
+            found = i;
+    if (found >= 0)
+        return found;
     if (p->nreshards == p->reshards_cap) {
         p->reshards_cap = p->reshards_cap ? 2 * p->reshards_cap : 16;
         p->reshards = realloc(p->reshards, (size_t)p->reshards_cap * sizeof(PlanReshard));
@@ -362,6 +373,8 @@ int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand
     r->reason = reason;
     r->src = *src;
     r->dst = *dst;
+    r->next_of_tensor = p->tensor_reshard[t->id];
+    p->tensor_reshard[t->id] = p->nreshards - 1;
     reshard_lower(&p->mesh, t, src, dst, &r->r);
     return p->nreshards - 1;
 }

@@ -332,9 +332,10 @@ void plan_print_dot(const Plan *p, FILE *f)
             const Tensor *t = n->inputs[k];
             if (!t || (t->is_initializer && !t->nconsumers))
                 continue;
+            /* The last reshard of t recorded for n (t's own list only). */
             int via = -1;
-            for (int r = 0; r < p->nreshards; r++)
-                if (p->reshards[r].tensor == t && p->reshards[r].consumer == n)
+            for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor)
+                if (p->reshards[r].consumer == n && r > via)
                     via = r;
             if (via < 0) {
                 fprintf(f, "  t%d -> n%d;\n", t->id, i);
