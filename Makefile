@@ -13,10 +13,13 @@ LDLIBS   := -l:libprotobuf-c.a -lm
 VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60
+SECONDS  ?= 600
 
 LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
-TEMPLATES := templates/runtime.c templates/kernels.c templates/cuda_kernels.cu
+FAMILIES  := math reduce index
+TEMPLATES := templates/runtime.c templates/kernels.c templates/cuda_kernels.cu \
+             $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
 TEST_SRC := $(wildcard tests/*/test_*.c)
 
 OBJ_DIR  := build/obj
@@ -28,7 +31,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated conformance cuda-build
+.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated conformance cuda-build fuzz-plans
 .DEFAULT_GOAL := all
 
 all: build/onnx2spmd
@@ -50,7 +53,8 @@ build/tools/embed: tools/embed.c
 build/gen/templates.c: build/tools/embed $(TEMPLATES)
 	@mkdir -p build/gen
 	build/tools/embed $@ template_runtime_c=templates/runtime.c template_kernels_c=templates/kernels.c \
-	    template_cuda_kernels_cu=templates/cuda_kernels.cu
+	    template_cuda_kernels_cu=templates/cuda_kernels.cu \
+	    $(foreach f,$(FAMILIES),template_kernels_$(f)_c=templates/kernels_$(f).c template_cuda_$(f)_cu=templates/cuda_$(f).cu)
 $(OBJ_DIR)/gen/templates.o: build/gen/templates.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -c $< -o $@
@@ -142,6 +146,12 @@ e2e: all
 	@bash tests/e2e/test_runtime_errors.sh
 	@bash tests/e2e/run_ops_sharded.sh
 	@$(PY) tests/e2e/test_hostile_names.py
+	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
+
+# Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass
+# (`fuzz_plans.py --replay DIR --minimize` shrinks a saved failure).
+fuzz-plans: all
+	@$(PY) tests/e2e/fuzz_plans.py --seconds $(SECONDS)
 
 cuda-build: all
 	@bash tests/e2e/cuda_build.sh
@@ -155,6 +165,7 @@ generated: all
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all
 	@bash bench/plan_bench.sh
+	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
 
 # ---- top-level ----------------------------------------------------------

@@ -135,7 +135,10 @@ static void inspect_text(const Graph *g, int nodes)
     for (int i = 0; i < g->noutputs; i++)
         printf("  %-24s %-8s %s\n", g->outputs[i]->label, dtype_name(g->outputs[i]->dtype),
                shape_str(g->outputs[i]->dims, g->outputs[i]->rank, buf, sizeof buf));
-    printf("\nnodes      %d\n", g->nnodes);
+    printf("\nnodes      %d", g->nnodes);
+    if (g->nfolded)
+        printf(" (and %d folded at import: shape arithmetic on constants)", g->nfolded);
+    printf("\n");
     for (int op = 0; op < OP_COUNT; op++)
         if (s.op_count[op])
             printf("  %-24s %d\n", op_table[op].name, s.op_count[op]);
@@ -187,7 +190,7 @@ static void inspect_json(const Graph *g, int nodes)
     printf(",\n");
     json_values(stdout, "inputs", g->inputs, g->ninputs);
     json_values(stdout, "outputs", g->outputs, g->noutputs);
-    printf("  \"node_count\": %d,\n  \"ops\": {", g->nnodes);
+    printf("  \"node_count\": %d,\n  \"folded_node_count\": %d,\n  \"ops\": {", g->nnodes, g->nfolded);
     for (int op = 0, first = 1; op < OP_COUNT; op++)
         if (s.op_count[op]) {
             printf("%s\"%s\": %d", first ? "" : ", ", op_table[op].name, s.op_count[op]);

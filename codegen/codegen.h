@@ -125,12 +125,46 @@ int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
  * inputs uploaded, timed runs with CUDA events, outputs downloaded. */
 void emit_cuda_main(const Program *pr, int64_t weight_bytes, uint64_t checksum, FILE *f);
 
-/* ---- emit_ops.c --------------------------------------------------------- */
+/* ---- emit_ops.c (and the emit_<family>.c files) ------------------------ */
 
-/* Emits the kernel call(s) for one node. */
+/* Emits the kernel call(s) for one node: its comment block, then the
+ * emitter named in the emit column of ir/ops.def. */
 int emit_c_node(const Program *prog, const Node *n, FILE *f, Diag *d);
 const char *emit_ctype(DType t);
 void emit_dims(FILE *f, const int64_t *dims, int rank);
+
+/* What an emitter sees: this rank's program, the node, the output file.
+ * An emitter writes calls to k_* functions, which templates/kernels*.c
+ * (C) and templates/cuda*.cu (CUDA) both define with the same arguments,
+ * so one emitter serves both targets. */
+typedef struct EmitCtx {
+    const Program *pr;
+    const Node *n;
+    FILE *f;
+} EmitCtx;
+
+/* Emitters, named in the emit column of ir/ops.def; emit_none for an op
+ * with no kernel yet. */
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) int emit(const EmitCtx *c, Diag *d);
+#include "../ir/ops.def"
+#undef OP
+int emit_bias_residual(const EmitCtx *c, Diag *d);
+int emit_bias_act(const EmitCtx *c, Diag *d);
+
+/* Helpers for emitters. */
+const Buffer *emit_in(const EmitCtx *c, int k);   /* operand k's buffer (after its reshard), or NULL */
+const Buffer *emit_out(const EmitCtx *c, int k);  /* output k's buffer, or NULL */
+const char *emit_cf(float v, char *buf);          /* a float as a C literal, buf of 40 */
+void emit_strides(const int64_t *dims, int rank, int64_t *st); /* contiguous strides */
+int64_t emit_prod(const int64_t *dims, int from, int to);
+/* Strides of operand b broadcast (right-aligned) over output y's dims. */
+void emit_bcast_strides(const Buffer *b, const Buffer *y, int64_t *out);
+/* `static const int64_t NAME[] = {...};` inside the node's block. */
+void emit_arr(const EmitCtx *c, const char *name, const int64_t *v, int n);
+/* Is the output partial over an axis where this rank is not coordinate 0?
+ * Then a bias inside the node must be skipped (it would be summed n times). */
+int emit_skip_bias(const EmitCtx *c);
+int emit_norm_axis(int64_t axis, int rank);
 
 /* ---- weights.c ---------------------------------------------------------- */
 

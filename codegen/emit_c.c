@@ -18,6 +18,9 @@
 extern const char template_runtime_c[];
 extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
+/* The op families' kernels (templates/kernels_<family>.c, cuda_<family>.cu). */
+extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[];
+extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[];
 
 /* Target of the file being written: 0 C + MPI, 1 CUDA + NCCL. The two
  * share everything but the collective calls, the communicators and main(). */
@@ -476,6 +479,13 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fputs(template_runtime_c, f);
     fputs("\n", f);
     fputs(g_cuda ? template_cuda_kernels_cu : template_kernels_c, f);
+    const char *const families[][2] = {{template_kernels_math_c, template_cuda_math_cu},
+                                       {template_kernels_reduce_c, template_cuda_reduce_cu},
+                                       {template_kernels_index_c, template_cuda_index_cu}};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        fputs("\n", f);
+        fputs(families[i][g_cuda], f);
+    }
 
     fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
     for (int i = 0; i < pr->nbufs; i++)

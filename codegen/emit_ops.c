@@ -30,7 +30,7 @@ void emit_dims(FILE *f, const int64_t *dims, int rank)
 }
 
 /* A float constant as a valid C literal ("1.0f", not "1f"). */
-static const char *cf(float v, char *buf)
+const char *emit_cf(float v, char *buf)
 {
     int n = snprintf(buf, 40, "%.9g", (double)v);
     if (!strpbrk(buf, ".en"))
@@ -39,7 +39,7 @@ static const char *cf(float v, char *buf)
     return buf;
 }
 
-static void strides(const int64_t *dims, int rank, int64_t *st)
+void emit_strides(const int64_t *dims, int rank, int64_t *st)
 {
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
@@ -48,7 +48,7 @@ static void strides(const int64_t *dims, int rank, int64_t *st)
     }
 }
 
-static int64_t prod(const int64_t *dims, int from, int to)
+int64_t emit_prod(const int64_t *dims, int from, int to)
 {
     int64_t p = 1;
     for (int i = from; i < to; i++)
@@ -56,34 +56,28 @@ static int64_t prod(const int64_t *dims, int from, int to)
     return p;
 }
 
-typedef struct Ctx {
-    const Program *pr;
-    const Node *n;
-    FILE *f;
-} Ctx;
-
-static const Buffer *in_buf(const Ctx *c, int k)
+const Buffer *emit_in(const EmitCtx *c, int k)
 {
     return k < c->n->ninputs && c->n->inputs[k] ? &c->pr->bufs[program_operand_buf(c->pr, c->n, k)] : NULL;
 }
 
-static const Buffer *out_buf(const Ctx *c, int k)
+const Buffer *emit_out(const EmitCtx *c, int k)
 {
     return k < c->n->noutputs && c->n->outputs[k] ? &c->pr->bufs[c->pr->tensor_buf[c->n->outputs[k]->id]] : NULL;
 }
 
 /* Strides of operand b broadcast (right-aligned) over output dims y. */
-static void bcast_strides(const Buffer *b, const Buffer *y, int64_t *out)
+void emit_bcast_strides(const Buffer *b, const Buffer *y, int64_t *out)
 {
     int64_t st[IR_MAX_RANK];
-    strides(b->dims, b->rank, st);
+    emit_strides(b->dims, b->rank, st);
     for (int o = 0; o < y->rank; o++) {
         int j = o - (y->rank - b->rank);
         out[o] = j < 0 || (b->dims[j] == 1 && y->dims[o] != 1) ? 0 : st[j];
     }
 }
 
-static void arr(const Ctx *c, const char *name, const int64_t *v, int n)
+void emit_arr(const EmitCtx *c, const char *name, const int64_t *v, int n)
 {
     fprintf(c->f, "        static const int64_t %s[] = ", name);
     emit_dims(c->f, v, n);
@@ -92,9 +86,9 @@ static void arr(const Ctx *c, const char *name, const int64_t *v, int n)
 
 /* Is the output of this node partial over any axis where this rank's
  * coordinate is not 0? Then biases inside the node must be skipped. */
-static int skip_bias(const Ctx *c)
+int emit_skip_bias(const EmitCtx *c)
 {
-    const Buffer *y = out_buf(c, 0);
+    const Buffer *y = emit_out(c, 0);
     for (int a = 0; a < c->pr->plan->mesh.naxes; a++)
         if ((y->layout.partial & (1u << a)) && c->pr->coords[a] != 0)
             return 1;
@@ -103,14 +97,15 @@ static int skip_bias(const Ctx *c)
 
 /* A residual Add with the bias Add before it fused in:
  * y = r + (a + b[col]) in one pass. */
-static int emit_bias_residual(const Ctx *c)
+int emit_bias_residual(const EmitCtx *c, Diag *d)
 {
+    (void)d;
     const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
     const Tensor *t = add->outputs[0];
     int slot = c->n->inputs[0] == t ? 0 : 1;
     const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
     const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)];
-    const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = out_buf(c, 0);
+    const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = emit_out(c, 0);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", CMT(add->name, nm));
@@ -119,12 +114,13 @@ static int emit_bias_residual(const Ctx *c)
     return 0;
 }
 
-static int emit_binary(const Ctx *c)
+int emit_binary(const EmitCtx *c, Diag *d)
 {
+    (void)d;
     if (c->pr->fused_from[c->n->id] >= 0)
-        return emit_bias_residual(c);
+        return emit_bias_residual(c, d);
     static const char *const ops[] = {[OP_ADD] = "0", [OP_SUB] = "1", [OP_MUL] = "2", [OP_DIV] = "3", [OP_POW] = "4"};
-    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
+    const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&
                !memcmp(b->dims, y->dims, sizeof(int64_t) * y->rank);
     int arith = c->n->op != OP_POW && y->dtype == DT_F32 && a->dtype == DT_F32 && b->dtype == DT_F32;
@@ -147,7 +143,7 @@ static int emit_binary(const Ctx *c)
             int trailing = 1;
             for (int i = 0; i < b->rank; i++) {
                 int o = y->rank - b->rank + i;
-                if (b->dims[i] != y->dims[o] && !(b->dims[i] == 1 && i < b->rank && prod(b->dims, 0, i + 1) == 1))
+                if (b->dims[i] != y->dims[o] && !(b->dims[i] == 1 && i < b->rank && emit_prod(b->dims, 0, i + 1) == 1))
                     trailing = 0;
             }
             if (trailing) {
@@ -159,12 +155,12 @@ static int emit_binary(const Ctx *c)
     }
     (void)cols;
     int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
-    bcast_strides(a, y, sa);
-    bcast_strides(b, y, sb);
+    emit_bcast_strides(a, y, sa);
+    emit_bcast_strides(b, y, sb);
     fprintf(c->f, "    {\n");
-    arr(c, "dims", y->dims, y->rank);
-    arr(c, "sa", sa, y->rank);
-    arr(c, "sb", sb, y->rank);
+    emit_arr(c, "dims", y->dims, y->rank);
+    emit_arr(c, "sa", sa, y->rank);
+    emit_arr(c, "sb", sb, y->rank);
     if (a->dtype != b->dtype) {
         fprintf(c->f, "        k_pow_mixed(%s, %s, %d, %s, %d, %d, dims, sa, sb);\n    }\n", y->name, a->name,
                 (int)a->dtype, b->name, (int)b->dtype, y->rank);
@@ -182,11 +178,12 @@ static int unary_code(const Node *n)
 }
 
 /* The activation of a fused bias Add: y = act(a + b) in one kernel. */
-static int emit_bias_act(const Ctx *c)
+int emit_bias_act(const EmitCtx *c, Diag *d)
 {
+    (void)d;
     const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
     const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
-    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = out_buf(c, 0);
+    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = emit_out(c, 0);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", CMT(add->name, nm));
@@ -195,11 +192,12 @@ static int emit_bias_act(const Ctx *c)
     return 0;
 }
 
-static int emit_unary(const Ctx *c)
+int emit_unary(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     if (c->pr->fused_from[c->n->id] >= 0)
-        return emit_bias_act(c);
+        return emit_bias_act(c, d);
     int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
     switch (c->n->op) {
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
@@ -221,16 +219,17 @@ static int emit_unary(const Ctx *c)
     return 0;
 }
 
-static int emit_matmul(const Ctx *c)
+int emit_matmul(const EmitCtx *c, Diag *d)
 {
-    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     int64_t m = a->rank > 1 ? a->dims[a->rank - 2] : 1, k = a->dims[a->rank - 1];
     int64_t n = b->rank > 1 ? b->dims[b->rank - 1] : 1;
     int nb = y->rank - (a->rank > 1) - (b->rank > 1);
-    int64_t batch = prod(y->dims, 0, nb);
+    int64_t batch = emit_prod(y->dims, 0, nb);
     /* Per-batch offsets of each operand (broadcast batch dims repeat). */
     int64_t aoff = 0, boff = 0, aregular = 1, bregular = 1;
-    int64_t ab = a->rank > 2 ? prod(a->dims, 0, a->rank - 2) : 1, bb = b->rank > 2 ? prod(b->dims, 0, b->rank - 2) : 1;
+    int64_t ab = a->rank > 2 ? emit_prod(a->dims, 0, a->rank - 2) : 1, bb = b->rank > 2 ? emit_prod(b->dims, 0, b->rank - 2) : 1;
     if (ab == batch)
         aoff = m * k;
     else if (ab != 1)
@@ -257,9 +256,9 @@ static int emit_matmul(const Ctx *c)
         int ja = i - (nb - (a->rank - 2)), jb = i - (nb - (b->rank - 2));
         int64_t sa = 0, sb = 0;
         if (ja >= 0 && a->dims[ja] != 1)
-            sa = prod(a->dims, ja + 1, a->rank);
+            sa = emit_prod(a->dims, ja + 1, a->rank);
         if (jb >= 0 && b->dims[jb] != 1)
-            sb = prod(b->dims, jb + 1, b->rank);
+            sb = emit_prod(b->dims, jb + 1, b->rank);
         fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n        bo += (rem %% %lld) * %lld;\n        rem /= %lld;\n",
                 (long long)y->dims[i], (long long)sa, (long long)y->dims[i], (long long)sb, (long long)y->dims[i]);
     }
@@ -268,70 +267,74 @@ static int emit_matmul(const Ctx *c)
     return 0;
 }
 
-static int emit_gemm(const Ctx *c)
+int emit_gemm(const EmitCtx *c, Diag *d)
 {
-    const Buffer *a = in_buf(c, 0), *b = in_buf(c, 1), *cc = in_buf(c, 2), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *cc = emit_in(c, 2), *y = emit_out(c, 0);
     int ta = node_attr_int(c->n, "transA", 0) != 0, tb = node_attr_int(c->n, "transB", 0) != 0;
     int64_t k = a->dims[ta ? 0 : 1];
     int64_t crs = 0, ccs = 0;
     if (cc) {
         int64_t st[IR_MAX_RANK];
-        bcast_strides(cc, y, st);
+        emit_bcast_strides(cc, y, st);
         crs = st[0];
         ccs = st[1];
     }
-    int skip = cc && skip_bias(c);
+    int skip = cc && emit_skip_bias(c);
     char al[48], be[48];
     fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld);%s\n", y->name,
             a->name, b->name, cc && !skip ? cc->name : "NULL", (long long)y->dims[0], (long long)y->dims[1],
-            (long long)k, ta, tb, cf(node_attr_float(c->n, "alpha", 1.0f), al), cf(node_attr_float(c->n, "beta", 1.0f), be),
+            (long long)k, ta, tb, emit_cf(node_attr_float(c->n, "alpha", 1.0f), al), emit_cf(node_attr_float(c->n, "beta", 1.0f), be),
             (long long)crs, (long long)ccs, skip ? " /* C is added by coordinate 0 of the partial axes */" : "");
     return 0;
 }
 
-static int norm_axis(int64_t axis, int rank)
+int emit_norm_axis(int64_t axis, int rank)
 {
     return (int)(axis < 0 ? axis + rank : axis);
 }
 
-static int emit_softmax(const Ctx *c)
+int emit_softmax(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
-    int ax = norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
-    fprintf(c->f, "    k_softmax_f32(%s, %s, %lld, %lld, %lld);\n", y->name, x->name, (long long)prod(x->dims, 0, ax),
-            (long long)x->dims[ax], (long long)prod(x->dims, ax + 1, x->rank));
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    int ax = emit_norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
+    fprintf(c->f, "    k_softmax_f32(%s, %s, %lld, %lld, %lld);\n", y->name, x->name, (long long)emit_prod(x->dims, 0, ax),
+            (long long)x->dims[ax], (long long)emit_prod(x->dims, ax + 1, x->rank));
     return 0;
 }
 
-static int emit_layernorm(const Ctx *c)
+int emit_layernorm(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *s = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
-    const Buffer *mo = out_buf(c, 1), *io = out_buf(c, 2);
-    int ax = norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *s = emit_in(c, 1), *b = emit_in(c, 2), *y = emit_out(c, 0);
+    const Buffer *mo = emit_out(c, 1), *io = emit_out(c, 2);
+    int ax = emit_norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
     char eps[48];
     fprintf(c->f, "    k_layernorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s);\n", y->name,
             mo ? mo->name : "NULL", io ? io->name : "NULL", x->name, s->name, b ? b->name : "NULL",
-            (long long)prod(x->dims, 0, ax), (long long)prod(x->dims, ax, x->rank), (long long)(s->bytes / 4),
-            (long long)(b ? b->bytes / 4 : 1), cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
+            (long long)emit_prod(x->dims, 0, ax), (long long)emit_prod(x->dims, ax, x->rank), (long long)(s->bytes / 4),
+            (long long)(b ? b->bytes / 4 : 1), emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
     return 0;
 }
 
-static int emit_reduce(const Ctx *c)
+int emit_reduce(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     const Tensor *xt = c->n->inputs[0];
     const Attr *axes = node_attr(c->n, "axes");
     int keep = node_attr_int(c->n, "keepdims", 1) != 0;
     unsigned mask = 0;
     for (int i = 0; axes && i < axes->n; i++)
-        mask |= 1u << norm_axis(axes->ints[i], x->rank);
+        mask |= 1u << emit_norm_axis(axes->ints[i], x->rank);
     if (!axes || axes->n == 0)
         mask = node_attr_int(c->n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
     /* Output strides per input dim (0 for reduced dims). */
     int64_t ydims[IR_MAX_RANK], sy_full[IR_MAX_RANK], sy[IR_MAX_RANK];
     for (int i = 0; i < x->rank; i++)
         ydims[i] = (mask >> i) & 1 ? 1 : x->dims[i];
-    strides(ydims, x->rank, sy_full);
+    emit_strides(ydims, x->rank, sy_full);
     int64_t count = 1;
     for (int i = 0; i < x->rank; i++) {
         sy[i] = (mask >> i) & 1 ? 0 : sy_full[i];
@@ -340,43 +343,45 @@ static int emit_reduce(const Ctx *c)
     }
     (void)keep;
     fprintf(c->f, "    {\n");
-    arr(c, "dims", x->dims, x->rank);
-    arr(c, "sy", sy, x->rank);
+    emit_arr(c, "dims", x->dims, x->rank);
+    emit_arr(c, "sy", sy, x->rank);
     char sc[48];
     if (y->dtype == DT_F32)
         fprintf(c->f, "        k_reduce_f32(%s, %lld, %s, %d, dims, sy, %s);\n    }\n", y->name, (long long)(y->bytes / 4),
-                x->name, x->rank, cf(c->n->op == OP_REDUCE_MEAN ? (float)(1.0 / (double)count) : 1.0f, sc));
+                x->name, x->rank, emit_cf(c->n->op == OP_REDUCE_MEAN ? (float)(1.0 / (double)count) : 1.0f, sc));
     else
         fprintf(c->f, "        k_reduce_i64(%s, %lld, %s, %d, dims, sy);\n    }\n", y->name, (long long)(y->bytes / 8),
                 x->name, x->rank);
     return 0;
 }
 
-static int emit_transpose(const Ctx *c)
+int emit_transpose(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     const Attr *perm = node_attr(c->n, "perm");
     int64_t sx[IR_MAX_RANK], s[IR_MAX_RANK];
-    strides(x->dims, x->rank, sx);
+    emit_strides(x->dims, x->rank, sx);
     for (int i = 0; i < x->rank; i++)
         s[i] = sx[perm ? perm->ints[i] : x->rank - 1 - i];
     fprintf(c->f, "    {\n");
-    arr(c, "dims", y->dims, y->rank);
-    arr(c, "strides", s, y->rank);
+    emit_arr(c, "dims", y->dims, y->rank);
+    emit_arr(c, "strides", s, y->rank);
     fprintf(c->f, "        k_strided_copy(%s, %s, %zu, %d, dims, strides, 0);\n    }\n", y->name, x->name,
             dtype_size(y->dtype), y->rank);
     return 0;
 }
 
-static int emit_concat_split(const Ctx *c)
+int emit_concat_split(const EmitCtx *c, Diag *d)
 {
+    (void)d;
     int concat = c->n->op == OP_CONCAT;
-    const Buffer *whole = concat ? out_buf(c, 0) : in_buf(c, 0);
-    int ax = norm_axis(node_attr_int(c->n, "axis", 0), whole->rank);
-    int64_t outer = prod(whole->dims, 0, ax), inner = prod(whole->dims, ax + 1, whole->rank), off = 0;
+    const Buffer *whole = concat ? emit_out(c, 0) : emit_in(c, 0);
+    int ax = emit_norm_axis(node_attr_int(c->n, "axis", 0), whole->rank);
+    int64_t outer = emit_prod(whole->dims, 0, ax), inner = emit_prod(whole->dims, ax + 1, whole->rank), off = 0;
     int parts = concat ? c->n->ninputs : c->n->noutputs;
     for (int k = 0; k < parts; k++) {
-        const Buffer *pb = concat ? in_buf(c, k) : out_buf(c, k);
+        const Buffer *pb = concat ? emit_in(c, k) : emit_out(c, k);
         if (!pb) {
             off += 0;
             continue;
@@ -394,15 +399,16 @@ static int emit_concat_split(const Ctx *c)
     return 0;
 }
 
-static int emit_slice(const Ctx *c)
+int emit_slice(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     const Attr *st = node_attr(c->n, "starts"), *ax = node_attr(c->n, "axes"), *sp = node_attr(c->n, "steps");
     int64_t sx[IR_MAX_RANK], s[IR_MAX_RANK], offset = 0;
-    strides(x->dims, x->rank, sx);
+    emit_strides(x->dims, x->rank, sx);
     memcpy(s, sx, sizeof s);
     for (int i = 0; st && i < st->n; i++) {
-        int a = norm_axis(ax ? ax->ints[i] : i, x->rank);
+        int a = emit_norm_axis(ax ? ax->ints[i] : i, x->rank);
         int64_t dim = x->dims[a], step = sp ? sp->ints[i] : 1, b = st->ints[i];
         if (b < 0)
             b = b < -dim ? 0 : b + dim;
@@ -414,46 +420,48 @@ static int emit_slice(const Ctx *c)
         s[a] = sx[a] * step;
     }
     fprintf(c->f, "    {\n");
-    arr(c, "dims", y->dims, y->rank);
-    arr(c, "strides", s, y->rank);
+    emit_arr(c, "dims", y->dims, y->rank);
+    emit_arr(c, "strides", s, y->rank);
     fprintf(c->f, "        k_strided_copy(%s, %s, %zu, %d, dims, strides, %lld);\n    }\n", y->name, x->name,
             dtype_size(y->dtype), y->rank, (long long)offset);
     return 0;
 }
 
-static int emit_gather(const Ctx *c)
+int emit_gather(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *idx = in_buf(c, 1), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *idx = emit_in(c, 1), *y = emit_out(c, 0);
     const Tensor *xt = c->n->inputs[0];
-    int ax = norm_axis(node_attr_int(c->n, "axis", 0), x->rank);
+    int ax = emit_norm_axis(node_attr_int(c->n, "axis", 0), x->rank);
     int shard = program_group_key(c->pr, x->layout.axes[ax], x->layout.naxes[ax]);
     int64_t len = x->dims[ax];
     fprintf(c->f, "    k_gather(%s, %s, %s, %lld, %zu, %lld, %lld, %lld, %lld, %lld);%s\n", y->name, x->name, idx->name,
-            (long long)(idx->bytes / 8), dtype_size(x->dtype), (long long)prod(x->dims, 0, ax), (long long)len,
-            (long long)prod(x->dims, ax + 1, x->rank), (long long)(shard * len), (long long)xt->dims[ax],
+            (long long)(idx->bytes / 8), dtype_size(x->dtype), (long long)emit_prod(x->dims, 0, ax), (long long)len,
+            (long long)emit_prod(x->dims, ax + 1, x->rank), (long long)(shard * len), (long long)xt->dims[ax],
             x->layout.naxes[ax] ? " /* masked lookup: this rank owns a block of rows */" : "");
     return 0;
 }
 
-static int emit_where(const Ctx *c)
+int emit_where(const EmitCtx *c, Diag *d)
 {
-    const Buffer *cd = in_buf(c, 0), *a = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
+    (void)d;
+    const Buffer *cd = emit_in(c, 0), *a = emit_in(c, 1), *b = emit_in(c, 2), *y = emit_out(c, 0);
     int64_t sc[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
-    bcast_strides(cd, y, sc);
-    bcast_strides(a, y, sa);
-    bcast_strides(b, y, sb);
+    emit_bcast_strides(cd, y, sc);
+    emit_bcast_strides(a, y, sa);
+    emit_bcast_strides(b, y, sb);
     fprintf(c->f, "    {\n");
-    arr(c, "dims", y->dims, y->rank);
-    arr(c, "sc", sc, y->rank);
-    arr(c, "sx", sa, y->rank);
-    arr(c, "sz", sb, y->rank);
+    emit_arr(c, "dims", y->dims, y->rank);
+    emit_arr(c, "sc", sc, y->rank);
+    emit_arr(c, "sx", sa, y->rank);
+    emit_arr(c, "sz", sb, y->rank);
     fprintf(c->f, "        k_where(%s, %s, %s, %s, %zu, %d, dims, sc, sx, sz);\n    }\n", y->name, cd->name, a->name,
             b->name, dtype_size(y->dtype), y->rank);
     return 0;
 }
 
 /* Spatial params as 2-D (a 1-D op is H = 1). */
-static void spatial2(const Ctx *c, const Buffer *x, const Buffer *y, const int64_t *kernel, int64_t *p)
+static void spatial2(const EmitCtx *c, const Buffer *x, const Buffer *y, const int64_t *kernel, int64_t *p)
 {
     const Attr *pads = node_attr(c->n, "pads"), *st = node_attr(c->n, "strides"), *dl = node_attr(c->n, "dilations");
     int ns = x->rank - 2, two = ns == 2;
@@ -472,9 +480,9 @@ static void spatial2(const Ctx *c, const Buffer *x, const Buffer *y, const int64
     p[11] = pads ? pads->ints[ns - 1] : 0;
 }
 
-static int emit_conv(const Ctx *c, Diag *d)
+int emit_conv(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *w = in_buf(c, 1), *b = in_buf(c, 2), *y = out_buf(c, 0);
+    const Buffer *x = emit_in(c, 0), *w = emit_in(c, 1), *b = emit_in(c, 2), *y = emit_out(c, 0);
     if (x->rank != 3 && x->rank != 4) {
         diag_add(d, "node \"%s\" (Conv): only 1-D and 2-D convolutions are generated", c->n->name);
         return -1;
@@ -483,7 +491,7 @@ static int emit_conv(const Ctx *c, Diag *d)
     if (x->rank == 3)
         kernel[0] = w->dims[2];
     spatial2(c, x, y, kernel, p);
-    int skip = b && skip_bias(c);
+    int skip = b && emit_skip_bias(c);
     fprintf(c->f, "    k_conv2d_f32(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
                   "%lld, %lld, %lld, %lld, %lld, %s);\n",
             y->name, x->name, w->name, b && !skip ? b->name : "NULL", (long long)x->dims[0], (long long)x->dims[1],
@@ -494,9 +502,9 @@ static int emit_conv(const Ctx *c, Diag *d)
     return 0;
 }
 
-static int emit_maxpool(const Ctx *c, Diag *d)
+int emit_maxpool(const EmitCtx *c, Diag *d)
 {
-    const Buffer *x = in_buf(c, 0), *y = out_buf(c, 0), *ind = out_buf(c, 1);
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0), *ind = emit_out(c, 1);
     if (x->rank != 3 && x->rank != 4) {
         diag_add(d, "node \"%s\" (MaxPool): only 1-D and 2-D pooling is generated", c->n->name);
         return -1;
@@ -516,13 +524,55 @@ static int emit_maxpool(const Ctx *c, Diag *d)
     return 0;
 }
 
+int emit_constant(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    fprintf(c->f, "    /* value stored with the weights as %s */\n", emit_out(c, 0)->name);
+    return 0;
+}
+
+int emit_global_avgpool(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    fprintf(c->f, "    k_global_avgpool_f32(%s, %s, %lld, %lld);\n", y->name, x->name,
+            (long long)(x->dims[0] * x->dims[1]), (long long)emit_prod(x->dims, 2, x->rank));
+    return 0;
+}
+
+int emit_batchnorm(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    char eps[48];
+    fprintf(c->f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s);\n", y->name, x->name,
+            emit_in(c, 1)->name, emit_in(c, 2)->name, emit_in(c, 3)->name, emit_in(c, 4)->name,
+            (long long)x->dims[0], (long long)x->dims[1], (long long)emit_prod(x->dims, 2, x->rank),
+            emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
+    return 0;
+}
+
+int emit_none(const EmitCtx *c, Diag *d)
+{
+    diag_add(d, "node \"%s\" (%s): no kernel for this op yet", c->n->name, node_op_name(c->n));
+    return -1;
+}
+
+/* The emit column of ir/ops.def. */
+typedef int (*EmitFn)(const EmitCtx *c, Diag *d);
+static const EmitFn emit_fns[OP_COUNT] = {
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = emit,
+#include "../ir/ops.def"
+#undef OP
+};
+
 int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
 {
-    Ctx c = {pr, n, f};
+    EmitCtx c = {pr, n, f};
     char g[128], l[128], s[128], nm[ESC_NAME_CAP];
     fprintf(f, "\n    /* node \"%s\" (%s)", CMT(n->name, nm), node_op_name(n));
     for (int k = 0; k < n->noutputs; k++) {
-        const Buffer *y = out_buf(&c, k);
+        const Buffer *y = emit_out(&c, k);
         if (y)
             fprintf(f, "\n     *   %s: local %s of %s, %s", CMT(n->outputs[k]->name, nm), shape_str(y->dims, y->rank, l, sizeof l),
                     shape_str(n->outputs[k]->dims, n->outputs[k]->rank, g, sizeof g),
@@ -530,44 +580,5 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
     }
     fprintf(f, " */\n");
     emit_rt_node(f, n->label);
-    switch (n->op) {
-    case OP_CONSTANT:
-        fprintf(f, "    /* value stored with the weights as %s */\n", out_buf(&c, 0)->name);
-        return 0;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW:
-        return emit_binary(&c);
-    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN: case OP_CAST:
-    case OP_RELU: case OP_SQRT: case OP_ERF: case OP_TANH: case OP_SIGMOID: case OP_GELU:
-        return emit_unary(&c);
-    case OP_MATMUL: return emit_matmul(&c);
-    case OP_GEMM: return emit_gemm(&c);
-    case OP_SOFTMAX: return emit_softmax(&c);
-    case OP_LAYERNORM: return emit_layernorm(&c);
-    case OP_REDUCE_MEAN: case OP_REDUCE_SUM: return emit_reduce(&c);
-    case OP_TRANSPOSE: return emit_transpose(&c);
-    case OP_CONCAT: case OP_SPLIT: return emit_concat_split(&c);
-    case OP_SLICE: return emit_slice(&c);
-    case OP_GATHER: return emit_gather(&c);
-    case OP_WHERE: return emit_where(&c);
-    case OP_CONV: return emit_conv(&c, d);
-    case OP_MAXPOOL: return emit_maxpool(&c, d);
-    case OP_GLOBAL_AVGPOOL: {
-        const Buffer *x = in_buf(&c, 0), *y = out_buf(&c, 0);
-        fprintf(f, "    k_global_avgpool_f32(%s, %s, %lld, %lld);\n", y->name, x->name,
-                (long long)(x->dims[0] * x->dims[1]), (long long)prod(x->dims, 2, x->rank));
-        return 0;
-    }
-    case OP_BATCHNORM: {
-        const Buffer *x = in_buf(&c, 0), *y = out_buf(&c, 0);
-        char eps[48];
-        fprintf(f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s);\n", y->name, x->name,
-                in_buf(&c, 1)->name, in_buf(&c, 2)->name, in_buf(&c, 3)->name, in_buf(&c, 4)->name,
-                (long long)x->dims[0], (long long)x->dims[1], (long long)prod(x->dims, 2, x->rank),
-                cf(node_attr_float(n, "epsilon", 1e-5f), eps));
-        return 0;
-    }
-    default:
-        diag_add(d, "node \"%s\" (%s): no C emitter for this op", n->name, node_op_name(n));
-        return -1;
-    }
+    return emit_fns[n->op](&c, d);
 }

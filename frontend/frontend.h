@@ -73,5 +73,8 @@ int frontend_file_open(const char *path, const char *what, size_t *size, Diag *d
  * starts/ends/axes/steps, Split split, Squeeze/Unsqueeze/ReduceSum/
  * ReduceMean axes) into attributes and checks each node's arity. */
 int frontend_normalize(Graph *g, Diag *d);
+/* The same for one node, once the constants it reads are known (the
+ * importer interleaves it with shape inference and folding). */
+int frontend_normalize_node(Graph *g, Node *n, Diag *d);
 
 #endif

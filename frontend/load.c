@@ -506,10 +506,19 @@ static int load_model(Loader *L)
                      L->opt->dims[b].name);
             return -1;
         }
-    if (graph_toposort(L->g, L->d) || frontend_normalize(L->g, L->d))
+    if (graph_toposort(L->g, L->d))
         return -1;
+    /* Node by node: a node's constant inputs may come from shape arithmetic
+     * folded just before it (Shape -> Concat -> Reshape's shape). */
+    for (int i = 0; i < L->g->nnodes; i++) {
+        Node *n = L->g->nodes[i];
+        if (frontend_normalize_node(L->g, n, L->d) || ir_infer_node(L->g, n, L->d) ||
+            ir_fold_node(L->g, n, L->d) < 0)
+            return -1;
+    }
+    ir_fold_sweep(L->g);
     graph_link_consumers(L->g);
-    return ir_infer_shapes(L->g, L->d);
+    return 0;
 }
 
 int frontend_load_buffer(const void *buf, size_t len, const char *name,

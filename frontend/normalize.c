@@ -33,7 +33,7 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
     Tensor *t = n->inputs[idx];
     if (!t)
         return 0; /* an omitted optional input keeps the default */
-    if (!t->data && t->nbytes != 0) {
+    if (!t->data && (t->rank < 0 || tensor_numel(t) != 0)) {
         diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a constant: dynamic values are not supported",
                  n->name, node_op_name(n), t->name, attr);
         return -1;
@@ -107,8 +107,15 @@ static int check_attr_types(const Node *n, Diag *d)
 
 int frontend_normalize(Graph *g, Diag *d)
 {
-    for (int i = 0; i < g->nnodes; i++) {
-        Node *n = g->nodes[i];
+    for (int i = 0; i < g->nnodes; i++)
+        if (frontend_normalize_node(g, g->nodes[i], d))
+            return -1;
+    return 0;
+}
+
+int frontend_normalize_node(Graph *g, Node *n, Diag *d)
+{
+    {
         const OpInfo *info = &op_table[n->op];
         if (check_attr_types(n, d))
             return -1;

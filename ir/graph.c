@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(e, nm, mi, ma, mo, mao, since, fn) [e] = {nm, mi, ma, mo, mao, since, fn},
+#define OP(e, nm, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = {nm, mi, ma, mo, mao, since, fn, fold},
 #include "ops.def"
 #undef OP
 };

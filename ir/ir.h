@@ -79,7 +79,7 @@ const char *dtype_onnx_name(int onnx_type); /* name of any ONNX dtype */
 /* ---- op table ----------------------------------------------------------- */
 
 typedef enum OpKind {
-#define OP(e, name, mi, ma, mo, mao, since, fn) e,
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) e,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -88,12 +88,16 @@ typedef enum OpKind {
 typedef struct Node Node;
 typedef struct Graph Graph;
 typedef int (*ShapeFn)(Graph *g, Node *n, Diag *d);
+/* Evaluates a node whose inputs all hold data (ir/fold.c): fills its
+ * outputs' data and returns 1, 0 when it does not fold, -1 on error. */
+typedef int (*FoldFn)(Graph *g, Node *n, Diag *d);
 
 typedef struct OpInfo {
     const char *name;
     int min_inputs, max_inputs, min_outputs, max_outputs;
     int since_opset;
     ShapeFn infer;
+    FoldFn fold;
 } OpInfo;
 
 extern const OpInfo op_table[OP_COUNT];
@@ -114,6 +118,7 @@ typedef struct Tensor {
     const void *data;      /* initializer / Constant value, else NULL */
     int64_t nbytes;
     unsigned is_input : 1, is_output : 1, is_initializer : 1;
+    unsigned folded : 1;   /* computed at compile time from shapes (ir/fold.c) */
     /* Shape declared in the model (graph output or value_info), checked
      * against inference; decl_rank -1 when none was declared. */
     int decl_rank;
@@ -149,6 +154,7 @@ struct Node {
     const char *name; /* ONNX name, or "<Op>_<index>" when the model has none */
     const char *label; /* the name made safe for terminals and reports */
     int id;
+    unsigned folded : 1; /* evaluated at compile time; dropped by ir_fold_sweep */
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
     int ninputs;
@@ -189,6 +195,7 @@ typedef struct Graph {
     int ntensors, tensors_cap;
     Node **nodes;
     int nnodes, nodes_cap;
+    int nfolded;           /* nodes evaluated at import (shape arithmetic) */
     Tensor **inputs;       /* graph inputs that are not initializers */
     int ninputs;
     Tensor **outputs;
@@ -256,10 +263,30 @@ void json_write_dims(FILE *f, const int64_t *dims, int rank); /* [2, 16, 64] */
 /* Infers every tensor's dtype and shape in topological order and checks
  * them against shapes declared in the model. */
 int ir_infer_shapes(Graph *g, Diag *d);
+/* The same for one node (its inputs already inferred). */
+int ir_infer_node(Graph *g, Node *n, Diag *d);
 
-/* Shape functions, referenced from ops.def. */
-#define OP(e, name, mi, ma, mo, mao, since, fn)                                \
-    int fn(Graph *g, Node *n, Diag *d);
+/* ---- fold.c ------------------------------------------------------------- */
+
+/* Evaluates n if it is shape arithmetic on constants (see fold.c): 1 when
+ * folded (its outputs now hold data), 0 when not, -1 on error. */
+int ir_fold_node(Graph *g, Node *n, Diag *d);
+/* Drops folded nodes (their outputs stay, as constants). */
+void ir_fold_sweep(Graph *g);
+/* For evaluators: inputs all constant; the node is shape arithmetic;
+ * element access as double (exact for shape values); output allocation;
+ * the input offset of output element i under broadcasting. */
+int fold_inputs_const(const Node *n);
+int fold_is_shape_math(const Node *n);
+double fold_get(const Tensor *t, int64_t i);
+int64_t fold_get_i64(const Tensor *t, int64_t i);
+void fold_set(Tensor *t, int64_t i, double v);
+void *fold_alloc(Graph *g, Tensor *t);
+int64_t fold_bcast_index(const Tensor *out, const Tensor *in, int64_t i);
+
+/* Shape and fold functions, referenced from ops.def. */
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold)              \
+    int fn(Graph *g, Node *n, Diag *d); int fold(Graph *g, Node *n, Diag *d);
 #include "ops.def"
 #undef OP
 

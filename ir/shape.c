@@ -612,30 +612,35 @@ int shape_where(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], ts[1]->dtype, r, out);
 }
 
-int ir_infer_shapes(Graph *g, Diag *d)
+int ir_infer_node(Graph *g, Node *n, Diag *d)
 {
-    for (int i = 0; i < g->nnodes; i++) {
-        Node *n = g->nodes[i];
-        for (int j = 0; j < n->ninputs; j++) {
-            Tensor *t = n->inputs[j];
-            IR_ASSERT(!t || t->rank >= 0);
-        }
-        if (op_table[n->op].infer(g, n, d))
-            return -1;
-        for (int k = 0; k < n->noutputs; k++) {
-            Tensor *t = n->outputs[k];
-            if (!t || t->decl_rank < 0)
-                continue;
-            int same = t->decl_rank == t->rank;
-            for (int j = 0; same && j < t->rank; j++)
-                same = t->decl_dims[j] < 0 || t->decl_dims[j] == t->dims[j];
-            if (!same) {
-                char a[160], b[160];
-                return shape_fail(d, n, "output \"%s\": inferred shape %s but the model declares %s",
-                                  t->name, shape_str(t->dims, t->rank, a, sizeof a),
-                                  shape_str(t->decl_dims, t->decl_rank, b, sizeof b));
-            }
+    for (int j = 0; j < n->ninputs; j++) {
+        Tensor *t = n->inputs[j];
+        IR_ASSERT(!t || t->rank >= 0);
+    }
+    if (op_table[n->op].infer(g, n, d))
+        return -1;
+    for (int k = 0; k < n->noutputs; k++) {
+        Tensor *t = n->outputs[k];
+        if (!t || t->decl_rank < 0)
+            continue;
+        int same = t->decl_rank == t->rank;
+        for (int j = 0; same && j < t->rank; j++)
+            same = t->decl_dims[j] < 0 || t->decl_dims[j] == t->dims[j];
+        if (!same) {
+            char a[160], b[160];
+            return shape_fail(d, n, "output \"%s\": inferred shape %s but the model declares %s",
+                              t->name, shape_str(t->dims, t->rank, a, sizeof a),
+                              shape_str(t->decl_dims, t->decl_rank, b, sizeof b));
         }
     }
+    return 0;
+}
+
+int ir_infer_shapes(Graph *g, Diag *d)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (ir_infer_node(g, g->nodes[i], d))
+            return -1;
     return 0;
 }

@@ -117,6 +117,18 @@ typedef struct FactorRule {
 
 /* Builds the rule for a node; an op without a rule is an error naming it. */
 int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d);
+/* Building blocks for rule functions: a new factor of a size and kind
+ * (returns its index), tensor t's dim mapped to factor f, the tensor index
+ * of output k, and the error for a rule that would not fit. */
+int rule_new_factor(FactorRule *r, int64_t size, FactorKind kind, const char *why);
+void rule_map_dim(FactorRule *r, int t, int dim, int f);
+int rule_out_idx(const Node *n, int k);
+int rule_too_big(const Node *n, Diag *d);
+/* Rule functions, named in the rule column of ir/ops.def (rules.c and the
+ * rules_<family>.c files); rule_none for an op that cannot be sharded. */
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) int rule(const Node *n, FactorRule *r, Diag *d);
+#include "../ir/ops.def"
+#undef OP
 int op_has_rule(OpKind op);
 
 /* ---- plan --------------------------------------------------------------- */

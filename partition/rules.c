@@ -18,7 +18,7 @@
 
 typedef int (*RuleFn)(const Node *n, FactorRule *r, Diag *d);
 
-static int new_factor(FactorRule *r, int64_t size, FactorKind kind, const char *why)
+int rule_new_factor(FactorRule *r, int64_t size, FactorKind kind, const char *why)
 {
     IR_ASSERT(r->nfactors < RULE_MAX_FACTORS);
     r->size[r->nfactors] = size;
@@ -27,7 +27,7 @@ static int new_factor(FactorRule *r, int64_t size, FactorKind kind, const char *
     return r->nfactors++;
 }
 
-static void map_dim(FactorRule *r, int t, int dim, int f)
+void rule_map_dim(FactorRule *r, int t, int dim, int f)
 {
     DimFactors *df = &r->dims[t][dim];
     IR_ASSERT(df->n < RULE_MAX_PER_DIM);
@@ -35,13 +35,13 @@ static void map_dim(FactorRule *r, int t, int dim, int f)
 }
 
 /* Tensor index of output k. */
-static int out_idx(const Node *n, int k)
+int rule_out_idx(const Node *n, int k)
 {
     return n->ninputs + k;
 }
 
 /* Too many factors for the fixed-size rule: refuse rather than truncate. */
-static int too_big(const Node *n, Diag *d)
+int rule_too_big(const Node *n, Diag *d)
 {
     diag_add(d, "node \"%s\" (%s): too many dims to build a sharding rule", n->name,
              node_op_name(n));
@@ -50,7 +50,7 @@ static int too_big(const Node *n, Diag *d)
 
 /* Elementwise with numpy broadcasting: one pass-through factor per output
  * dim; an input dim joins it when it is not broadcast (same size). */
-static int rule_elementwise(const Node *n, FactorRule *r, Diag *d)
+int rule_elementwise(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *y = n->outputs[0];
     int fy[IR_MAX_RANK];
@@ -58,9 +58,9 @@ static int rule_elementwise(const Node *n, FactorRule *r, Diag *d)
         fy[i] = -1;
         if (y->dims[i] > 1) {
             if (r->nfactors >= RULE_MAX_FACTORS)
-                return too_big(n, d);
-            fy[i] = new_factor(r, y->dims[i], FK_PASS, NULL);
-            map_dim(r, out_idx(n, 0), i, fy[i]);
+                return rule_too_big(n, d);
+            fy[i] = rule_new_factor(r, y->dims[i], FK_PASS, NULL);
+            rule_map_dim(r, rule_out_idx(n, 0), i, fy[i]);
         }
     }
     for (int k = 0; k < n->ninputs; k++) {
@@ -70,14 +70,14 @@ static int rule_elementwise(const Node *n, FactorRule *r, Diag *d)
         for (int j = 0; j < t->rank; j++) {
             int o = y->rank - t->rank + j;
             if (o >= 0 && fy[o] >= 0 && t->dims[j] == y->dims[o])
-                map_dim(r, k, j, fy[o]);
+                rule_map_dim(r, k, j, fy[o]);
         }
     }
     return 0;
 }
 
 /* Elementwise except one dim (the op's axis), which must be replicated. */
-static int rule_softmax(const Node *n, FactorRule *r, Diag *d)
+int rule_softmax(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0];
     int64_t axis = node_attr_int(n, "axis", -1);
@@ -86,16 +86,16 @@ static int rule_softmax(const Node *n, FactorRule *r, Diag *d)
     for (int i = 0; i < x->rank; i++) {
         if (x->dims[i] <= 1)
             continue;
-        int f = new_factor(r, x->dims[i], i == axis ? FK_NEED_REPL : FK_PASS,
+        int f = rule_new_factor(r, x->dims[i], i == axis ? FK_NEED_REPL : FK_PASS,
                            i == axis ? "Softmax normalises along this dim" : NULL);
-        map_dim(r, 0, i, f);
-        map_dim(r, out_idx(n, 0), i, f);
+        rule_map_dim(r, 0, i, f);
+        rule_map_dim(r, rule_out_idx(n, 0), i, f);
     }
     (void)d;
     return 0;
 }
 
-static int rule_layernorm(const Node *n, FactorRule *r, Diag *d)
+int rule_layernorm(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0];
     int64_t axis = node_attr_int(n, "axis", -1);
@@ -105,98 +105,98 @@ static int rule_layernorm(const Node *n, FactorRule *r, Diag *d)
         if (x->dims[i] <= 1)
             continue;
         int norm = i >= axis;
-        int f = new_factor(r, x->dims[i], norm ? FK_NEED_REPL : FK_PASS,
+        int f = rule_new_factor(r, x->dims[i], norm ? FK_NEED_REPL : FK_PASS,
                            norm ? "LayerNormalization normalises over this dim" : NULL);
-        map_dim(r, 0, i, f);
-        map_dim(r, out_idx(n, 0), i, f);
+        rule_map_dim(r, 0, i, f);
+        rule_map_dim(r, rule_out_idx(n, 0), i, f);
         if (!norm) {
             for (int k = 1; k < n->noutputs; k++)
                 if (n->outputs[k])
-                    map_dim(r, out_idx(n, k), i, f);
+                    rule_map_dim(r, rule_out_idx(n, k), i, f);
         }
         /* scale and bias align to the right of x. */
         for (int k = 1; k < n->ninputs; k++) {
             const Tensor *p = n->inputs[k];
             int j = i - (x->rank - (p ? p->rank : 0));
             if (p && norm && j >= 0 && p->dims[j] == x->dims[i])
-                map_dim(r, k, j, f);
+                rule_map_dim(r, k, j, f);
         }
     }
     (void)d;
     return 0;
 }
 
-static int rule_matmul(const Node *n, FactorRule *r, Diag *d)
+int rule_matmul(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *a = n->inputs[0], *b = n->inputs[1], *y = n->outputs[0];
-    int ra = a->rank, rb = b->rank, ry = y->rank, yo = out_idx(n, 0);
+    int ra = a->rank, rb = b->rank, ry = y->rank, yo = rule_out_idx(n, 0);
     int has_m = ra > 1, has_n = rb > 1;
     int nbatch = ry - has_m - has_n;
     for (int i = 0; i < nbatch; i++) {
         if (y->dims[i] <= 1)
             continue;
-        int f = new_factor(r, y->dims[i], FK_PASS, NULL);
-        map_dim(r, yo, i, f);
+        int f = rule_new_factor(r, y->dims[i], FK_PASS, NULL);
+        rule_map_dim(r, yo, i, f);
         int ja = i - (nbatch - (ra - 2)), jb = i - (nbatch - (rb - 2));
         if (ra > 2 && ja >= 0 && a->dims[ja] == y->dims[i])
-            map_dim(r, 0, ja, f);
+            rule_map_dim(r, 0, ja, f);
         if (rb > 2 && jb >= 0 && b->dims[jb] == y->dims[i])
-            map_dim(r, 1, jb, f);
+            rule_map_dim(r, 1, jb, f);
     }
     if (has_m && a->dims[ra - 2] > 1) {
-        int f = new_factor(r, a->dims[ra - 2], FK_PASS, NULL);
-        map_dim(r, 0, ra - 2, f);
-        map_dim(r, yo, nbatch, f);
+        int f = rule_new_factor(r, a->dims[ra - 2], FK_PASS, NULL);
+        rule_map_dim(r, 0, ra - 2, f);
+        rule_map_dim(r, yo, nbatch, f);
     }
     if (has_n && b->dims[rb - 1] > 1) {
-        int f = new_factor(r, b->dims[rb - 1], FK_PASS, NULL);
-        map_dim(r, 1, rb - 1, f);
-        map_dim(r, yo, ry - 1, f);
+        int f = rule_new_factor(r, b->dims[rb - 1], FK_PASS, NULL);
+        rule_map_dim(r, 1, rb - 1, f);
+        rule_map_dim(r, yo, ry - 1, f);
     }
     if (a->dims[ra - 1] > 1) {
-        int f = new_factor(r, a->dims[ra - 1], FK_REDUCTION, NULL);
-        map_dim(r, 0, ra - 1, f);
-        map_dim(r, 1, rb > 1 ? rb - 2 : 0, f);
+        int f = rule_new_factor(r, a->dims[ra - 1], FK_REDUCTION, NULL);
+        rule_map_dim(r, 0, ra - 1, f);
+        rule_map_dim(r, 1, rb > 1 ? rb - 2 : 0, f);
     }
     (void)d;
     return 0;
 }
 
-static int rule_gemm(const Node *n, FactorRule *r, Diag *d)
+int rule_gemm(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *a = n->inputs[0], *y = n->outputs[0];
     const Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
     int ta = node_attr_int(n, "transA", 0) != 0, tb = node_attr_int(n, "transB", 0) != 0;
-    int yo = out_idx(n, 0);
+    int yo = rule_out_idx(n, 0);
     int fm = -1, fn = -1;
     if (y->dims[0] > 1) {
-        fm = new_factor(r, y->dims[0], FK_PASS, NULL);
-        map_dim(r, 0, ta ? 1 : 0, fm);
-        map_dim(r, yo, 0, fm);
+        fm = rule_new_factor(r, y->dims[0], FK_PASS, NULL);
+        rule_map_dim(r, 0, ta ? 1 : 0, fm);
+        rule_map_dim(r, yo, 0, fm);
     }
     if (y->dims[1] > 1) {
-        fn = new_factor(r, y->dims[1], FK_PASS, NULL);
-        map_dim(r, 1, tb ? 0 : 1, fn);
-        map_dim(r, yo, 1, fn);
+        fn = rule_new_factor(r, y->dims[1], FK_PASS, NULL);
+        rule_map_dim(r, 1, tb ? 0 : 1, fn);
+        rule_map_dim(r, yo, 1, fn);
     }
     if (a->dims[ta ? 0 : 1] > 1) {
-        int fk = new_factor(r, a->dims[ta ? 0 : 1], FK_REDUCTION, NULL);
-        map_dim(r, 0, ta ? 0 : 1, fk);
-        map_dim(r, 1, tb ? 1 : 0, fk);
+        int fk = rule_new_factor(r, a->dims[ta ? 0 : 1], FK_REDUCTION, NULL);
+        rule_map_dim(r, 0, ta ? 0 : 1, fk);
+        rule_map_dim(r, 1, tb ? 1 : 0, fk);
     }
     if (c) {
         int fy[2] = {fm, fn};
         for (int j = 0; j < c->rank; j++) {
             int o = 2 - c->rank + j;
             if (fy[o] >= 0 && c->dims[j] == y->dims[o])
-                map_dim(r, 2, j, fy[o]);
+                rule_map_dim(r, 2, j, fy[o]);
         }
     }
     (void)d;
     return 0;
 }
 
-static int rule_reduce(const Node *n, FactorRule *r, Diag *d)
+int rule_reduce(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0], *y = n->outputs[0];
     const Attr *axes = node_attr(n, "axes");
@@ -209,10 +209,10 @@ static int rule_reduce(const Node *n, FactorRule *r, Diag *d)
     for (int i = 0, o = 0; i < x->rank; i++) {
         int reduced = (mask >> i) & 1;
         if (x->dims[i] > 1) {
-            int f = new_factor(r, x->dims[i], reduced ? FK_REDUCTION : FK_PASS, NULL);
-            map_dim(r, 0, i, f);
+            int f = rule_new_factor(r, x->dims[i], reduced ? FK_REDUCTION : FK_PASS, NULL);
+            rule_map_dim(r, 0, i, f);
             if (!reduced)
-                map_dim(r, out_idx(n, 0), o, f);
+                rule_map_dim(r, rule_out_idx(n, 0), o, f);
         }
         if (!reduced || keep)
             o++;
@@ -222,7 +222,7 @@ static int rule_reduce(const Node *n, FactorRule *r, Diag *d)
     return 0;
 }
 
-static int rule_transpose(const Node *n, FactorRule *r, Diag *d)
+int rule_transpose(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0];
     const Attr *perm = node_attr(n, "perm");
@@ -230,14 +230,14 @@ static int rule_transpose(const Node *n, FactorRule *r, Diag *d)
     for (int i = 0; i < x->rank; i++) {
         fx[i] = -1;
         if (x->dims[i] > 1) {
-            fx[i] = new_factor(r, x->dims[i], FK_PASS, NULL);
-            map_dim(r, 0, i, fx[i]);
+            fx[i] = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
+            rule_map_dim(r, 0, i, fx[i]);
         }
     }
     for (int i = 0; i < x->rank; i++) {
         int p = perm ? (int)perm->ints[i] : x->rank - 1 - i;
         if (fx[p] >= 0)
-            map_dim(r, out_idx(n, 0), i, fx[p]);
+            rule_map_dim(r, rule_out_idx(n, 0), i, fx[p]);
     }
     (void)d;
     return 0;
@@ -258,10 +258,10 @@ static int64_t gcd64(int64_t a, int64_t b)
  * multiple of the other's, the smaller one becomes a factor of the larger
  * (major part first); where neither divides the other, the gcd becomes a
  * shared factor and the rest cannot be split through this reshape. */
-static int rule_reshape(const Node *n, FactorRule *r, Diag *d)
+int rule_reshape(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0], *y = n->outputs[0];
-    int yo = out_idx(n, 0), i = 0, j = 0;
+    int yo = rule_out_idx(n, 0), i = 0, j = 0;
     int64_t ri = 0, rj = 0; /* remaining size of the current dims */
     for (;;) {
         while (i < x->rank && (ri == 0 ? x->dims[i] : ri) == 1)
@@ -276,12 +276,12 @@ static int rule_reshape(const Node *n, FactorRule *r, Diag *d)
             rj = y->dims[j];
         if (r->nfactors >= RULE_MAX_FACTORS || r->dims[0][i].n >= RULE_MAX_PER_DIM ||
             r->dims[yo][j].n >= RULE_MAX_PER_DIM)
-            return too_big(n, d);
+            return rule_too_big(n, d);
         int64_t fs = ri % rj == 0 ? rj : rj % ri == 0 ? ri : gcd64(ri, rj);
         FactorKind kind = (ri % rj == 0 || rj % ri == 0) ? FK_PASS : FK_NEED_REPL;
-        int f = new_factor(r, fs, kind, kind == FK_NEED_REPL ? "Reshape regroups this dim unevenly" : NULL);
-        map_dim(r, 0, i, f);
-        map_dim(r, yo, j, f);
+        int f = rule_new_factor(r, fs, kind, kind == FK_NEED_REPL ? "Reshape regroups this dim unevenly" : NULL);
+        rule_map_dim(r, 0, i, f);
+        rule_map_dim(r, yo, j, f);
         if (kind == FK_NEED_REPL) {
             /* Give up on factoring the rest of both dims. */
             ri = rj = 1;
@@ -299,7 +299,7 @@ static int rule_reshape(const Node *n, FactorRule *r, Diag *d)
 
 /* Concat, Split, Slice: the dim they cut or join must be whole on every
  * rank; all other dims pass through. */
-static int rule_cut(const Node *n, FactorRule *r, Diag *d)
+int rule_cut(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0];
     unsigned cut = 0;
@@ -322,18 +322,18 @@ static int rule_cut(const Node *n, FactorRule *r, Diag *d)
             /* One never-split factor stands for the cut dim of every
              * tensor (their sizes differ, which a factor that is never
              * split does not care about). */
-            int f = new_factor(r, x->dims[i], FK_NEED_REPL, why);
+            int f = rule_new_factor(r, x->dims[i], FK_NEED_REPL, why);
             for (int t = 0; t < ntensors; t++)
                 if (r->tensors[t] && r->tensors[t]->dims[i] > 1)
-                    map_dim(r, t, i, f);
+                    rule_map_dim(r, t, i, f);
             continue;
         }
         if (x->dims[i] <= 1)
             continue;
-        int f = new_factor(r, x->dims[i], FK_PASS, NULL);
+        int f = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
         for (int t = 0; t < ntensors; t++)
             if (r->tensors[t])
-                map_dim(r, t, i, f);
+                rule_map_dim(r, t, i, f);
     }
     (void)d;
     return 0;
@@ -344,30 +344,30 @@ static int rule_cut(const Node *n, FactorRule *r, Diag *d)
  * (each rank fills the rows it owns, zeros elsewhere), so that factor is a
  * reduction and leaves the result partial, as in Megatron's
  * VocabParallelEmbedding. */
-static int rule_gather(const Node *n, FactorRule *r, Diag *d)
+int rule_gather(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0], *idx = n->inputs[1];
     int64_t axis = node_attr_int(n, "axis", 0);
     if (axis < 0)
         axis += x->rank;
-    int yo = out_idx(n, 0);
+    int yo = rule_out_idx(n, 0);
     for (int i = 0; i < x->rank; i++) {
         if (x->dims[i] <= 1)
             continue;
         if (i == axis) {
-            map_dim(r, 0, i, new_factor(r, x->dims[i], FK_REDUCTION, NULL));
+            rule_map_dim(r, 0, i, rule_new_factor(r, x->dims[i], FK_REDUCTION, NULL));
             continue;
         }
-        int f = new_factor(r, x->dims[i], FK_PASS, NULL);
-        map_dim(r, 0, i, f);
-        map_dim(r, yo, i < axis ? i : i - 1 + idx->rank, f);
+        int f = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
+        rule_map_dim(r, 0, i, f);
+        rule_map_dim(r, yo, i < axis ? i : i - 1 + idx->rank, f);
     }
     for (int i = 0; i < idx->rank; i++) {
         if (idx->dims[i] <= 1)
             continue;
-        int f = new_factor(r, idx->dims[i], FK_PASS, NULL);
-        map_dim(r, 1, i, f);
-        map_dim(r, yo, (int)axis + i, f);
+        int f = rule_new_factor(r, idx->dims[i], FK_PASS, NULL);
+        rule_map_dim(r, 1, i, f);
+        rule_map_dim(r, yo, (int)axis + i, f);
     }
     (void)d;
     return 0;
@@ -375,118 +375,92 @@ static int rule_gather(const Node *n, FactorRule *r, Diag *d)
 
 /* NCHW-style ops: batch passes, channels pass (or reduce, for Conv's input
  * channels), spatial dims need their neighbours (halos) and stay whole. */
-static int rule_spatial(const Node *n, FactorRule *r, Diag *d)
+int rule_spatial(const Node *n, FactorRule *r, Diag *d)
 {
     const Tensor *x = n->inputs[0], *y = n->outputs[0];
-    int yo = out_idx(n, 0);
+    int yo = rule_out_idx(n, 0);
     if (x->dims[0] > 1) {
-        int f = new_factor(r, x->dims[0], FK_PASS, NULL);
-        map_dim(r, 0, 0, f);
-        map_dim(r, yo, 0, f);
+        int f = rule_new_factor(r, x->dims[0], FK_PASS, NULL);
+        rule_map_dim(r, 0, 0, f);
+        rule_map_dim(r, yo, 0, f);
         if (n->noutputs > 1 && n->outputs[1])
-            map_dim(r, out_idx(n, 1), 0, f);
+            rule_map_dim(r, rule_out_idx(n, 1), 0, f);
     }
     if (n->op == OP_CONV) {
         const Tensor *w = n->inputs[1];
         int grouped = node_attr_int(n, "group", 1) != 1;
         if (y->dims[1] > 1) {
-            int f = new_factor(r, y->dims[1], grouped ? FK_NEED_REPL : FK_PASS,
+            int f = rule_new_factor(r, y->dims[1], grouped ? FK_NEED_REPL : FK_PASS,
                                grouped ? "grouped Conv ties output to input channels" : NULL);
-            map_dim(r, 1, 0, f);
-            map_dim(r, yo, 1, f);
+            rule_map_dim(r, 1, 0, f);
+            rule_map_dim(r, yo, 1, f);
             if (n->ninputs > 2 && n->inputs[2])
-                map_dim(r, 2, 0, f);
+                rule_map_dim(r, 2, 0, f);
         }
         if (x->dims[1] > 1) {
-            int f = new_factor(r, x->dims[1], grouped ? FK_NEED_REPL : FK_REDUCTION,
+            int f = rule_new_factor(r, x->dims[1], grouped ? FK_NEED_REPL : FK_REDUCTION,
                                grouped ? "grouped Conv ties output to input channels" : NULL);
-            map_dim(r, 0, 1, f);
+            rule_map_dim(r, 0, 1, f);
             if (w->dims[1] > 1)
-                map_dim(r, 1, 1, f);
+                rule_map_dim(r, 1, 1, f);
         }
     } else if (x->dims[1] > 1) {
-        int f = new_factor(r, x->dims[1], FK_PASS, NULL);
-        map_dim(r, 0, 1, f);
-        map_dim(r, yo, 1, f);
+        int f = rule_new_factor(r, x->dims[1], FK_PASS, NULL);
+        rule_map_dim(r, 0, 1, f);
+        rule_map_dim(r, yo, 1, f);
         if (n->noutputs > 1 && n->outputs[1])
-            map_dim(r, out_idx(n, 1), 1, f);
+            rule_map_dim(r, rule_out_idx(n, 1), 1, f);
         if (n->op == OP_BATCHNORM)
             for (int k = 1; k < 5; k++)
-                map_dim(r, k, 0, f);
+                rule_map_dim(r, k, 0, f);
     }
     for (int i = 2; i < x->rank; i++) {
         if (n->op == OP_BATCHNORM) {
             if (x->dims[i] > 1) {
-                int f = new_factor(r, x->dims[i], FK_PASS, NULL);
-                map_dim(r, 0, i, f);
-                map_dim(r, yo, i, f);
+                int f = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
+                rule_map_dim(r, 0, i, f);
+                rule_map_dim(r, yo, i, f);
             }
             continue;
         }
         const char *why = "windowed op needs neighbouring rows (halo)";
         if (x->dims[i] > 1)
-            map_dim(r, 0, i, new_factor(r, x->dims[i], FK_NEED_REPL, why));
+            rule_map_dim(r, 0, i, rule_new_factor(r, x->dims[i], FK_NEED_REPL, why));
         if (y->dims[i] > 1) {
-            int f = new_factor(r, y->dims[i], FK_NEED_REPL, why);
+            int f = rule_new_factor(r, y->dims[i], FK_NEED_REPL, why);
             for (int k = 0; k < n->noutputs; k++)
                 if (n->outputs[k])
-                    map_dim(r, out_idx(n, k), i, f);
+                    rule_map_dim(r, rule_out_idx(n, k), i, f);
         }
     }
     (void)d;
     return 0;
 }
 
+/* The rule column of ir/ops.def. */
 static const RuleFn rule_fns[OP_COUNT] = {
-    [OP_CONSTANT] = rule_elementwise,
-    [OP_IDENTITY] = rule_elementwise,
-    [OP_CAST] = rule_elementwise,
-    [OP_MATMUL] = rule_matmul,
-    [OP_GEMM] = rule_gemm,
-    [OP_ADD] = rule_elementwise,
-    [OP_SUB] = rule_elementwise,
-    [OP_MUL] = rule_elementwise,
-    [OP_DIV] = rule_elementwise,
-    [OP_POW] = rule_elementwise,
-    [OP_SQRT] = rule_elementwise,
-    [OP_ERF] = rule_elementwise,
-    [OP_TANH] = rule_elementwise,
-    [OP_RELU] = rule_elementwise,
-    [OP_GELU] = rule_elementwise,
-    [OP_SIGMOID] = rule_elementwise,
-    [OP_SOFTMAX] = rule_softmax,
-    [OP_LAYERNORM] = rule_layernorm,
-    [OP_REDUCE_MEAN] = rule_reduce,
-    [OP_REDUCE_SUM] = rule_reduce,
-    [OP_TRANSPOSE] = rule_transpose,
-    [OP_RESHAPE] = rule_reshape,
-    [OP_UNSQUEEZE] = rule_reshape,
-    [OP_SQUEEZE] = rule_reshape,
-    [OP_CONCAT] = rule_cut,
-    [OP_SPLIT] = rule_cut,
-    [OP_SLICE] = rule_cut,
-    [OP_GATHER] = rule_gather,
-    [OP_WHERE] = rule_elementwise,
-    [OP_CONV] = rule_spatial,
-    [OP_MAXPOOL] = rule_spatial,
-    [OP_GLOBAL_AVGPOOL] = rule_spatial,
-    [OP_FLATTEN] = rule_reshape,
-    [OP_BATCHNORM] = rule_spatial,
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = rule,
+#include "../ir/ops.def"
+#undef OP
 };
+
+int rule_none(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)r;
+    diag_add(d, "node \"%s\" (%s): no sharding rule for op %s", n->name, node_op_name(n), node_op_name(n));
+    return -1;
+}
 
 int op_has_rule(OpKind op)
 {
-    return rule_fns[op] != NULL;
+    return rule_fns[op] != rule_none;
 }
 
 int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d)
 {
     memset(r, 0, sizeof(*r));
-    if (!rule_fns[n->op]) {
-        diag_add(d, "node \"%s\" (%s): no sharding rule for op %s", n->name, node_op_name(n),
-                 node_op_name(n));
-        return -1;
-    }
+    if (rule_fns[n->op] == rule_none)
+        return rule_none(n, r, d);
     r->ntensors = n->ninputs + n->noutputs;
     r->tensors = arena_alloc(a, (size_t)r->ntensors * sizeof(Tensor *));
     r->dims = arena_alloc(a, (size_t)r->ntensors * sizeof(*r->dims));

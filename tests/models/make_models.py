@@ -15,6 +15,7 @@ Outputs (relative to the repository root):
   tests/golden/ops/<case>/{input,output}_<name>.npy
   tests/models/bad/*.onnx (+ data files): the malformed-input corpus
 """
+import importlib
 import os
 import shutil
 import sys
@@ -291,6 +292,9 @@ def make_branches(rng):
 
 # ---- per-op models: shapes from ORT are the expected shape inference ------
 
+FAMILIES = ("math", "reduce", "index", "shape")
+
+
 def op_cases():
     """(case, opset, nodes, inputs {name: array}, initializers {name: array}, outputs)"""
     r = np.random.default_rng(7)
@@ -385,6 +389,10 @@ def op_cases():
     add("constant_ints", 13, [N("Constant", [], ["k"], value_ints=[3, 1, 4]),
                               N("Add", ["x", "k"], ["y"])],
         {"x": r.integers(0, 9, (2, 3), dtype=np.int64)}, {}, ["y"])
+    # Each op family adds its cases from tests/models/op_cases_<family>.py,
+    # with its own seeded generator so families never disturb each other.
+    for fam in FAMILIES:
+        importlib.import_module("op_cases_" + fam).cases(add)
     return c
 
 

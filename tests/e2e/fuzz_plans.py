@@ -1,0 +1,1538 @@
+#!/usr/bin/env python3
+"""fuzz_plans.py: a randomized differential test of the whole compiler.
+
+Each case is a small random ONNX graph (3-12 nodes over the op set the C
+backend emits: elementwise with broadcasting, MatMul/Gemm with weight
+initializers, reshapes and transposes, reductions, Softmax/LayerNorm,
+Gather from embedding tables, Concat/Split/Slice, Where, Conv/MaxPool/
+GlobalAveragePool/BatchNormalization, Constant), a random mesh of 1-4 ranks
+as one or two named axes, and a few random valid annotations (each dim
+split over an ordered subset of the mesh axes whose product divides it,
+each axis at most once per tensor; sometimes none). The case is compiled
+with `onnx2spmd compile`, built with -Werror, run under mpirun and every
+output is compared with ONNX Runtime (one thread, no graph optimisation).
+
+A compile that exits 2 with an error is counted as "refused" and its
+reason goes into a histogram (every annotation set generated here is
+valid, so a refusal is worth a look). A crash, an internal error, a build
+failure, a failed or hung run, or a wrong number is a FAIL, saved under
+build/fuzz_plans/failures/<seed>_<case>/ with the model, inputs, goldens,
+a description and repro.sh (compile + build + run + compare). With
+--minimize, each failure is also shrunk (annotations dropped, the graph cut
+to the smallest failing output, nodes bypassed, the mesh reduced) into
+min/ beside it.
+
+Usage:
+  fuzz_plans.py --seed S --count N [--jobs J] [--minimize] [-v]
+  fuzz_plans.py --seconds T [--seed S] [--count N]   new seeds S, S+1, ...
+                                                     (N cases each) until T s
+  fuzz_plans.py --replay DIR [--minimize]            rerun a saved failure
+Deterministic for a given seed: case k of seed S is generated from
+default_rng([S, k]) whatever --jobs is. Exit 1 if any case failed.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
+OUT = os.path.join(ROOT, "build", "fuzz_plans")
+
+# What the pinned ONNX Runtime (1.22) accepts: IR 10, opset 21 (as make_models.py).
+IR_VERSION = 10
+OPSET = 21
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+DIMS = (2, 4, 6, 8, 12, 16)          # small, and divisible by 2, 3 or 4 often
+BATCH = (2, 4, 8)
+MAX_ELEMS = 4096                     # no tensor larger than this
+MAX_RANK = 4
+
+# The project's tolerance, |out - golden| <= ATOL + RTOL |golden| (compare.py).
+ATOL, RTOL = 1e-5, 1e-4
+# Looser for graphs that normalise or reduce (Softmax, LayerNormalization,
+# BatchNormalization, ReduceMean/ReduceSum, GlobalAveragePool) or divide/
+# raise to a power: a sharded plan sums in a different order than ORT
+# (partial sums over ranks, then an all-reduce), and 1/sigma, 1/x and x^p
+# amplify the float32 rounding of their input by up to ~10x. A plan bug
+# (wrong rows, a missing or doubled reduction) is off by O(1), far above this.
+ATOL_LOOSE, RTOL_LOOSE = 1e-4, 1e-3
+# A mismatch is forgiven where it stays within SENS_FACTOR times the change
+# in ORT's own output under a ~1e-6 relative perturbation of every input and
+# weight (see sensitivity()); such cases count as passed, "ill-conditioned".
+SENS_FACTOR = 10.0
+LOOSE_OPS = {"Softmax", "LayerNormalization", "BatchNormalization", "ReduceMean", "ReduceSum",
+             "GlobalAveragePool", "Div", "Pow"}
+
+MESHES = (  # (weight, [(axis, size), ...]): 1-4 ranks, one or two axes
+    (2, [("a", 1)]), (6, [("a", 2)]), (3, [("a", 3)]), (4, [("a", 4)]),
+    (6, [("a", 2), ("b", 2)]), (2, [("a", 1), ("b", 2)]), (2, [("a", 2), ("b", 1)]),
+    (1, [("a", 3), ("b", 1)]),
+)
+
+LINKS = ("nvlink", "pcie", "ib", "ethernet", "shm")
+
+# Constructs that can be switched off while a known compiler bug makes most
+# cases fail (all on by default; --exclude OP[,OP...] names builders below).
+EXCLUDE = set()
+
+
+# ---- graph builder -----------------------------------------------------------
+
+class Builder:
+    """Grows a random DAG; tracks every tensor's shape, dtype and tags
+    ('pos': values >= 0.5 and bounded, safe under Sqrt, Pow and as a divisor;
+    'param': an int64 operand the frontend folds into an attribute)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.nodes = []
+        self.inits = {}       # name -> array
+        self.feeds = {}       # graph input name -> array
+        self.shape = {}
+        self.dtype = {}
+        self.tags = {}
+        self.produced = []    # node outputs, in order
+        self.consumed = set()
+        self.counter = 0
+
+    # -- naming and registration
+    def fresh(self, prefix):
+        self.counter += 1
+        return "%s%d" % (prefix, self.counter)
+
+    def reg(self, name, shape, dtype, tags=()):
+        self.shape[name] = tuple(int(s) for s in shape)
+        self.dtype[name] = dtype
+        self.tags[name] = set(tags)
+        return name
+
+    def node(self, op, ins, outs_spec, **attrs):
+        """outs_spec: [(shape, dtype, tags)]; returns the output names."""
+        outs = [self.reg(self.fresh("t"), s, dt, tg) for s, dt, tg in outs_spec]
+        for i in ins:
+            if i:
+                self.consumed.add(i)
+        self.nodes.append(helper.make_node(op, list(ins), outs, name=self.fresh(op.lower() + "_"),
+                                           **attrs))
+        self.produced.extend(outs)
+        return outs
+
+    def node1(self, op, ins, shape, dtype=F32, tags=(), **attrs):
+        return self.node(op, ins, [(shape, dtype, tags)], **attrs)[0]
+
+    def init(self, arr, prefix="w", tags=()):
+        arr = np.array(arr, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
+        name = self.fresh(prefix)
+        self.inits[name] = arr
+        dt = {np.dtype(np.float32): F32, np.dtype(np.int64): I64, np.dtype(bool): BOOL}[arr.dtype]
+        return self.reg(name, arr.shape, dt, tags)
+
+    def inp(self, arr, prefix="x", tags=()):
+        arr = np.array(arr, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
+        name = self.fresh(prefix)
+        self.feeds[name] = arr
+        dt = {np.dtype(np.float32): F32, np.dtype(np.int64): I64, np.dtype(bool): BOOL}[arr.dtype]
+        return self.reg(name, arr.shape, dt, tags)
+
+    def const_i64(self, values):
+        """An int64 operand (axes, shape, starts, split): an initializer, or
+        now and then a Constant node (which the frontend must fold too)."""
+        arr = np.array(values, dtype=np.int64)
+        if self.rng.random() < 0.15:
+            return self.node1("Constant", [], arr.shape, I64, ("param",),
+                              value=numpy_helper.from_array(arr, "v"))
+        return self.init(arr, "k", ("param",))
+
+    # -- random data
+    def randn(self, shape, scale=1.0):
+        return (self.rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def randpos(self, shape):
+        return (self.rng.random(shape) + 0.5).astype(np.float32)
+
+    def float_operand(self, shape, scale=1.0, pos=False):
+        """A new float tensor of this shape: mostly an initializer, sometimes a
+        graph input, now and then a Constant node."""
+        arr = self.randpos(shape) if pos else self.randn(shape, scale)
+        tags = ("pos",) if pos else ()
+        u = self.rng.random()
+        if u < 0.25:
+            return self.inp(arr, "x", tags)
+        if u < 0.35:
+            return self.node1("Constant", [], arr.shape, F32, tags, value=numpy_helper.from_array(arr, "v"))
+        return self.init(arr, "w", tags)
+
+    # -- picking
+    def floats(self, pred=None):
+        names = [n for n in list(self.feeds) + self.produced
+                 if self.dtype[n] == F32 and "param" not in self.tags[n]
+                 and self.nodes_made_by_constant(n) is False]
+        if pred:
+            names = [n for n in names if pred(n)]
+        return names
+
+    def nodes_made_by_constant(self, name):
+        for n in self.nodes:
+            if name in n.output:
+                return n.op_type == "Constant"
+        return False
+
+    def pick(self, pred=None):
+        """A float tensor, recent ones and unconsumed ones first (deep graphs
+        rather than wide ones); None when nothing fits."""
+        names = self.floats(pred)
+        if not names:
+            return None
+        w = np.array([(1.0 + i) * (3.0 if n not in self.consumed else 1.0) for i, n in enumerate(names)])
+        return names[self.rng.choice(len(names), p=w / w.sum())]
+
+    def choice(self, seq):
+        return seq[self.rng.integers(len(seq))]
+
+
+def elems(shape):
+    return int(np.prod(shape)) if len(shape) else 1
+
+
+def broadcast(a, b):
+    r = max(len(a), len(b))
+    a = (1,) * (r - len(a)) + tuple(a)
+    b = (1,) * (r - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            return None
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def sub_shape(g, shape):
+    """A shape that broadcasts to `shape`: leading dims dropped, some set to 1."""
+    r = len(shape)
+    drop = int(g.rng.integers(0, r)) if r > 1 and g.rng.random() < 0.5 else 0
+    s = list(shape[drop:])
+    for i in range(len(s)):
+        if g.rng.random() < 0.3:
+            s[i] = 1
+    return tuple(s)
+
+
+def new_input_shape(g, rank=None):
+    rank = rank or int(g.rng.choice([2, 2, 3, 3, 3, 4]))
+    while True:
+        s = [g.choice(BATCH)] + [g.choice(DIMS) for _ in range(rank - 1)]
+        if elems(s) <= 1024:
+            return tuple(s)
+
+
+def start_tensor(g, pred=None):
+    """A float tensor of rank >= 1 to work on: one in the pool, or a fresh
+    graph input."""
+    x = g.pick(lambda n: len(g.shape[n]) >= 1 and (pred is None or pred(n)))
+    if x is None:
+        x = g.inp(g.randn(new_input_shape(g)))
+        if pred and not pred(x):
+            return None
+    return x
+
+
+# ---- op builders: each adds one or a few nodes, or returns False -------------
+
+def make_pos(g, x):
+    """A tensor >= 0.5 computed from x: Sigmoid(x)+0.5, Relu(x)+1 or x*x+0.5."""
+    s = g.shape[x]
+    k = int(g.rng.integers(3))
+    if k == 0:
+        y = g.node1("Sigmoid", [x], s)
+        c = 0.5
+    elif k == 1:
+        y = g.node1("Relu", [x], s)
+        c = 1.0
+    else:
+        y = g.node1("Mul", [x, x], s)
+        c = 0.5
+    cst = g.init(np.array(c, np.float32), "c")
+    return g.node1("Add", [y, cst], s, tags=("pos",))
+
+
+def b_unary(g):
+    x = start_tensor(g)
+    op = g.choice(["Relu", "Tanh", "Sigmoid", "Erf", "Gelu", "Identity", "Cast"])
+    attrs = {}
+    tags = set()
+    if op == "Gelu" and g.rng.random() < 0.4:
+        attrs["approximate"] = "tanh"
+    if op == "Cast":
+        attrs["to"] = F32
+    if op in ("Identity", "Cast"):
+        tags = g.tags[x] - {"param"}
+    g.node1(op, [x], g.shape[x], tags=tags, **attrs)
+    return True
+
+
+def b_sqrt(g):
+    x = g.pick(lambda n: "pos" in g.tags[n])
+    if x is None or g.rng.random() < 0.5:
+        x = make_pos(g, start_tensor(g))
+    g.node1("Sqrt", [x], g.shape[x], tags=("pos",))
+    return True
+
+
+def b_pow(g):
+    x = g.pick(lambda n: "pos" in g.tags[n])
+    if x is None or g.rng.random() < 0.5:
+        x = make_pos(g, start_tensor(g))
+    s = g.shape[x]
+    if g.rng.random() < 0.7:
+        e = float(g.choice([2.0, 3.0, 0.5, -1.0, 1.5]))
+        ex = g.init(np.array(e, np.float32), "e")
+    else:
+        ex = g.init((g.rng.random(sub_shape(g, s)) * 2.5 - 0.5).astype(np.float32), "e")
+    g.node1("Pow", [x, ex], broadcast(s, g.shape[ex]))
+    return True
+
+
+def operand_for(g, a, pos=False):
+    """A second operand broadcast-compatible with a: from the pool, or new."""
+    sa = g.shape[a]
+
+    def fits(n):
+        out = broadcast(sa, g.shape[n])
+        return out is not None and elems(out) <= MAX_ELEMS and len(out) <= MAX_RANK \
+            and (not pos or "pos" in g.tags[n])
+    u = g.rng.random()
+    if u < 0.4:
+        b = g.pick(fits)
+        if b is not None:
+            return b
+    if pos and g.rng.random() < 0.4:
+        src = g.pick(lambda n: broadcast(sa, g.shape[n]) == sa)
+        if src is not None:
+            return make_pos(g, src)
+    if u > 0.9:
+        return g.init(g.randpos(()) if pos else g.randn(()), "s", ("pos",) if pos else ())
+    shape = sub_shape(g, sa)
+    if g.rng.random() < 0.1 and len(sa) < MAX_RANK and elems(sa) * 2 <= MAX_ELEMS:
+        shape = (2,) + tuple(sa)            # the second operand is the bigger one
+    return g.float_operand(shape, pos=pos)
+
+
+def b_binary(g):
+    a = start_tensor(g)
+    op = g.choice(["Add", "Sub", "Mul", "Add", "Mul"])
+    b = operand_for(g, a)
+    ins = [a, b] if g.rng.random() < 0.7 else [b, a]
+    out = broadcast(g.shape[a], g.shape[b])
+    tags = ("pos",) if op in ("Add", "Mul") and all("pos" in g.tags[i] for i in ins) else ()
+    g.node1(op, ins, out, tags=tags)
+    return True
+
+
+def b_div(g):
+    a = start_tensor(g)
+    b = operand_for(g, a, pos=True)
+    g.node1("Div", [a, b], broadcast(g.shape[a], g.shape[b]))
+    return True
+
+
+def b_matmul(g):
+    u = g.rng.random()
+    if u < 0.3:
+        # activation @ activation^T, attention-like: a [..., M, K], b [..., N, K]
+        pairs = [(a, b) for a in g.floats() for b in g.floats()
+                 if len(g.shape[a]) >= 2 and len(g.shape[a]) == len(g.shape[b])
+                 and g.shape[a][:-2] == g.shape[b][:-2] and g.shape[a][-1] == g.shape[b][-1]
+                 and elems(g.shape[a][:-1] + (g.shape[b][-2],)) <= MAX_ELEMS]
+        if pairs:
+            a, b = pairs[int(g.rng.integers(len(pairs)))]
+            r = len(g.shape[b])
+            perm = list(range(r - 2)) + [r - 1, r - 2]
+            sb = g.shape[b]
+            bt = g.node1("Transpose", [b], tuple(sb[p] for p in perm), perm=perm)
+            g.node1("MatMul", [a, bt], g.shape[a][:-1] + (sb[-2],))
+            return True
+    x = start_tensor(g)
+    sx = g.shape[x]
+    K = sx[-1]
+    if u > 0.93:
+        w = g.float_operand((K,), scale=1.0 / np.sqrt(K))                      # [..., K] @ [K]
+        g.node1("MatMul", [x, w], sx[:-1])
+        return True
+    N = g.choice(DIMS)
+    if elems(sx[:-1] + (N,)) > MAX_ELEMS:
+        return False
+    if u > 0.85 and len(sx) == 3:
+        w = g.float_operand((sx[0], K, N), scale=1.0 / np.sqrt(K))           # batched weight
+    else:
+        w = g.float_operand((K, N), scale=1.0 / np.sqrt(K))
+    g.node1("MatMul", [x, w], sx[:-1] + (N,))
+    return True
+
+
+def b_gemm(g):
+    x = start_tensor(g, lambda n: len(g.shape[n]) >= 2)
+    if x is None:
+        return False
+    if len(g.shape[x]) != 2:
+        s = g.shape[x]
+        x = g.node1("Flatten", [x], (s[0], elems(s[1:])), axis=1)
+    ta, tb = int(g.rng.random() < 0.3), int(g.rng.random() < 0.4)
+    s = g.shape[x]
+    M, K = (s[1], s[0]) if ta else (s[0], s[1])
+    N = g.choice(DIMS)
+    if M * N > MAX_ELEMS or K > 256:
+        return False
+    w = g.float_operand((N, K) if tb else (K, N), scale=1.0 / np.sqrt(K))
+    ins = [x, w]
+    cu = g.rng.random()
+    if cu < 0.75:
+        cshape = g.choice([(N,), (1, N), (M, N), (M, 1), ()])
+        ins.append(g.float_operand(cshape, scale=0.5))
+    attrs = {}
+    if ta:
+        attrs["transA"] = 1
+    if tb:
+        attrs["transB"] = 1
+    if g.rng.random() < 0.4:
+        attrs["alpha"] = float(g.choice([0.5, 2.0, 1.5]))
+    if len(ins) == 3 and g.rng.random() < 0.4:
+        attrs["beta"] = float(g.choice([0.5, 2.0, -1.0]))
+    g.node1("Gemm", ins, (M, N), **attrs)
+    return True
+
+
+def b_softmax(g):
+    x = start_tensor(g)
+    r = len(g.shape[x])
+    axis = -1 if g.rng.random() < 0.5 else int(g.rng.integers(-r, r))
+    g.node1("Softmax", [x], g.shape[x], axis=axis)
+    return True
+
+
+def b_layernorm(g):
+    x = start_tensor(g)
+    s = g.shape[x]
+    r = len(s)
+    axis = -1 if g.rng.random() < 0.6 else int(g.rng.integers(-r, r))
+    a = axis % r
+    norm = s[a:]
+    if elems(norm) < 4:       # ORT wants > 1 value; fewer than 4 is too often ill-conditioned
+        return False
+    scale = g.float_operand(norm, scale=1.0)
+    ins = [x, scale]
+    if g.rng.random() < 0.7:
+        ins.append(g.float_operand(norm, scale=0.5))
+    attrs = {"axis": axis}
+    if g.rng.random() < 0.3:
+        attrs["epsilon"] = 1e-3
+    outs = [(s, F32, ())]
+    if g.rng.random() < 0.2 and elems(norm) >= 4:
+        stat = s[:a] + (1,) * (r - a)
+        outs += [(stat, F32, ()), (stat, F32, ())]
+    g.node("LayerNormalization", ins, outs, **attrs)
+    return True
+
+
+def b_reduce(g):
+    x = start_tensor(g)
+    s = g.shape[x]
+    r = len(s)
+    op = g.choice(["ReduceMean", "ReduceSum"])
+    keep = int(g.rng.random() < 0.5)
+    if g.rng.random() < 0.1:
+        if not keep and g.rng.random() < 0.5:
+            keep = 1
+        g.node1(op, [x], (1,) * r if keep else (), keepdims=keep)
+        return True
+    k = int(g.rng.integers(1, r)) if r > 1 else 1
+    axes = sorted(int(a) for a in g.rng.choice(r, size=k, replace=False))
+    out = tuple(1 if i in axes else d for i, d in enumerate(s)) if keep else \
+        tuple(d for i, d in enumerate(s) if i not in axes)
+    given = [a - r if g.rng.random() < 0.3 else a for a in axes]
+    g.node1(op, [x, g.const_i64(given)], out, keepdims=keep)
+    return True
+
+
+def b_transpose(g):
+    x = start_tensor(g, lambda n: len(g.shape[n]) >= 2)
+    if x is None:
+        return False
+    s = g.shape[x]
+    r = len(s)
+    if g.rng.random() < 0.15:
+        g.node1("Transpose", [x], s[::-1])
+        return True
+    perm = list(range(r))
+    while perm == list(range(r)):
+        perm = [int(p) for p in g.rng.permutation(r)]
+    g.node1("Transpose", [x], tuple(s[p] for p in perm), perm=perm)
+    return True
+
+
+def divisors(n):
+    return [d for d in range(2, n) if n % d == 0]
+
+
+def b_reshape(g):
+    x = start_tensor(g)
+    s = list(g.shape[x])
+    r = len(s)
+    u = g.rng.random()
+    if u < 0.35 and r >= 2:                                  # merge two adjacent dims
+        i = int(g.rng.integers(r - 1))
+        new = s[:i] + [s[i] * s[i + 1]] + s[i + 2:]
+    elif u < 0.7 and r < MAX_RANK:                           # split one dim in two
+        cands = [i for i in range(r) if divisors(s[i])]
+        if not cands:
+            return False
+        i = g.choice(cands)
+        p = g.choice(divisors(s[i]))
+        new = s[:i] + [p, s[i] // p] + s[i + 1:]
+    elif u < 0.85:                                           # to 2-D
+        k = int(g.rng.integers(1, r)) if r > 1 else 1
+        new = [elems(s[:k]), elems(s[k:])]
+    else:                                                    # to 1-D
+        new = [elems(s)]
+    spec = list(new)
+    for i in range(min(len(new), r)):                        # 0 copies the input's dim
+        if new[i] == s[i] and g.rng.random() < 0.3:
+            spec[i] = 0
+    if g.rng.random() < 0.3:
+        spec[int(g.rng.integers(len(spec)))] = -1
+    if spec.count(-1) > 1:
+        return False
+    g.node1("Reshape", [x, g.const_i64(spec)], tuple(new))
+    return True
+
+
+def b_flatten(g):
+    x = start_tensor(g)
+    s = g.shape[x]
+    r = len(s)
+    axis = int(g.rng.integers(-r, r + 1))
+    a = axis % (r + 1) if axis < 0 else axis
+    if axis < 0:
+        a = axis + r
+    g.node1("Flatten", [x], (elems(s[:a]), elems(s[a:])), axis=axis)
+    return True
+
+
+def b_unsqueeze(g):
+    x = start_tensor(g, lambda n: len(g.shape[n]) < MAX_RANK)
+    if x is None:
+        return False
+    s = list(g.shape[x])
+    ro = len(s) + 1
+    pos = int(g.rng.integers(ro))
+    new = s[:pos] + [1] + s[pos:]
+    given = pos - ro if g.rng.random() < 0.3 else pos
+    g.node1("Unsqueeze", [x, g.const_i64([given])], tuple(new))
+    return True
+
+
+def b_squeeze(g):
+    x = g.pick(lambda n: 1 in g.shape[n] and len(g.shape[n]) > 1)
+    if x is None:
+        return False
+    s = g.shape[x]
+    ones = [i for i, d in enumerate(s) if d == 1]
+    if len(ones) == len(s):
+        return False
+    if g.rng.random() < 0.25:
+        g.node1("Squeeze", [x], tuple(d for d in s if d != 1))
+        return True
+    k = int(g.rng.integers(1, len(ones) + 1))
+    axes = sorted(int(a) for a in g.rng.choice(ones, size=k, replace=False))
+    given = [a - len(s) if g.rng.random() < 0.3 else a for a in axes]
+    g.node1("Squeeze", [x, g.const_i64(given)], tuple(d for i, d in enumerate(s) if i not in axes))
+    return True
+
+
+def b_concat(g):
+    a = start_tensor(g)
+    s = g.shape[a]
+    r = len(s)
+    axis = int(g.rng.integers(-r, r))
+    ax = axis % r
+    ins = [a]
+    for _ in range(int(g.rng.integers(1, 3))):
+        u = g.rng.random()
+        other = None
+        if u < 0.4:
+            other = g.pick(lambda n: len(g.shape[n]) == r and all(
+                g.shape[n][i] == s[i] for i in range(r) if i != ax))
+        if other is None and u < 0.55:
+            other = a
+        if other is None:
+            shape = list(s)
+            shape[ax] = g.choice((1, 2, 4, 6))
+            other = g.float_operand(tuple(shape))
+        ins.append(other)
+    out = list(s)
+    out[ax] = sum(g.shape[i][ax] for i in ins)
+    if elems(out) > MAX_ELEMS:
+        return False
+    if g.rng.random() < 0.5:
+        g.rng.shuffle(ins)
+    g.node1("Concat", ins, tuple(out), axis=axis)
+    return True
+
+
+def b_split(g):
+    x = start_tensor(g, lambda n: max(g.shape[n]) >= 2)
+    if x is None:
+        return False
+    s = g.shape[x]
+    r = len(s)
+    ax = g.choice([i for i in range(r) if s[i] >= 2])
+    axis = ax - r if g.rng.random() < 0.3 else ax
+    d = s[ax]
+    u = g.rng.random()
+    ins = [x]
+    attrs = {"axis": axis}
+    if u < 0.4:                                               # sizes given
+        n = int(g.rng.integers(2, min(d, 3) + 1))
+        cuts = sorted(int(c) for c in g.rng.choice(np.arange(1, d), size=n - 1, replace=False))
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [d])]
+        ins.append(g.const_i64(sizes))
+    else:                                                     # num_outputs, last chunk smaller
+        n = int(g.rng.integers(2, min(d, 4) + 1))
+        c = -(-d // n)
+        sizes = [c] * (n - 1) + [d - c * (n - 1)]
+        if sizes[-1] <= 0:
+            return False
+        attrs["num_outputs"] = n
+    outs = []
+    for sz in sizes:
+        o = list(s)
+        o[ax] = sz
+        outs.append((tuple(o), F32, ()))
+    g.node("Split", ins, outs, **attrs)
+    return True
+
+
+def slice_len(start, end, step, d):
+    return len(range(*slice(start, end, step).indices(d)))
+
+
+def b_slice(g):
+    x = start_tensor(g, lambda n: max(g.shape[n]) >= 2)
+    if x is None:
+        return False
+    s = list(g.shape[x])
+    r = len(s)
+    cand = [i for i in range(r) if s[i] >= 2]
+    k = 1 if len(cand) == 1 or g.rng.random() < 0.7 else 2
+    axes = sorted(int(a) for a in g.rng.choice(cand, size=k, replace=False))
+    starts, ends, steps = [], [], []
+    out = list(s)
+    for a in axes:
+        d = s[a]
+        for _ in range(20):
+            step = int(g.choice([1, 1, 1, 2, -1, -2]))
+            st = int(g.rng.integers(-d, d))
+            en = int(g.rng.integers(-d - 1, d + 1))
+            if g.rng.random() < 0.15:
+                en = 1000 if step > 0 else -1000
+            n = slice_len(st, en, step, d)
+            if n >= 1:
+                break
+        else:
+            return False
+        starts.append(st)
+        ends.append(en)
+        steps.append(step)
+        out[a] = n
+    ins = [x, g.const_i64(starts), g.const_i64(ends)]
+    if axes != list(range(len(axes))) or g.rng.random() < 0.6 or any(st != 1 for st in steps):
+        given = [a - r if g.rng.random() < 0.3 else a for a in axes]
+        ins.append(g.const_i64(given))
+        if any(st != 1 for st in steps) or g.rng.random() < 0.5:
+            ins.append(g.const_i64(steps))
+    g.node1("Slice", ins, tuple(out))
+    return True
+
+
+def b_gather(g):
+    if g.rng.random() < 0.55:
+        # Embedding lookup: table [V, D] (an initializer or an input), int64 ids.
+        V, D = g.choice((4, 6, 8, 12, 16)), g.choice(DIMS)
+        ids = [n for n in g.feeds if g.dtype[n] == I64]
+        if ids and g.rng.random() < 0.5:
+            idx = g.choice(ids)
+            if elems(g.shape[idx]) * D > MAX_ELEMS or g.shape[idx] and \
+                    np.max(np.abs(g.feeds[idx])) >= V:
+                return False
+        else:
+            ishape = g.choice([(g.choice(BATCH),), (g.choice(BATCH), g.choice(DIMS))])
+            lo = -V if g.rng.random() < 0.2 else 0
+            idx = g.inp(g.rng.integers(lo, V, ishape).astype(np.int64), "ids")
+        table = g.float_operand((V, D))
+        g.node1("Gather", [table, idx], g.shape[idx] + (D,))
+        return True
+    x = start_tensor(g)
+    s = g.shape[x]
+    r = len(s)
+    ax = int(g.rng.integers(r))
+    d = s[ax]
+    ishape = g.choice([(), (g.choice((1, 2, 3, 4)),), (2, g.choice((2, 3)))])
+    idx = g.init(g.rng.integers(-d, d, ishape).astype(np.int64), "i")
+    out = s[:ax] + tuple(ishape) + s[ax + 1:]
+    if len(out) == 0 or len(out) > MAX_RANK or elems(out) > MAX_ELEMS:
+        return False
+    axis = ax - r if g.rng.random() < 0.3 else ax
+    g.node1("Gather", [x, idx], out, axis=axis)
+    return True
+
+
+def b_where(g):
+    a = start_tensor(g)
+    sa = g.shape[a]
+    b = operand_for(g, a)
+    cshape = sub_shape(g, sa)
+    cond = g.rng.random(cshape) < 0.5
+    c = g.inp(cond, "c") if g.rng.random() < 0.5 else g.init(cond, "m")
+    ab = [a, b] if g.rng.random() < 0.5 else [b, a]
+    out = broadcast(broadcast(cshape, g.shape[a]), g.shape[b])
+    g.node1("Where", [c] + ab, out)
+    return True
+
+
+def b_cast(g):
+    if g.rng.random() < 0.5:
+        ids = [n for n in g.feeds if g.dtype[n] == I64]
+        if ids:
+            idx = g.choice(ids)
+        else:
+            idx = g.inp(g.rng.integers(-5, 5, new_input_shape(g)).astype(np.int64), "ids")
+        g.node1("Cast", [idx], g.shape[idx], to=F32)
+        return True
+    # float -> int64 -> float on a graph input (never on a computed value,
+    # whose rounding could differ in the last bit and flip the truncation).
+    x = g.inp(g.randn(new_input_shape(g), 4.0))
+    i = g.node1("Cast", [x], g.shape[x], I64, to=I64)
+    g.node1("Cast", [i], g.shape[x], to=F32)
+    return True
+
+
+def spatial_input(g):
+    x = g.pick(lambda n: len(g.shape[n]) in (3, 4) and min(g.shape[n][2:]) >= 3)
+    if x is None or g.rng.random() < 0.3:
+        r = 4 if g.rng.random() < 0.8 else 3
+        shape = (g.choice((1, 2, 4)), g.choice((2, 4, 6, 8))) + tuple(g.choice((4, 6, 8)) for _ in range(r - 2))
+        x = g.inp(g.randn(shape))
+    return x
+
+
+def pool_out(d, k, s, pb, pe, dil=1, ceil=False):
+    num = d + pb + pe - dil * (k - 1) - 1
+    if num < 0:
+        return 0
+    if ceil:
+        o = -(-num // s) + 1
+        if (o - 1) * s >= d + pb:           # a window starting in the end padding:
+            return 0                        # ONNX's shape inference and ORT disagree there
+        return o
+    return num // s + 1
+
+
+def b_conv(g):
+    x = spatial_input(g)
+    s = g.shape[x]
+    nsp = len(s) - 2
+    C = s[1]
+    group = g.choice([gr for gr in (1, 1, 2) if C % gr == 0])
+    cout = g.choice([c for c in (2, 4, 6, 8) if c % group == 0])
+    k = [int(g.rng.integers(1, 4)) for _ in range(nsp)]
+    strides = [int(g.choice([1, 1, 2])) for _ in range(nsp)]
+    dil = [int(g.choice([1, 1, 2])) for _ in range(nsp)]
+    pads = [int(g.rng.integers(0, 2)) for _ in range(2 * nsp)]
+    attrs = {"kernel_shape": k}
+    if g.rng.random() < 0.5:
+        attrs["strides"] = strides
+    else:
+        strides = [1] * nsp
+    if g.rng.random() < 0.3:
+        attrs["dilations"] = dil
+    else:
+        dil = [1] * nsp
+    if g.rng.random() < 0.5:
+        attrs["pads"] = pads
+    else:
+        pads = [0] * (2 * nsp)
+    out = [pool_out(s[2 + i], k[i], strides[i], pads[i], pads[nsp + i], dil[i]) for i in range(nsp)]
+    if min(out) < 1:
+        return False
+    if group > 1:
+        attrs["group"] = group
+    w = g.float_operand((cout, C // group) + tuple(k), scale=1.0 / np.sqrt(C // group * elems(k)))
+    ins = [x, w]
+    if g.rng.random() < 0.6:
+        ins.append(g.float_operand((cout,), scale=0.3))
+    g.node1("Conv", ins, (s[0], cout) + tuple(out), **attrs)
+    return True
+
+
+def b_maxpool(g):
+    x = spatial_input(g)
+    s = g.shape[x]
+    nsp = len(s) - 2
+    k = [int(g.choice([2, 2, 3])) for _ in range(nsp)]
+    st = [int(g.choice([1, 2, 2])) for _ in range(nsp)]
+    pads = [int(g.rng.integers(0, k[i % nsp])) if g.rng.random() < 0.3 else 0 for i in range(2 * nsp)]
+    ceil = g.rng.random() < 0.25
+    out = [pool_out(s[2 + i], k[i], st[i], pads[i], pads[nsp + i], 1, ceil) for i in range(nsp)]
+    if min(out) < 1:
+        return False
+    attrs = {"kernel_shape": k, "strides": st}
+    if any(pads):
+        attrs["pads"] = pads
+    if ceil:
+        attrs["ceil_mode"] = 1
+    outs = [(s[:2] + tuple(out), F32, ())]
+    if g.rng.random() < 0.1:
+        outs.append((s[:2] + tuple(out), I64, ()))
+    g.node("MaxPool", [x], outs, **attrs)
+    return True
+
+
+def b_gap(g):
+    x = spatial_input(g)
+    s = g.shape[x]
+    g.node1("GlobalAveragePool", [x], s[:2] + (1,) * (len(s) - 2))
+    return True
+
+
+def b_batchnorm(g):
+    x = g.pick(lambda n: len(g.shape[n]) >= 2 and g.shape[n][1] > 1)
+    if x is None:
+        x = spatial_input(g)
+    C = g.shape[x][1]
+    ins = [x, g.float_operand((C,)), g.float_operand((C,), 0.5), g.float_operand((C,), 0.5),
+           g.init(g.randpos((C,)), "var", ("pos",))]
+    attrs = {"epsilon": 1e-3} if g.rng.random() < 0.3 else {}
+    g.node1("BatchNormalization", ins, g.shape[x], **attrs)
+    return True
+
+
+BUILDERS = {  # name: (weight, function)
+    "unary": (10, b_unary), "binary": (14, b_binary), "div": (4, b_div), "sqrt": (2, b_sqrt),
+    "pow": (3, b_pow), "matmul": (12, b_matmul), "gemm": (4, b_gemm), "softmax": (5, b_softmax),
+    "layernorm": (5, b_layernorm), "reduce": (6, b_reduce), "transpose": (6, b_transpose),
+    "reshape": (7, b_reshape), "flatten": (2, b_flatten), "unsqueeze": (3, b_unsqueeze),
+    "squeeze": (3, b_squeeze), "concat": (5, b_concat), "split": (4, b_split), "slice": (4, b_slice),
+    "gather": (6, b_gather), "where": (3, b_where), "cast": (2, b_cast), "conv": (3, b_conv),
+    "maxpool": (2, b_maxpool), "gap": (2, b_gap), "batchnorm": (2, b_batchnorm),
+}
+
+
+# ---- a case: graph, feeds, mesh, annotations -----------------------------------
+
+class Case:
+    def __init__(self, seed, index, model, feeds, mesh, shards, links=None, fsdp=None, prefetch=None,
+                 fuse=None):
+        self.seed, self.index = seed, index
+        self.model = model        # onnx.ModelProto
+        self.feeds = feeds        # name -> array
+        self.mesh = mesh          # [(axis, size)]
+        self.shards = shards      # [(tensor, spec)]
+        self.links = links or {}  # axis -> link class (--link), changes the reshard costs
+        self.fsdp = fsdp          # --shard-weights AXIS, or None
+        self.prefetch = prefetch  # --prefetch K (with fsdp), or None
+        self.fuse = fuse          # --fuse-bytes N, or None
+
+    FIELDS = ("seed", "index", "model", "feeds", "mesh", "shards", "links", "fsdp", "prefetch", "fuse")
+
+    def but(self, **kw):
+        """A copy with some fields replaced."""
+        c = Case(*[kw.get(f, getattr(self, f)) for f in self.FIELDS])
+        return c
+
+    def flags(self):
+        f = []
+        if self.links:
+            f += ["--link", ",".join("%s=%s" % kv for kv in sorted(self.links.items()))]
+        if self.fsdp:
+            f += ["--shard-weights", self.fsdp]
+            if self.prefetch is not None:
+                f += ["--prefetch", str(self.prefetch)]
+        if self.fuse is not None:
+            f += ["--fuse-bytes", self.fuse]
+        return f
+
+    @property
+    def tag(self):
+        return "%s_%s" % (self.seed, self.index)
+
+    def mesh_str(self):
+        return ",".join("%s=%d" % a for a in self.mesh)
+
+    def ranks(self):
+        return int(np.prod([s for _, s in self.mesh]))
+
+    def ops(self):
+        return [n.op_type for n in self.model.graph.node]
+
+    def tolerance(self):
+        return (ATOL_LOOSE, RTOL_LOOSE) if LOOSE_OPS & set(self.ops()) else (ATOL, RTOL)
+
+
+def random_spec(rng, shape, mesh):
+    """Each dim gets an ordered subset of the mesh axes whose product divides
+    it; every axis at most once per tensor."""
+    sizes = dict(mesh)
+    dims = [[] for _ in shape]
+    for i in rng.permutation(len(mesh)):
+        name, size = mesh[i]
+        if rng.random() < 0.15:
+            continue
+        ok = [j for j, d in enumerate(shape)
+              if d % (size * int(np.prod([sizes[x] for x in dims[j]]))) == 0 and (d > 1 or rng.random() < 0.2)]
+        if ok:
+            dims[int(ok[rng.integers(len(ok))])].append(name)
+    return "[" + ",".join("+".join(d) if d else "_" for d in dims) + "]"
+
+
+def check_shapes(m, shapes):
+    """ONNX's own shape inference must agree with the generator's (a
+    generator bug otherwise, not a compiler bug)."""
+    onnx.checker.check_model(m)
+    inf = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    for v in list(inf.graph.value_info) + list(inf.graph.output):
+        got = tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+        if v.name in shapes and got != shapes[v.name]:
+            raise ValueError("generator: %s is %s, ONNX infers %s" % (v.name, shapes[v.name], got))
+
+
+def generate(seed, index):
+    rng = np.random.default_rng([seed, index])
+    g = Builder(rng)
+    names = [k for k in BUILDERS if k not in EXCLUDE]
+    w = np.array([BUILDERS[k][0] for k in names], dtype=float)
+    target = int(rng.integers(3, 13))
+    # A first tensor: a plain input, token ids into an embedding, or an image.
+    u = rng.random()
+    if u < 0.15 and "gather" not in EXCLUDE:
+        b_gather(g)
+    elif u < 0.25 and "conv" not in EXCLUDE:
+        b_conv(g)
+    else:
+        g.inp(g.randn(new_input_shape(g)))
+    tries = 0
+    while len(g.nodes) < target and tries < 200:
+        tries += 1
+        k = names[rng.choice(len(names), p=w / w.sum())]
+        snap = (len(g.nodes), dict(g.inits), dict(g.feeds), list(g.produced), set(g.consumed))
+        ok = BUILDERS[k][1](g)
+        if not ok or len(g.nodes) > 12 or any(elems(g.shape[o]) > MAX_ELEMS or len(g.shape[o]) > MAX_RANK
+                                              for n in g.nodes[snap[0]:] for o in n.output):
+            del g.nodes[snap[0]:]
+            g.inits, g.feeds, g.produced, g.consumed = snap[1], snap[2], snap[3], snap[4]
+    # Graph outputs: every tensor nobody reads, and now and then one that is read.
+    outs = [n for n in g.produced if n not in g.consumed]
+    inner = [n for n in g.produced if n in g.consumed and "param" not in g.tags[n]]
+    if inner and rng.random() < 0.2:
+        outs.append(inner[int(rng.integers(len(inner)))])
+    if len(outs) > 1 and rng.random() < 0.05:          # a dead node: computed by nobody's need
+        outs.pop(int(rng.integers(len(outs))))
+    used = set(i for n in g.nodes for i in n.input)
+    live = [k for k in g.feeds if k in used]
+    if live and rng.random() < 0.05:                   # a graph input that is also an output
+        outs.append(live[int(rng.integers(len(live)))])
+    feeds = {k: v for k, v in g.feeds.items() if k in used}
+    inits = [numpy_helper.from_array(v, k) for k, v in g.inits.items() if k in used]
+    graph = helper.make_graph(
+        g.nodes, "fuzz_%d_%d" % (seed, index),
+        [helper.make_tensor_value_info(k, g.dtype[k], list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info(o, g.dtype[o], list(g.shape[o])) for o in outs], inits)
+    m = helper.make_model(graph, producer_name="onnx2spmd-fuzz-plans",
+                          opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = IR_VERSION
+    check_shapes(m, g.shape)
+    # Mesh and annotations.
+    mw = np.array([mw for mw, _ in MESHES], dtype=float)
+    mesh = MESHES[rng.choice(len(MESHES), p=mw / mw.sum())][1]
+    cands = list(feeds) + [k for k in g.inits if k in used and "param" not in g.tags[k]] + \
+        [n for n in g.produced if "param" not in g.tags[n]]
+    shards = []
+    nann = 0 if rng.random() < 0.1 else int(rng.integers(1, 5))
+    # Inputs and weights twice as likely as intermediates, as a user would annotate.
+    cw = np.array([2.0 if c in feeds or c in g.inits else 1.0 for c in cands])
+    pickd = rng.choice(len(cands), size=min(nann, len(cands)), replace=False, p=cw / cw.sum())
+    for t in [cands[i] for i in pickd]:
+        if not g.shape[t]:
+            continue
+        shards.append((t, random_spec(rng, g.shape[t], mesh)))
+    links = {}
+    if rng.random() < 0.3:
+        links = {a: str(rng.choice(LINKS)) for a, _ in mesh}
+    fsdp = prefetch = fuse = None
+    if rng.random() < 0.15:
+        fsdp = mesh[int(rng.integers(len(mesh)))][0]
+        if rng.random() < 0.5:
+            prefetch = int(rng.integers(0, 4))
+    if rng.random() < 0.2:
+        fuse = str(rng.choice(["0", "64", "1K", "1M"]))
+    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse)
+
+
+# ---- running a case ------------------------------------------------------------
+
+def run_ort(path, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])  # a path or model bytes
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def sensitivity(case, golden, tries=3, rel=1e-6):
+    """How far ORT's own outputs move when every float input and weight is
+    perturbed by ~rel (a few float32 ulps): per output, the elementwise max
+    over a few perturbations. Where a graph amplifies rounding this much
+    (LayerNorm of nearly equal values, a cancelling sum), a different but
+    equally valid summation order differs from ORT by about as much."""
+    rng = np.random.default_rng(12345)
+    sens = {k: np.zeros(v.shape, np.float64) for k, v in golden.items() if v.dtype.kind == "f"}
+    for _ in range(tries):
+        m = onnx.ModelProto()
+        m.CopyFrom(case.model)
+        for t in m.graph.initializer:
+            if t.data_type == F32:
+                a = numpy_helper.to_array(t)
+                t.CopyFrom(numpy_helper.from_array(
+                    (a * (1 + rel * rng.standard_normal(a.shape))).astype(np.float32), t.name))
+        feeds = {k: (v * (1 + rel * rng.standard_normal(v.shape))).astype(np.float32)
+                 if v.dtype == np.float32 else v for k, v in case.feeds.items()}
+        out = run_ort(m.SerializeToString(), feeds)
+        for k in sens:
+            sens[k] = np.maximum(sens[k], np.abs(out[k].astype(np.float64) - golden[k].astype(np.float64)))
+    return sens
+
+
+def compare(golden, out, atol, rtol, slack=None):
+    """None when out matches golden (within atol + rtol |golden| + slack),
+    else a one-line description."""
+    if golden.shape != out.shape or golden.dtype != out.dtype:
+        return "shape/dtype %s %s vs golden %s %s" % (out.shape, out.dtype, golden.shape, golden.dtype)
+    if golden.dtype.kind in "biu":
+        bad = np.argwhere(golden != out)
+        if len(bad):
+            i = tuple(int(v) for v in bad[0])
+            return "%d of %d differ, first at %s: got %s, golden %s" % (len(bad), golden.size, i, out[i],
+                                                                        golden[i])
+        return None
+    g64, o64 = golden.astype(np.float64), out.astype(np.float64)
+    if not np.all(np.isfinite(o64)) and not np.array_equal(np.isfinite(o64), np.isfinite(g64)):
+        return "non-finite values where the golden is finite"
+    err = np.abs(o64 - g64)
+    excess = err - (atol + rtol * np.abs(g64) + (0 if slack is None else slack))
+    if excess.size and np.max(excess) > 0:
+        w = np.unravel_index(np.argmax(excess), excess.shape)
+        return "at %s: got %.9g, golden %.9g%s; max abs err %.3g, %d of %d elements off" % (
+            tuple(int(v) for v in w), o64[w], g64[w],
+            "" if slack is None else " (ORT's own sensitivity there %.3g)" % slack[w],
+            float(err.max()), int(np.sum(excess > 0)), err.size)
+    return None
+
+
+def refusal_reason(msg):
+    """The compile error without the case's names and numbers, for a histogram."""
+    line = msg.strip().splitlines()[-1] if msg.strip() else "(no message)"
+    line = re.sub(r"^onnx2spmd: error: ", "", line)
+    line = re.sub(r'"[^"]*"', '"X"', line)
+    line = re.sub(r"--shard [^:]*:", "--shard X=SPEC:", line)
+    line = re.sub(r"\[[^\]]*\]", "[..]", line)
+    line = re.sub(r"\b\d+\b", "N", line)
+    line = re.sub(r"by [a-z+]+", "by AXES", line)
+    return line
+
+
+def write_case(case, d, golden=None):
+    """The model, inputs and goldens into folder d; returns the golden outputs."""
+    os.makedirs(d, exist_ok=True)
+    model_path = os.path.join(d, "model.onnx")
+    with open(model_path, "wb") as fh:
+        fh.write(case.model.SerializeToString())
+    for k, v in case.feeds.items():
+        np.save(os.path.join(d, "input_%s.npy" % k), v)
+    if golden is None:
+        golden = run_ort(model_path, case.feeds)
+    for k, v in golden.items():
+        np.save(os.path.join(d, "output_%s.npy" % k), v)
+    return golden
+
+
+def compile_cmd(case, model, out):
+    cmd = [BIN, "compile", model, "--mesh", case.mesh_str()]
+    for t, s in case.shards:
+        cmd += ["--shard", "%s=%s" % (t, s)]
+    return cmd + case.flags() + ["-o", out]
+
+
+def run_case(case, work, golden=None):
+    """Returns (status, kind, detail, golden): status PASS / REFUSED / FAIL,
+    kind: a failure class (compile, build, run, timeout, mismatch) or the
+    refusal reason."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    golden = write_case(case, work, golden)
+    out = os.path.join(work, "out")
+    try:
+        p = subprocess.run(compile_cmd(case, os.path.join(work, "model.onnx"), out),
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "FAIL", "compile-hang", "compile ran over 120 s", golden
+    err = p.stderr.strip()
+    if p.returncode == 2 and "internal error" not in err and err:
+        return "REFUSED", refusal_reason(err), err, golden
+    if p.returncode != 0:
+        return "FAIL", "compile", "exit %d: %s" % (p.returncode, err[-600:]), golden
+    b = subprocess.run(["make", "-s", "-C", out, "WARN=-Wall -Wextra -Werror"],
+                       capture_output=True, text=True)
+    if b.returncode != 0:
+        return "FAIL", "build", (b.stdout + b.stderr)[-1500:], golden
+    args = []
+    for k in case.feeds:
+        args += ["--in", "%s=%s" % (k, os.path.join(work, "input_%s.npy" % k))]
+    for k in golden:
+        args += ["--out", "%s=%s" % (k, os.path.join(out, "got_%s.npy" % k))]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    try:
+        r = subprocess.run([os.path.join(out, "run.sh")] + args + ["--timeout", "60"], env=env,
+                           capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "FAIL", "timeout", "run.sh ran over 150 s", golden
+    if r.returncode != 0:
+        log = (r.stdout + r.stderr).strip().splitlines()
+        lines = [ln for ln in log if "error" in ln.lower()] or log
+        return "FAIL", "run", "exit %d: %s" % (r.returncode, " | ".join(lines[:4])[:600]), golden
+    atol, rtol = case.tolerance()
+    got, bad = {}, []
+    for k, v in golden.items():
+        try:
+            got[k] = np.load(os.path.join(out, "got_%s.npy" % k))
+        except (OSError, ValueError) as e:
+            return "FAIL", "mismatch", "%s: cannot read the output: %s" % (k, e), golden
+        if compare(v, got[k], atol, rtol):
+            bad.append(k)
+    if not bad:
+        return "PASS", "", "", golden
+    # A mismatch: is it above what rounding alone moves ORT's own result by?
+    # A plan bug (wrong rows, a lost or doubled reduction) is off by O(1).
+    sens = sensitivity(case, golden)
+    res = ["%s: %s" % (k, compare(golden[k], got[k], atol, rtol, SENS_FACTOR * sens[k] if k in sens else None))
+           for k in bad]
+    res = [r for r in res if not r.endswith(": None")]
+    if res:
+        return "FAIL", "mismatch", "; ".join(res), golden
+    return "PASS", "ill-conditioned", "", golden
+
+
+def describe(case):
+    """The graph as text: one line per node with its shapes."""
+    m = onnx.shape_inference.infer_shapes(case.model)
+    shapes = {}
+    for v in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
+        shapes[v.name] = [d.dim_value for d in v.type.tensor_type.shape.dim]
+    for t in m.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    lines = ["mesh %s; annotations: %s%s" % (case.mesh_str(),
+                                             " ".join("%s=%s" % a for a in case.shards) or "(none)",
+                                             "; flags: " + " ".join(case.flags()) if case.flags() else "")]
+    lines.append("inputs: " + ", ".join("%s%s %s" % (k, list(v.shape), v.dtype) for k, v in case.feeds.items()))
+    for n in m.graph.node:
+        attrs = []
+        for a in n.attribute:
+            v = helper.get_attribute_value(a)
+            if isinstance(v, bytes):
+                v = v.decode()
+            if isinstance(v, TensorProto):
+                v = numpy_helper.to_array(v).tolist()
+            attrs.append("%s=%s" % (a.name, v))
+        ins = []
+        for i in n.input:
+            if i in inits and inits[i].dtype == np.int64 and inits[i].size <= 8:
+                ins.append("%s=%s" % (i, inits[i].tolist()))
+            else:
+                ins.append("%s%s" % (i, shapes.get(i, "?")))
+        lines.append("  %s = %s(%s)%s" % (", ".join("%s%s" % (o, shapes.get(o, "?")) for o in n.output),
+                                          n.op_type, ", ".join(ins), " " + " ".join(attrs) if attrs else ""))
+    lines.append("outputs: " + ", ".join(o.name for o in m.graph.output))
+    return "\n".join(lines)
+
+
+def save_failure(case, golden, kind, detail, folder):
+    shutil.rmtree(folder, ignore_errors=True)
+    write_case(case, folder, golden)
+    atol, rtol = case.tolerance()
+    rel = os.path.relpath(ROOT, folder)
+    work = "build/fuzz_plans/repro/" + os.path.basename(os.path.normpath(folder))
+    if os.path.basename(folder) == "min":
+        work += "_min"
+    q = lambda s: "'" + s.replace("'", "'\\''") + "'"
+    cmd = compile_cmd(case, '"$HERE/model.onnx"', work)
+    cmd[0] = "build/onnx2spmd"
+    lines = ["#!/bin/sh", "# fuzz_plans case %s: %s" % (case.tag, kind),
+             "# Rebuilds and reruns this failure from the repository root; exits 1 on a mismatch.",
+             "set -e", 'HERE=$(cd "$(dirname "$0")" && pwd)', 'cd "$HERE/%s"' % rel,
+             "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+             "rm -rf %s" % work,
+             " ".join(c if c.startswith('"') else q(c) for c in cmd),
+             'make -s -C %s WARN="-Wall -Wextra -Werror"' % work,
+             "%s/run.sh %s --timeout 60" % (work, " ".join(
+                 ['--in %s="$HERE/input_%s.npy"' % (k, k) for k in case.feeds] +
+                 ["--out %s=%s/got_%s.npy" % (k, work, k) for k in golden])),
+             "rc=0"]
+    for k in golden:
+        lines.append('build/venv/bin/python tests/e2e/compare.py "$HERE/output_%s.npy" %s/got_%s.npy %g %g || rc=1'
+                     % (k, work, k, atol, rtol))
+    lines.append("exit $rc")
+    path = os.path.join(folder, "repro.sh")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.chmod(path, 0o755)
+    with open(os.path.join(folder, "case.json"), "w") as fh:
+        json.dump({"seed": case.seed, "index": case.index, "mesh": case.mesh, "shards": case.shards,
+                   "links": case.links, "fsdp": case.fsdp, "prefetch": case.prefetch, "fuse": case.fuse,
+                   "kind": kind}, fh)
+    with open(os.path.join(folder, "case.txt"), "w") as fh:
+        fh.write("case %s: %s\n%s\n\n%s\n" % (case.tag, kind, detail, describe(case)))
+
+
+# ---- minimizing a failure ------------------------------------------------------
+
+def prune(case, keep_out):
+    """The case cut down to the nodes that output keep_out depends on."""
+    m = onnx.shape_inference.infer_shapes(case.model)
+    vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output)}
+    if keep_out not in vi:
+        return None
+    producer = {o: n for n in m.graph.node for o in n.output}
+    need, stack = set(), [keep_out]
+    while stack:
+        t = stack.pop()
+        if t in need:
+            continue
+        need.add(t)
+        if t in producer:
+            stack.extend(i for i in producer[t].input if i)
+    nodes = [n for n in m.graph.node if any(o in need for o in n.output)]
+    used = set(i for n in nodes for i in n.input)
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi[keep_out])
+    g = helper.make_graph(nodes, m.graph.name, [i for i in m.graph.input if i.name in used],
+                          [out], [t for t in m.graph.initializer if t.name in used])
+    mm = helper.make_model(g, producer_name=m.producer_name, opset_imports=list(m.opset_import))
+    mm.ir_version = m.ir_version
+    names = used | set(o for n in nodes for o in n.output)
+    return case.but(model=mm, feeds={k: v for k, v in case.feeds.items() if k in used},
+                    shards=[(t, s) for t, s in case.shards if t in names])
+
+
+def bypass(case, k):
+    """The case without node k (its output read from its same-shaped input)."""
+    m = onnx.shape_inference.infer_shapes(case.model)
+    shapes = {v.name: (v.type.tensor_type.elem_type, [d.dim_value for d in v.type.tensor_type.shape.dim])
+              for v in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
+    for t in m.graph.initializer:
+        shapes[t.name] = (t.data_type, list(t.dims))
+    n = m.graph.node[k]
+    init_names = set(t.name for t in m.graph.initializer)
+    src = [i for i in n.input if i and i not in init_names and shapes.get(i) == shapes.get(n.output[0])]
+    if not src or len(n.output) != 1:
+        return None
+    o = n.output[0]
+    if any(x.name == o for x in m.graph.output):
+        return None
+    nodes = [x for j, x in enumerate(m.graph.node) if j != k]
+    for x in nodes:
+        for j, i in enumerate(x.input):
+            if i == o:
+                x.input[j] = src[0]
+    g = helper.make_graph(nodes, m.graph.name, list(m.graph.input), list(m.graph.output),
+                          list(m.graph.initializer))
+    mm = helper.make_model(g, producer_name=m.producer_name, opset_imports=list(m.opset_import))
+    mm.ir_version = m.ir_version
+    used = set(i for x in nodes for i in x.input)
+    mm.graph.ClearField("input")
+    mm.graph.input.extend([i for i in m.graph.input if i.name in used])
+    inits = [t for t in m.graph.initializer if t.name in used]
+    mm.graph.ClearField("initializer")
+    mm.graph.initializer.extend(inits)
+    return case.but(model=mm, feeds={kk: v for kk, v in case.feeds.items() if kk in used},
+                    shards=[(t, s) for t, s in case.shards if t != o])
+
+
+def drop_axis(case, axis):
+    mesh = [a for a in case.mesh if a[0] != axis]
+    if not mesh:
+        if case.mesh == [(axis, 1)]:
+            return None
+        mesh = [(axis, 1)]                   # one rank, the specs kept as they are
+        return case.but(mesh=mesh)
+    shards = []
+    for t, s in case.shards:
+        dims = ["+".join(x for x in d.split("+") if x != axis) or "_" for d in s[1:-1].split(",")]
+        shards.append((t, "[" + ",".join(dims) + "]"))
+    return case.but(mesh=mesh, shards=shards, links={a: l for a, l in case.links.items() if a != axis},
+                    fsdp=None if case.fsdp == axis else case.fsdp)
+
+
+def halve_axis(case, axis):
+    size = dict(case.mesh)[axis]
+    if size != 4:
+        return None
+    mesh = [(a, 2 if a == axis else s) for a, s in case.mesh]
+    return case.but(mesh=mesh)
+
+
+def minimize(case, kind, work, log=print):
+    """Greedy shrinking while the failure keeps its kind."""
+    tries = [0]
+
+    def still_fails(c):
+        if c is None:
+            return False
+        tries[0] += 1
+        try:
+            st, k, _, _ = run_case(c, work)
+        except Exception:                      # e.g. ORT rejects the cut graph
+            return False
+        return st == "FAIL" and k == kind
+
+    cur = case
+    changed = True
+    while changed and tries[0] < 150:
+        changed = False
+        # 1. the smallest single-output subgraph that still fails
+        producer_rank = {}
+        for j, n in enumerate(cur.model.graph.node):
+            for o in n.output:
+                producer_rank[o] = j
+        cands = []
+        for o in producer_rank:
+            c = prune(cur, o)
+            if c is not None and len(c.model.graph.node) < len(cur.model.graph.node) or \
+                    (c is not None and len(cur.model.graph.output) > 1):
+                cands.append((len(c.model.graph.node), producer_rank[o], c))
+        for _, _, c in sorted(cands, key=lambda x: (x[0], x[1])):
+            if still_fails(c):
+                cur, changed = c, True
+                break
+        # 2. annotations, one at a time
+        for i in range(len(cur.shards)):
+            c = cur.but(shards=cur.shards[:i] + cur.shards[i + 1:])
+            if still_fails(c):
+                cur, changed = c, True
+                break
+        # 3. the link classes and --shard-weights
+        for c in (cur.but(links={}) if cur.links else None, cur.but(fsdp=None) if cur.fsdp else None,
+                  cur.but(prefetch=None) if cur.prefetch is not None else None,
+                  cur.but(fuse=None) if cur.fuse is not None else None):
+            if still_fails(c):
+                cur, changed = c, True
+        # 4. the mesh
+        for a, _ in cur.mesh:
+            for c in (drop_axis(cur, a), halve_axis(cur, a)):
+                if still_fails(c):
+                    cur, changed = c, True
+                    break
+        # 5. nodes whose output has their input's shape
+        for k in range(len(cur.model.graph.node)):
+            c = bypass(cur, k)
+            if still_fails(c):
+                cur, changed = c, True
+                break
+    shutil.rmtree(work, ignore_errors=True)
+    log("  minimized in %d tries to %d nodes on %s" % (tries[0], len(cur.model.graph.node), cur.mesh_str()))
+    return cur
+
+
+def load_case(folder):
+    """A saved failure (model.onnx, input_*.npy, repro.sh) as a Case."""
+    m = onnx.load(os.path.join(folder, "model.onnx"))
+    feeds = {}
+    for i in m.graph.input:
+        feeds[i.name] = np.load(os.path.join(folder, "input_%s.npy" % i.name))
+    with open(os.path.join(folder, "case.json")) as fh:
+        meta = json.load(fh)
+    return Case(meta["seed"], meta["index"], m, feeds, [tuple(a) for a in meta["mesh"]],
+                [tuple(a) for a in meta["shards"]], meta.get("links"), meta.get("fsdp"), meta.get("prefetch"),
+                meta.get("fuse"))
+
+
+# ---- driver --------------------------------------------------------------------
+
+class Tally:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.run = self.passed = self.refused = self.failed = self.skipped = 0
+        self.reasons = {}
+        self.fails = {}
+        self.ops = {}
+        self.illcond = 0          # passed only within ORT's own rounding sensitivity
+        self.distributed = 0      # passed cases whose plan splits some tensor
+        self.colls = {}           # collectives by kind over the passed cases
+
+
+def plan_stats(work):
+    """(tensors split on more than one rank, collectives by kind) of a compiled case."""
+    try:
+        with open(os.path.join(work, "out", "plan.json")) as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError):
+        return 0, {}
+    split = sum(1 for t in plan["tensors"] if t["local_shape"] != t["shape"])
+    kinds = {}
+    for c in plan["collectives"]:
+        kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
+    return split, kinds
+
+
+def one(seed, index, tally, args):
+    work = os.path.join(OUT, "work", "%s_%s" % (seed, index))
+    try:
+        case = generate(seed, index)
+        golden = write_case(case, work)
+    except Exception as e:            # the generator made something ONNX or ORT rejects
+        with tally.lock:
+            tally.skipped += 1
+        print("case %s_%s: generator error (not counted): %s" % (seed, index, str(e).splitlines()[0][:300]),
+              flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    try:
+        st, kind, detail, golden = run_case(case, work, golden)
+    except (OSError, subprocess.SubprocessError) as e:      # e.g. the compiler rebuilt under us
+        st, kind, detail = "FAIL", "harness", "%s: %s" % (type(e).__name__, e)
+    split, kinds = plan_stats(work)
+    line = "case %s: %d nodes, mesh %s, %s%s" % (case.tag, len(case.model.graph.node), case.mesh_str(),
+                                                " ".join("%s=%s" % a for a in case.shards) or "no annotations",
+                                                " " + " ".join(case.flags()) if case.flags() else "")
+    with tally.lock:
+        tally.run += 1
+        for op in set(case.ops()):
+            tally.ops[op] = tally.ops.get(op, 0) + 1
+        if st == "PASS":
+            tally.passed += 1
+            tally.illcond += kind == "ill-conditioned"
+            tally.distributed += split > 0
+            for k, n in kinds.items():
+                tally.colls[k] = tally.colls.get(k, 0) + n
+        elif st == "REFUSED":
+            tally.refused += 1
+            tally.reasons[kind] = tally.reasons.get(kind, 0) + 1
+        else:
+            tally.failed += 1
+            tally.fails[kind] = tally.fails.get(kind, 0) + 1
+    if st == "PASS":
+        if args.verbose:
+            print(line + ": ok", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    if st == "REFUSED":
+        if args.verbose:
+            print(line + ": refused: " + detail.splitlines()[-1], flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    folder = os.path.join(OUT, "failures", case.tag)
+    save_failure(case, golden, kind, detail, folder)
+    msg = "FAIL %s: %s: %s\n  saved in %s" % (line, kind, detail[:800], os.path.relpath(folder, ROOT))
+    if args.minimize:
+        small = minimize(case, kind, work + "_min", log=lambda s: None)
+        st2, k2, d2, g2 = run_case(small, work + "_min")
+        if st2 == "FAIL":
+            save_failure(small, g2, k2, d2, os.path.join(folder, "min"))
+            msg += "\n  minimized (%d nodes, mesh %s): %s/min\n" % (
+                len(small.model.graph.node), small.mesh_str(), os.path.relpath(folder, ROOT))
+            msg += "    " + describe(small).replace("\n", "\n    ")
+        shutil.rmtree(work + "_min", ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print(msg, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=None, help="cases (per seed with --seconds)")
+    ap.add_argument("--seconds", type=float, default=None, help="run seeds SEED, SEED+1, ... for this long")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--minimize", action="store_true", help="shrink each failure into <failure>/min")
+    ap.add_argument("--exclude", default="", help="builders to leave out: " + ",".join(BUILDERS))
+    ap.add_argument("--replay", metavar="DIR", help="rerun a saved failure folder")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    for x in filter(None, args.exclude.split(",")):
+        if x not in BUILDERS:
+            ap.error("--exclude %s: no such builder" % x)
+        EXCLUDE.add(x)
+    if not os.access(BIN, os.X_OK):
+        print("fuzz_plans: %s is not built (run make)" % BIN)
+        return 2
+    if args.replay:
+        case = load_case(args.replay)
+        st, kind, detail, _ = run_case(case, os.path.join(OUT, "work", "replay"))
+        print("%s: %s %s %s" % (args.replay, st, kind, detail))
+        if st == "FAIL" and args.minimize:
+            small = minimize(case, kind, os.path.join(OUT, "work", "replay_min"))
+            st2, k2, d2, g2 = run_case(small, os.path.join(OUT, "work", "replay_min"))
+            save_failure(small, g2, k2, d2, os.path.join(args.replay, "min"))
+            print(describe(small))
+        return 1 if st == "FAIL" else 0
+    os.makedirs(os.path.join(OUT, "work"), exist_ok=True)
+    tally = Tally()
+    t0 = time.time()
+    if args.seconds is None:
+        jobs = [(args.seed, k) for k in range(args.count or 50)]
+    else:
+        per = args.count or 25
+        jobs = ((s, k) for s in range(args.seed, 1 << 30) for k in range(per))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        pending = set()
+        for seed, k in jobs:
+            if args.seconds is not None and time.time() - t0 > args.seconds:
+                break
+            pending.add(ex.submit(one, seed, k, tally, args))
+            if len(pending) >= 2 * max(1, args.jobs):
+                done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+        for f in concurrent.futures.as_completed(pending):
+            f.result()
+    if tally.reasons:
+        print("refusals by reason:")
+        for r, n in sorted(tally.reasons.items(), key=lambda x: -x[1]):
+            print("  %5d  %s" % (n, r))
+    if tally.fails:
+        print("failures by kind: " + ", ".join("%s %d" % kv for kv in sorted(tally.fails.items())))
+    print("passed cases that split some tensor: %d; their collectives: %s" % (
+        tally.distributed, ", ".join("%s %d" % kv for kv in sorted(tally.colls.items())) or "none"))
+    if args.verbose:
+        print("cases per op: " + ", ".join("%s %d" % kv for kv in sorted(tally.ops.items())))
+    print("fuzz_plans: %d cases run, %d passed%s, %d refused, %d failed%s in %.0f s" % (
+        tally.run, tally.passed,
+        " (%d within ORT's rounding sensitivity)" % tally.illcond if tally.illcond else "",
+        tally.refused, tally.failed,
+        " (%d generator errors skipped)" % tally.skipped if tally.skipped else "", time.time() - t0))
+    return 1 if tally.failed or tally.skipped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
