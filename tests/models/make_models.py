@@ -389,19 +389,22 @@ def op_cases():
     add("constant_ints", 13, [N("Constant", [], ["k"], value_ints=[3, 1, 4]),
                               N("Add", ["x", "k"], ["y"])],
         {"x": r.integers(0, 9, (2, 3), dtype=np.int64)}, {}, ["y"])
-    # Each op family adds its cases from tests/models/op_cases_<family>.py,
-    # with its own seeded generator so families never disturb each other.
-    for fam in FAMILIES:
-        importlib.import_module("op_cases_" + fam).cases(add)
     return c
 
 
-def make_op_models():
+def family_cases(fam):
+    """The cases of one op family, from tests/models/op_cases_<family>.py
+    (each with its own seeded generator, so families never disturb each
+    other or the core cases)."""
+    c = []
+    importlib.import_module("op_cases_" + fam).cases(lambda *case: c.append(case))
+    return c
+
+
+def write_op_models(cases, expected):
     folder = os.path.join(MODELS, "ops")
-    if os.path.isdir(folder):
-        shutil.rmtree(folder)
     lines = []
-    for case, opset, nodes, inputs, inits, outputs in op_cases():
+    for case, opset, nodes, inputs, inits, outputs in cases:
         np_to_onnx = {np.dtype(np.float32): F32, np.dtype(np.int64): I64, np.dtype(bool): BOOL}
         vis = [helper.make_tensor_value_info(k, np_to_onnx[v.dtype], list(v.shape))
                for k, v in inputs.items()]
@@ -418,9 +421,22 @@ def make_op_models():
                   np.dtype(bool): "bool"}[v.dtype]
             lines.append("%s %s %s [%s]" % (case, nm, dt, ", ".join(str(s) for s in v.shape)))
         write_golden(os.path.join(GOLDEN, "ops", case), inputs, names, res)
-    with open(os.path.join(folder, "expected.txt"), "w") as fh:
+    with open(os.path.join(folder, expected), "w") as fh:
         fh.write("# case output dtype shape -- written by make_models.py from ONNX Runtime\n")
         fh.write("\n".join(lines) + "\n")
+
+
+def make_op_models(family=None):
+    """All per-op models (core cases -> ops/expected.txt, each family's ->
+    ops/expected_<family>.txt), or with `family` only that family's, so
+    the families can be worked on independently."""
+    folder = os.path.join(MODELS, "ops")
+    if family is None:
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        write_op_models(op_cases(), "expected.txt")
+    for fam in FAMILIES if family is None else (family,):
+        write_op_models(family_cases(fam), "expected_%s.txt" % fam)
 
 
 # ---- malformed inputs ------------------------------------------------------
@@ -596,4 +612,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--ops-family":
+        make_op_models(sys.argv[2])  # e.g. make_models.py --ops-family math
+        sys.exit(0)
     sys.exit(main())
