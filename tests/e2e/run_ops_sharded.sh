@@ -8,17 +8,22 @@ set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/onnx2spmd}
 PY=build/venv/bin/python
-OUT=build/ops_sharded
+# run_ops_sharded.sh [REGEX]: only the models whose case name matches REGEX;
+# OPS_TAG=name keeps the results in build/ops_sharded_name (parallel runs).
+FILTER=${1:-}
+OUT=build/ops_sharded${OPS_TAG:+_$OPS_TAG}
 rm -rf "$OUT"
 mkdir -p "$OUT"
 JOBS=${JOBS:-$(nproc)}
 # Case list: NAME|MODEL|MESH|FLAGS
-"$PY" - > "$OUT/cases.txt" <<'PYEOF'
-import glob, os
+FILTER="$FILTER" "$PY" - > "$OUT/cases.txt" <<'PYEOF'
+import glob, os, re
 import numpy as np
 import onnx
 for path in sorted(glob.glob("tests/models/ops/*.onnx")):
     case = os.path.basename(path)[:-5]
+    if not re.search(os.environ["FILTER"], case):
+        continue
     m = onnx.load(path)
     inits = {i.name for i in m.graph.initializer}
     print("%s_1|%s|r=1|" % (case, case))
@@ -40,7 +45,7 @@ for path in sorted(glob.glob("tests/models/ops/*.onnx")):
 PYEOF
 run_case() {
     IFS='|' read -r name model mesh flags <<<"$1"
-    d=build/ops_sharded/$name
+    d=$OUT/$name
     rm -rf "$d" # holds the last run's outputs, which compile -o would refuse to replace
     # shellcheck disable=SC2086
     if ! out=$(build/onnx2spmd compile "tests/models/ops/$model.onnx" --mesh "$mesh" $flags -o "$d" 2>&1 >/dev/null); then
@@ -59,6 +64,7 @@ run_case() {
     echo "ok $name"
 }
 export -f run_case
+export OUT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 xargs -P "$JOBS" -d '\n' -I{} bash -c 'run_case "$@"' _ {} < "$OUT/cases.txt" > "$OUT/results.txt"
 grep -E "^FAIL" "$OUT/results.txt"
