@@ -140,17 +140,51 @@ static void inspect_text(const Graph *g, int nodes)
         printf(" (and %d folded at import: shape arithmetic on constants)", g->nfolded);
     printf("\n");
     for (int op = 0; op < OP_COUNT; op++)
-        if (s.op_count[op])
+        if (s.op_count[op] && op != OP_UNSUPPORTED)
             printf("  %-24s %d\n", op_table[op].name, s.op_count[op]);
+    if (g->nunsupported) {
+        /* Each unsupported op type once, with its count, in order of use. */
+        const Node **un = malloc((size_t)g->nunsupported * sizeof(Node *));
+        int nu = 0;
+        for (int i = 0; i < g->nnodes && un; i++)
+            if (g->nodes[i]->op == OP_UNSUPPORTED)
+                un[nu++] = g->nodes[i];
+        for (int i = 0; i < nu; i++) {
+            const Node *n = un[i];
+            int seen = 0, count = 0;
+            for (int j = 0; j < nu; j++)
+                if (strcmp(node_op_name(un[j]), node_op_name(n)) == 0) {
+                    seen |= j < i;
+                    count++;
+                }
+            if (!seen) {
+                char op[160];
+                esc_term(node_op_name(n), op, sizeof op);
+                printf("  %-24s %d  (not supported)\n", op, count);
+            }
+        }
+        free(un);
+        printf("unsupported: %d node(s); plan and compile refuse this model, and shapes after these nodes are "
+               "unknown (?)\n", g->nunsupported);
+    }
     printf("\nparameters %lld in %d initializers, %lld bytes (%.2f MiB)\n",
            (long long)s.params, s.ninit, (long long)s.param_bytes,
            (double)s.param_bytes / (1024.0 * 1024.0));
     if (!nodes)
         return;
-    printf("\n%-5s %-32s %-20s %s\n", "#", "node", "op", "outputs");
+    printf("\n%-5s %-32s %-20s %s\n", "#", "node", "op", "inputs -> outputs");
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        printf("%-5d %-32s %-20s", i, n->label, node_op_name(n));
+        char op[160];
+        esc_term(node_op_name(n), op, sizeof op);
+        if (n->op == OP_UNSUPPORTED)
+            strncat(op, " (!)", sizeof op - strlen(op) - 1);
+        printf("%-5d %-32s %-20s", i, n->label, op);
+        /* Inputs by name, so exporter weight names (onnx::MatMul_425) can be
+         * found for --shard. */
+        for (int k = 0; k < n->ninputs; k++)
+            printf("%s%s", k ? ", " : " ", n->inputs[k] ? n->inputs[k]->label : "(none)");
+        printf(" ->");
         for (int k = 0; k < n->noutputs; k++)
             if (n->outputs[k])
                 printf(" %s%s %s", k ? ", " : "", n->outputs[k]->label,
@@ -190,9 +224,10 @@ static void inspect_json(const Graph *g, int nodes)
     printf(",\n");
     json_values(stdout, "inputs", g->inputs, g->ninputs);
     json_values(stdout, "outputs", g->outputs, g->noutputs);
-    printf("  \"node_count\": %d,\n  \"folded_node_count\": %d,\n  \"ops\": {", g->nnodes, g->nfolded);
+    printf("  \"node_count\": %d,\n  \"folded_node_count\": %d,\n  \"unsupported_node_count\": %d,\n"
+           "  \"ops\": {", g->nnodes, g->nfolded, g->nunsupported);
     for (int op = 0, first = 1; op < OP_COUNT; op++)
-        if (s.op_count[op]) {
+        if (s.op_count[op] && op != OP_UNSUPPORTED) {
             printf("%s\"%s\": %d", first ? "" : ", ", op_table[op].name, s.op_count[op]);
             first = 0;
         }
@@ -204,7 +239,17 @@ static void inspect_json(const Graph *g, int nodes)
             const Node *n = g->nodes[i];
             printf("%s\n    {\"name\": ", i ? "," : "");
             json_write_str(stdout, n->name);
-            printf(", \"op\": \"%s\", \"outputs\": [", node_op_name(n));
+            printf(", \"op\": ");
+            json_write_str(stdout, node_op_name(n));
+            printf(", \"supported\": %s, \"inputs\": [", n->op == OP_UNSUPPORTED ? "false" : "true");
+            for (int k = 0; k < n->ninputs; k++) {
+                printf("%s", k ? ", " : "");
+                if (n->inputs[k])
+                    json_write_str(stdout, n->inputs[k]->name);
+                else
+                    printf("null");
+            }
+            printf("], \"outputs\": [");
             for (int k = 0, first = 1; k < n->noutputs; k++) {
                 if (!n->outputs[k])
                     continue;
@@ -302,6 +347,7 @@ static int cmd_inspect(int argc, char **argv)
     Diag d;
     Graph *g = NULL;
     diag_init(&d, path);
+    opt.allow_unsupported = 1; /* show the summary, unsupported ops marked */
     if (frontend_load_file(path, &opt, &g, &d) == 0) {
         if (json)
             inspect_json(g, nodes);

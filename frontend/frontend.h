@@ -23,6 +23,9 @@ typedef struct DimBinding {
 typedef struct FrontendOptions {
     const DimBinding *dims;
     int ndims;
+    /* inspect: keep nodes of unsupported ops (OP_UNSUPPORTED, shapes after
+     * them unknown) instead of refusing the model. */
+    int allow_unsupported;
 } FrontendOptions;
 
 /* ---- load.c ------------------------------------------------------------- */

@@ -28,7 +28,46 @@ typedef struct Loader {
     const FrontendOptions *opt;
     int *dim_used; /* per --dim binding */
     Diag *d;
+    /* Op types the compiler does not support, in order of first use. */
+    struct { char name[128]; int count; } *unsup;
+    int nunsup, nunsup_nodes;
 } Loader;
+
+static void note_unsupported(Loader *L, const char *domain, const char *op)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s%s%s", domain && *domain ? domain : "", domain && *domain ? ":" : "", op);
+    L->nunsup_nodes++;
+    for (int i = 0; i < L->nunsup; i++)
+        if (strcmp(L->unsup[i].name, name) == 0) {
+            L->unsup[i].count++;
+            return;
+        }
+    if (!(L->nunsup & (L->nunsup - 1))) { /* grow at powers of two */
+        void *p = realloc(L->unsup, (size_t)(L->nunsup ? 2 * L->nunsup : 8) * sizeof(*L->unsup));
+        if (!p)
+            abort();
+        L->unsup = p;
+    }
+    snprintf(L->unsup[L->nunsup].name, sizeof L->unsup[0].name, "%s", name);
+    L->unsup[L->nunsup++].count = 1;
+}
+
+/* One line naming every unsupported op type with its count. */
+static int report_unsupported(Loader *L)
+{
+    char list[1024] = "";
+    size_t off = 0;
+    for (int i = 0; i < L->nunsup && off < sizeof list - 40; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s (%d)", i ? ", " : "", L->unsup[i].name,
+                                L->unsup[i].count);
+    if (off >= sizeof list - 40)
+        snprintf(list + off, sizeof list - off, ", ...");
+    diag_add(L->d, "%d node%s use%s %d op type%s the compiler does not support: %s (`onnx2spmd inspect --nodes` "
+             "shows where)", L->nunsup_nodes, L->nunsup_nodes == 1 ? "" : "s", L->nunsup_nodes == 1 ? "s" : "",
+             L->nunsup, L->nunsup == 1 ? "" : "s", list);
+    return -1;
+}
 
 static void proto_free(void *p)
 {
@@ -387,28 +426,31 @@ static int load_nodes(Loader *L)
             snprintf(fallback, sizeof(fallback), "%s_%zu", op, i);
             label = fallback;
         }
-        if (strcmp(op, "If") == 0 || strcmp(op, "Loop") == 0 || strcmp(op, "Scan") == 0) {
-            diag_add(L->d, "node \"%s\" (%s): control flow is not supported", label, op);
-            return -1;
-        }
-        if (node_is_function(L->m, np, op)) {
-            diag_add(L->d, "node \"%s\" (%s): calls a model-local function, which is not supported",
-                     label, op);
-            return -1;
-        }
+        /* Control flow, model-local functions and unknown ops are
+         * collected, so the error lists every one of them (inspect keeps
+         * them as OP_UNSUPPORTED nodes). */
         int kind = is_default_domain(np->domain) ? op_from_name(op) : -1;
-        if (kind < 0) {
-            diag_add(L->d, "node \"%s\": op \"%s\"%s%s is not supported", label, op,
-                     is_default_domain(np->domain) ? "" : " of domain ",
-                     is_default_domain(np->domain) ? "" : np->domain);
-            return -1;
-        }
-        if (g->opset < op_table[kind].since_opset) {
+        if (!*op || strcmp(op, "If") == 0 || strcmp(op, "Loop") == 0 || strcmp(op, "Scan") == 0 ||
+            node_is_function(L->m, np, op))
+            kind = -1;
+        if (kind < 0 || kind == OP_UNSUPPORTED) {
+            note_unsupported(L, is_default_domain(np->domain) ? NULL : np->domain, *op ? op : "(no op_type)");
+            if (!L->opt->allow_unsupported)
+                continue;
+            kind = OP_UNSUPPORTED;
+        } else if (g->opset < op_table[kind].since_opset) {
             diag_add(L->d, "node \"%s\" (%s): needs opset %d but the model imports opset %lld",
                      label, op, op_table[kind].since_opset, (long long)g->opset);
             return -1;
         }
         Node *n = graph_node_add(g, (OpKind)kind, np->name);
+        if (kind == OP_UNSUPPORTED) {
+            char t[160];
+            snprintf(t, sizeof t, "%s%s%s", is_default_domain(np->domain) ? "" : np->domain,
+                     is_default_domain(np->domain) ? "" : ":", *op ? op : "(no op_type)");
+            n->op_type = arena_strdup(&g->arena, t);
+            g->nunsupported++;
+        }
         n->noutputs = (int)np->n_output;
         n->outputs = arena_alloc(&g->arena, (np->n_output + 1) * sizeof(Tensor *));
         for (size_t k = 0; k < np->n_output; k++) {
@@ -425,9 +467,11 @@ static int load_nodes(Loader *L)
             t->producer = n;
             n->outputs[k] = t;
         }
-        n->nattrs = (int)np->n_attribute;
+        /* An unsupported node's attributes are not read (they may hold
+         * subgraphs or types the compiler does not know). */
+        n->nattrs = kind == OP_UNSUPPORTED ? 0 : (int)np->n_attribute;
         n->attrs = arena_alloc(&g->arena, (np->n_attribute + 1) * sizeof(Attr));
-        for (size_t k = 0; k < np->n_attribute; k++)
+        for (size_t k = 0; k < (size_t)n->nattrs; k++)
             if (load_attr(L, n, np->attribute[k], &n->attrs[k]))
                 return -1;
         if (n->op == OP_CONSTANT && n->noutputs >= 1 && n->outputs[0] && load_constant(L, n))
@@ -435,6 +479,8 @@ static int load_nodes(Loader *L)
         if (load_shard_specs(L, np, n))
             return -1;
     }
+    if (L->nunsup && !L->opt->allow_unsupported)
+        return report_unsupported(L);
     /* Pass 2: resolve inputs. */
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *np = gp->node[i];
@@ -512,6 +558,11 @@ static int load_model(Loader *L)
      * folded just before it (Shape -> Concat -> Reshape's shape). */
     for (int i = 0; i < L->g->nnodes; i++) {
         Node *n = L->g->nodes[i];
+        int unknown = n->op == OP_UNSUPPORTED;
+        for (int k = 0; k < n->ninputs; k++)
+            unknown |= n->inputs[k] && n->inputs[k]->rank < 0;
+        if (unknown)
+            continue; /* inspect of an unsupported model: shapes after it stay unknown */
         if (frontend_normalize_node(L->g, n, L->d) || ir_infer_node(L->g, n, L->d) ||
             ir_fold_node(L->g, n, L->d) < 0)
             return -1;
@@ -546,10 +597,12 @@ int frontend_load_buffer(const void *buf, size_t len, const char *name,
     if (load_model(&L))
         goto fail;
     free(L.dim_used);
+    free(L.unsup);
     *out = L.g;
     return 0;
 fail:
     free(L.dim_used);
+    free(L.unsup);
     graph_free(L.g);
     return -1;
 }

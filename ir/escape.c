@@ -195,6 +195,10 @@ void dot_write_str(FILE *f, const char *s)
 
 void json_write_dims(FILE *f, const int64_t *dims, int rank)
 {
+    if (rank < 0) { /* unknown (after an unsupported op) */
+        fputs("null", f);
+        return;
+    }
     fputc('[', f);
     for (int i = 0; i < rank; i++)
         fprintf(f, "%s%lld", i ? ", " : "", (long long)dims[i]);

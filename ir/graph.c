@@ -31,7 +31,7 @@ int op_from_name(const char *onnx_name)
 
 const char *node_op_name(const Node *n)
 {
-    return op_table[n->op].name;
+    return n->op == OP_UNSUPPORTED && n->op_type ? n->op_type : op_table[n->op].name;
 }
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -235,6 +235,10 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
 
 char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap)
 {
+    if (rank < 0) { /* after an unsupported op (inspect only) */
+        snprintf(buf, cap, "?");
+        return buf;
+    }
     size_t off = 0;
     off += (size_t)snprintf(buf + off, cap - off, "[");
     for (int i = 0; i < rank && off < cap; i++)

@@ -153,6 +153,7 @@ typedef struct Attr {
 struct Node {
     const char *name; /* ONNX name, or "<Op>_<index>" when the model has none */
     const char *label; /* the name made safe for terminals and reports */
+    const char *op_type; /* OP_UNSUPPORTED: the model's op_type (and domain) */
     int id;
     unsigned folded : 1; /* evaluated at compile time; dropped by ir_fold_sweep */
     OpKind op;
@@ -196,6 +197,7 @@ typedef struct Graph {
     Node **nodes;
     int nnodes, nodes_cap;
     int nfolded;           /* nodes evaluated at import (shape arithmetic) */
+    int nunsupported;      /* OP_UNSUPPORTED nodes (inspect only) */
     Tensor **inputs;       /* graph inputs that are not initializers */
     int ninputs;
     Tensor **outputs;

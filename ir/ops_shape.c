@@ -7,6 +7,7 @@
  */
 #include "ir.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Shape(x) with the opset-15 start/end window: int64 [end - start]. */
@@ -41,5 +42,115 @@ int fold_shape(Graph *g, Node *n, Diag *d)
     int64_t *v = fold_alloc(g, n->outputs[0]);
     for (int i = lo; i < hi; i++)
         v[i - lo] = x->dims[i];
+    return 1;
+}
+
+/* Size(x): the element count, an int64 scalar. */
+int shape_size(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    return shape_set(d, n, n->outputs[0], DT_I64, 0, NULL);
+}
+
+int fold_size(Graph *g, Node *n, Diag *d)
+{
+    (void)d;
+    int64_t *v = fold_alloc(g, n->outputs[0]);
+    v[0] = tensor_numel(n->inputs[0]);
+    return 1;
+}
+
+/* The values of a constant input, or an error naming it: these ops need
+ * them to know their output shape. */
+static int need_const(Diag *d, const Node *n, int k)
+{
+    const Tensor *t = n->inputs[k];
+    if (t->data || tensor_numel(t) == 0)
+        return 0;
+    return shape_fail(d, n, "input \"%s\" must be a constant (computed from shapes or stored in the model): "
+                      "its value decides the output shape", t->name);
+}
+
+/* Range(start, limit, delta): max(ceil((limit - start) / delta), 0)
+ * values, in the inputs' dtype. */
+static int64_t range_count(const Node *n)
+{
+    double s = fold_get(n->inputs[0], 0), l = fold_get(n->inputs[1], 0), dl = fold_get(n->inputs[2], 0);
+    if (dl == 0)
+        return -1;
+    double c = ceil((l - s) / dl);
+    return c > 0 ? (int64_t)c : 0;
+}
+
+int shape_range(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    for (int k = 0; k < 3; k++) {
+        if (need_const(d, n, k))
+            return -1;
+        if (tensor_numel(n->inputs[k]) != 1)
+            return shape_fail(d, n, "input \"%s\" must be a scalar", n->inputs[k]->name);
+        if (n->inputs[k]->dtype != n->inputs[0]->dtype)
+            return shape_fail(d, n, "start, limit and delta must have one dtype");
+    }
+    int64_t len = range_count(n);
+    if (len < 0)
+        return shape_fail(d, n, "delta is 0");
+    if (len > ((int64_t)1 << 31))
+        return shape_fail(d, n, "would have %lld elements", (long long)len);
+    return shape_set(d, n, n->outputs[0], n->inputs[0]->dtype, 1, &len);
+}
+
+int fold_range(Graph *g, Node *n, Diag *d)
+{
+    (void)d;
+    Tensor *y = n->outputs[0];
+    fold_alloc(g, y);
+    double s = fold_get(n->inputs[0], 0), dl = fold_get(n->inputs[2], 0);
+    int64_t len = y->dims[0];
+    if (y->dtype == DT_I64) {
+        int64_t si = fold_get_i64(n->inputs[0], 0), di = fold_get_i64(n->inputs[2], 0);
+        for (int64_t i = 0; i < len; i++)
+            ((int64_t *)(uintptr_t)y->data)[i] = si + i * di;
+    } else {
+        for (int64_t i = 0; i < len; i++)
+            fold_set(y, i, (float)s + (float)i * (float)dl); /* as ORT: start + i * delta in float */
+    }
+    return 1;
+}
+
+/* ConstantOfShape(shape) filled with the `value` tensor (float 0 if none). */
+int shape_constant_of_shape(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *s = n->inputs[0];
+    if (need_const(d, n, 0))
+        return -1;
+    if (s->dtype != DT_I64 || s->rank != 1 || s->dims[0] > IR_MAX_RANK)
+        return shape_fail(d, n, "shape \"%s\" must be a 1-D int64 constant of at most %d entries", s->name,
+                          IR_MAX_RANK);
+    int64_t dims[IR_MAX_RANK];
+    for (int i = 0; i < s->dims[0]; i++)
+        dims[i] = fold_get_i64(s, i);
+    const Attr *v = node_attr(n, "value");
+    DType dt = DT_F32;
+    if (v && v->type == ATTR_TENSOR && v->t) {
+        if (tensor_numel(v->t) != 1 || !dtype_size(v->t->dtype))
+            return shape_fail(d, n, "value must be a one-element float32, int64 or bool tensor");
+        dt = v->t->dtype;
+    }
+    return shape_set(d, n, n->outputs[0], dt, (int)s->dims[0], dims);
+}
+
+int fold_constant_of_shape(Graph *g, Node *n, Diag *d)
+{
+    (void)d;
+    Tensor *y = n->outputs[0];
+    const Attr *v = node_attr(n, "value");
+    fold_alloc(g, y);
+    double fill = v && v->type == ATTR_TENSOR && v->t ? fold_get(v->t, 0) : 0.0;
+    int64_t count = tensor_numel(y);
+    for (int64_t i = 0; i < count; i++)
+        fold_set(y, i, fill);
     return 1;
 }

@@ -612,6 +612,14 @@ int shape_where(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], ts[1]->dtype, r, out);
 }
 
+int shape_unsupported(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    (void)n;
+    (void)d;
+    return 0; /* outputs stay unknown (rank -1) */
+}
+
 int ir_infer_node(Graph *g, Node *n, Diag *d)
 {
     for (int j = 0; j < n->ninputs; j++) {

@@ -33,3 +33,25 @@ def cases(add):
          N("Reshape", ["x", "t"], ["y"])],
         {"x": f(2, 3, 2)}, {"two": np.array([1, 2], np.int64), "st": np.array([0], np.int64),
                             "en": np.array([1], np.int64), "one": np.array([4], np.int64)}, ["y"])
+    # Size, and Range over a dim taken from the shape (position ids).
+    add("shape_size_range", 13,
+        [N("Constant", [], ["i1"], value=helper.make_tensor("i1v", I64, [], [1])),
+         N("Constant", [], ["zero"], value=helper.make_tensor("zv", I64, [], [0])),
+         N("Constant", [], ["step"], value=helper.make_tensor("sv", I64, [], [1])),
+         N("Shape", ["x"], ["s"]), N("Gather", ["s", "i1"], ["len"], axis=0),
+         N("Range", ["zero", "len", "step"], ["pos"]), N("Size", ["x"], ["n"]),
+         N("Mul", ["pos", "n"], ["pn"]), N("Cast", ["pn"], ["pf"], to=F32),
+         N("Add", ["x", "pf"], ["y"])],
+        {"x": f(4, 6)}, {}, ["y"])
+    # A float Range (rotary-embedding style angles) and ConstantOfShape.
+    add("shape_range_float_cos", 13,
+        [N("Constant", [], ["a"], value=helper.make_tensor("av", F32, [], [0.5])),
+         N("Constant", [], ["b"], value=helper.make_tensor("bv", F32, [], [4.0])),
+         N("Constant", [], ["c"], value=helper.make_tensor("cv", F32, [], [0.75])),
+         N("Range", ["a", "b", "c"], ["r"]), N("Add", ["x", "r"], ["y"])],
+        {"x": f(3, 5)}, {}, ["y"])
+    add("shape_constant_of_shape", 13,
+        [N("Shape", ["x"], ["s"]),
+         N("ConstantOfShape", ["s"], ["ones"], value=helper.make_tensor("v", F32, [1], [1.5])),
+         N("Mul", ["x", "ones"], ["y"])],
+        {"x": f(2, 4)}, {}, ["y"])
