@@ -739,7 +739,8 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
      * then inputs, then node outputs in graph order. */
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
-        if (t->is_initializer && t->nconsumers)
+        /* A graph output can be a constant too (folded shape arithmetic). */
+        if (t->is_initializer && (t->nconsumers || t->is_output))
             pr->tensor_buf[i] = tensor_buf(pr, t, BUF_WEIGHT);
     }
     for (int i = 0; i < g->nnodes; i++)
