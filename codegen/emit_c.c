@@ -22,6 +22,20 @@ extern const char template_cuda_kernels_cu[];
 extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[];
 extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[];
 
+/* Which kernel family each op belongs to: 0 core (templates/kernels.c),
+ * then the families in the order of the table below. */
+static const unsigned char op_family[OP_COUNT] = {
+#define OP(e, ...) [e] = 1,
+#include "../ir/ops_math.def"
+#undef OP
+#define OP(e, ...) [e] = 2,
+#include "../ir/ops_reduce.def"
+#undef OP
+#define OP(e, ...) [e] = 3,
+#include "../ir/ops_index.def"
+#undef OP
+};
+
 /* Target of the file being written: 0 C + MPI, 1 CUDA + NCCL. The two
  * share everything but the collective calls, the communicators and main(). */
 static int g_cuda;
@@ -479,13 +493,19 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fputs(template_runtime_c, f);
     fputs("\n", f);
     fputs(g_cuda ? template_cuda_kernels_cu : template_kernels_c, f);
+    /* A family's kernels only when this program runs one of its ops, so
+     * a reader sees no code the model does not use. */
     const char *const families[][2] = {{template_kernels_math_c, template_cuda_math_cu},
                                        {template_kernels_reduce_c, template_cuda_reduce_cu},
                                        {template_kernels_index_c, template_cuda_index_cu}};
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
-        fputs("\n", f);
-        fputs(families[i][g_cuda], f);
-    }
+    int used[4] = {0};
+    for (int i = 0; i < g->nnodes; i++)
+        used[op_family[g->nodes[i]->op]] = 1;
+    for (int i = 1; i <= 3; i++)
+        if (used[i]) {
+            fputs("\n", f);
+            fputs(families[i - 1][g_cuda], f);
+        }
 
     fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
     for (int i = 0; i < pr->nbufs; i++)

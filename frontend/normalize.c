@@ -26,6 +26,17 @@ static const FoldRule fold_rules[] = {
     {OP_UNSQUEEZE, 1, {"axes"}},
     {OP_REDUCE_SUM, 1, {"axes"}},
     {OP_REDUCE_MEAN, 1, {"axes"}},
+    {OP_REDUCE_MAX, 1, {"axes"}},
+    {OP_REDUCE_MIN, 1, {"axes"}},
+    {OP_REDUCE_PROD, 1, {"axes"}},
+    {OP_REDUCE_SUM_SQUARE, 1, {"axes"}},
+    {OP_REDUCE_L1, 1, {"axes"}},
+    {OP_REDUCE_L2, 1, {"axes"}},
+    {OP_REDUCE_LOG_SUM_EXP, 1, {"axes"}},
+    {OP_CUMSUM, 1, {"axis"}},
+    {OP_TOPK, 1, {"k"}},
+    {OP_EXPAND, 1, {"shape"}},
+    {OP_TILE, 1, {"repeats"}},
 };
 
 static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
@@ -73,7 +84,10 @@ static const struct {
     {"stash_type", ATTR_INT},
     {"epsilon", ATTR_FLOAT}, {"alpha", ATTR_FLOAT}, {"beta", ATTR_FLOAT},
     {"momentum", ATTR_FLOAT},
+    {"fmod", ATTR_INT}, {"detect_positive", ATTR_INT}, {"detect_negative", ATTR_INT}, {"gamma", ATTR_FLOAT},
     {"auto_pad", ATTR_STRING}, {"approximate", ATTR_STRING},
+    {"blocksize", ATTR_INT}, {"batch_dims", ATTR_INT}, {"upper", ATTR_INT},
+    {"reduction", ATTR_STRING}, {"mode", ATTR_STRING},
 };
 
 static const char *attr_type_name(AttrType t)

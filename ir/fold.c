@@ -324,6 +324,18 @@ int ir_fold_node(Graph *g, Node *n, Diag *d)
 
 void ir_fold_sweep(Graph *g)
 {
+    /* A Constant node read only by folded nodes is dead too. */
+    graph_link_consumers(g);
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->op != OP_CONSTANT || !n->outputs[0] || n->outputs[0]->is_output)
+            continue;
+        int live = 0;
+        for (int c = 0; c < n->outputs[0]->nconsumers; c++)
+            live |= !n->outputs[0]->consumers[c]->folded;
+        if (!live)
+            n->folded = 1;
+    }
     int kept = 0;
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i];

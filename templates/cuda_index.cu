@@ -2,3 +2,276 @@
  * CUDA kernels for the ops of ir/ops_index.def, launched on g_stream, with
  * the same k_* names and arguments as templates/kernels_index.c.
  */
+
+/* Dtype codes as on the C side: 1 float32, 7 int64, 9 bool. Scatters are
+ * deterministic without atomics: each thread owns a set of output
+ * elements and applies the updates that can reach them in order. An index
+ * out of range cannot stop a kernel; it reads or writes nothing (a gather
+ * gives 0), where the C target stops with an error. */
+__device__ static inline double ki_load(const void *p, int dt, int64_t i)
+{
+    return dt == 1 ? (double)((const float *)p)[i] : dt == 7 ? (double)((const int64_t *)p)[i]
+                                                             : (double)((const unsigned char *)p)[i];
+}
+
+__device__ static inline void ki_store(void *p, int dt, int64_t i, double v)
+{
+    if (dt == 1)
+        ((float *)p)[i] = (float)v;
+    else if (dt == 7)
+        ((int64_t *)p)[i] = (int64_t)v;
+    else
+        ((unsigned char *)p)[i] = v != 0;
+}
+
+__device__ static inline void ki_copy(char *y, const char *x, int elsize)
+{
+    for (int b = 0; b < elsize; b++)
+        y[b] = x[b];
+}
+
+/* Non-negative index, or -1 when out of range. */
+__device__ static inline int64_t ki_index(int64_t v, int64_t len)
+{
+    int64_t g = v < 0 ? v + len : v;
+    return g >= 0 && g < len ? g : -1;
+}
+
+/* k from kp (device memory) when it is a run-time value. */
+__global__ void kk_trilu(char *y, const char *x, int elsize, int64_t rows, int64_t cols, int64_t row_off,
+                         int64_t col_off, int64_t k, const int64_t *kp, int upper, int64_t n)
+{
+    if (kp)
+        k = *kp;
+    GRID_LOOP(e, n)
+    {
+        int64_t j = e % cols, i = (e / cols) % rows, diff = (j + col_off) - (i + row_off);
+        int keep = upper ? diff >= k : diff <= k;
+        for (int b = 0; b < elsize; b++)
+            y[e * elsize + b] = keep ? x[e * elsize + b] : 0;
+    }
+}
+
+static inline void k_trilu(void *y, const void *x, size_t elsize, int64_t batch, int64_t rows, int64_t cols,
+                           int64_t row_off, int64_t col_off, int64_t k, const int64_t *kp, int upper)
+{
+    int64_t n = batch * rows * cols;
+    if (n)
+        kk_trilu<<<k_blocks(n), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, (int)elsize, rows, cols,
+                                                          row_off, col_off, k, kp, upper, n);
+    CHECK_LAUNCH();
+}
+
+/* s.d: the indices' dims; s.s0: x's strides. */
+__global__ void kk_gather_elements(char *y, const char *x, const int64_t *idx, int elsize, KShape s, int axis,
+                                   int64_t len)
+{
+    GRID_LOOP(e, s.n)
+    {
+        int64_t rem = e, off = 0, g = ki_index(idx[e], len);
+        for (int i = s.rank - 1; i >= 0; i--) {
+            int64_t c = rem % s.d[i];
+            rem /= s.d[i];
+            off += (i == axis ? g : c) * s.s0[i];
+        }
+        for (int b = 0; b < elsize; b++)
+            y[e * elsize + b] = g < 0 ? 0 : x[off * elsize + b];
+    }
+}
+
+static inline void k_gather_elements(void *y, const void *x, const int64_t *idx, size_t elsize, int rank,
+                                     const int64_t *dims, const int64_t *sx, int axis, int64_t len)
+{
+    KShape s = k_shape(rank, dims, sx, NULL, NULL);
+    if (s.n)
+        kk_gather_elements<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, idx, (int)elsize,
+                                                                      s, axis, len);
+    CHECK_LAUNCH();
+}
+
+/* s.d: the indexed dims, s.s0: their strides (rank m). */
+__global__ void kk_gather_nd(char *y, const char *x, const int64_t *idx, int elsize, int64_t per, KShape s,
+                             int64_t xbatch, int64_t slice, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t e = i % slice, t = i / slice, off = (t / per) * xbatch + e, ok = 1;
+        for (int j = 0; j < s.rank; j++) {
+            int64_t g = ki_index(idx[t * s.rank + j], s.d[j]);
+            ok &= g >= 0;
+            off += (g < 0 ? 0 : g) * s.s0[j];
+        }
+        for (int b = 0; b < elsize; b++)
+            y[i * elsize + b] = ok ? x[off * elsize + b] : 0;
+    }
+}
+
+static inline void k_gather_nd(void *y, const void *x, const int64_t *idx, size_t elsize, int64_t batch, int64_t per,
+                               int m, const int64_t *dims, const int64_t *sx, int64_t xbatch, int64_t slice)
+{
+    KShape s = k_shape(m, dims, sx, NULL, NULL);
+    int64_t n = batch * per * slice;
+    if (n)
+        kk_gather_nd<<<k_blocks(n), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, idx, (int)elsize, per, s,
+                                                              xbatch, slice, n);
+    CHECK_LAUNCH();
+}
+
+/* y[yi] = u[ui] combined by red: 0 none, 1 add, 2 mul, 3 max, 4 min. */
+__device__ static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui, int dt, int red)
+{
+    if (dt == 1) {
+        float *Y = (float *)y, v = ((const float *)u)[ui];
+        Y[yi] = red == 0 ? v : red == 1 ? Y[yi] + v : red == 2 ? Y[yi] * v : red == 3 ? fmaxf(Y[yi], v)
+                                                                                   : fminf(Y[yi], v);
+    } else if (dt == 7) {
+        int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
+        Y[yi] = red == 0   ? v
+                : red == 1 ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
+                : red == 2 ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
+                : red == 3 ? (Y[yi] > v ? Y[yi] : v)
+                           : (Y[yi] < v ? Y[yi] : v);
+    } else {
+        ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
+    }
+}
+
+/* One thread per slice element: it walks every update in order, so
+ * duplicates resolve as on the C target (the last one wins, or combine). */
+__global__ void kk_scatter_nd(void *y, const int64_t *idx, const void *upd, int dt, int red, int64_t nupd, KShape s,
+                              int64_t slice)
+{
+    GRID_LOOP(e, slice)
+    {
+        for (int64_t u = 0; u < nupd; u++) {
+            int64_t off = 0, ok = 1;
+            for (int j = 0; j < s.rank; j++) {
+                int64_t g = ki_index(idx[u * s.rank + j], s.d[j]);
+                ok &= g >= 0;
+                off += (g < 0 ? 0 : g) * s.s0[j];
+            }
+            if (ok)
+                ki_scatter_one(y, off + e, upd, u * slice + e, dt, red);
+        }
+    }
+}
+
+static inline void k_scatter_nd(void *y, const int64_t *idx, const void *upd, int dt, int red, int64_t nupd, int m,
+                                const int64_t *dims, const int64_t *sy, int64_t slice)
+{
+    KShape s = k_shape(m, dims, sy, NULL, NULL);
+    if (slice && nupd)
+        kk_scatter_nd<<<k_blocks(slice), K_THREADS, 0, g_stream>>>(y, idx, upd, dt, red, nupd, s, slice);
+    CHECK_LAUNCH();
+}
+
+/* One thread per line along axis (s.d: the indices' dims, s.s0: y's
+ * strides): the lines' outputs are disjoint, each walked in order. */
+__global__ void kk_scatter_elements(void *y, const int64_t *idx, const void *upd, int dt, int red, KShape s, int axis,
+                                    int64_t len, int64_t lines)
+{
+    GRID_LOOP(l, lines)
+    {
+        int64_t rem = l, base = 0, ebase = 0, es = 1, eax = 1;
+        for (int i = s.rank - 1; i >= 0; i--) {
+            if (i == axis) {
+                eax = es;
+            } else {
+                int64_t c = rem % s.d[i];
+                rem /= s.d[i];
+                base += c * s.s0[i];
+                ebase += c * es;
+            }
+            es *= s.d[i];
+        }
+        for (int64_t a = 0; a < s.d[axis]; a++) {
+            int64_t e = ebase + a * eax, g = ki_index(idx[e], len);
+            if (g >= 0)
+                ki_scatter_one(y, base + g * s.s0[axis], upd, e, dt, red);
+        }
+    }
+}
+
+static inline void k_scatter_elements(void *y, const int64_t *idx, const void *upd, int dt, int red, int rank,
+                                      const int64_t *dims, const int64_t *sy, int axis, int64_t len)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    int64_t lines = dims[axis] ? s.n / dims[axis] : 0;
+    if (lines)
+        kk_scatter_elements<<<k_blocks(lines), K_THREADS, 0, g_stream>>>(y, idx, upd, dt, red, s, axis, len, lines);
+    CHECK_LAUNCH();
+}
+
+/* As ki_pad_src on the C side: source coordinate or -1 for the value. */
+__device__ static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
+{
+    if (s >= 0 && s < n)
+        return s;
+    if (mode == 0)
+        return -1;
+    if (mode == 2)
+        return s < 0 ? 0 : n - 1;
+    if (mode == 3)
+        return ((s % n) + n) % n;
+    if (n == 1)
+        return 0;
+    int64_t p = 2 * (n - 1), r = ((s % p) + p) % p;
+    return r < n ? r : p - r;
+}
+
+/* s.d: y's dims, s.s0: x's dims, s.s1: begin pads, s.s2: x's strides. */
+__global__ void kk_pad(void *y, const void *x, int dt, int mode, KShape s, double value)
+{
+    int es = dt == 1 ? 4 : dt == 7 ? 8 : 1;
+    GRID_LOOP(e, s.n)
+    {
+        int64_t rem = e, off = 0;
+        for (int i = s.rank - 1; i >= 0; i--) {
+            int64_t c = rem % s.d[i];
+            rem /= s.d[i];
+            int64_t src = ki_pad_src(c - s.s1[i], s.s0[i], mode);
+            off = (off < 0 || src < 0) ? -1 : off + src * s.s2[i];
+        }
+        if (off < 0)
+            ki_store(y, dt, e, value);
+        else
+            ki_copy((char *)y + e * es, (const char *)x + off * es, es);
+    }
+}
+
+static inline void k_pad(void *y, const void *x, int dt, int mode, int rank, const int64_t *ydims,
+                         const int64_t *xdims, const int64_t *begin, double value)
+{
+    int64_t sx[K_MAX_RANK], st = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        sx[i] = st;
+        st *= xdims[i];
+    }
+    KShape s = k_shape(rank, ydims, xdims, begin, sx);
+    if (s.n)
+        kk_pad<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>(y, x, dt, mode, s, value);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_onehot(void *y, int ydt, const void *idx, int idt, int64_t depth, int64_t inner, double off,
+                          double on, int64_t n)
+{
+    GRID_LOOP(e, n)
+    {
+        int64_t i = e % inner, k = (e / inner) % depth, o = e / (inner * depth);
+        double v = ki_load(idx, idt, o * inner + i);
+        int64_t h = v > -1e15 && v < 1e15 ? (int64_t)v : depth;
+        if (h < 0)
+            h += depth;
+        ki_store(y, ydt, e, k == h ? on : off);
+    }
+}
+
+static inline void k_onehot(void *y, int ydt, const void *idx, int idt, int64_t outer, int64_t depth, int64_t inner,
+                            double off, double on)
+{
+    int64_t n = outer * depth * inner;
+    if (n)
+        kk_onehot<<<k_blocks(n), K_THREADS, 0, g_stream>>>(y, ydt, idx, idt, depth, inner, off, on, n);
+    CHECK_LAUNCH();
+}

@@ -1,4 +1,301 @@
 /* ---- onnx2spmd CUDA kernels: reduce family (templates/cuda_reduce.cu) -------
  * CUDA kernels for the ops of ir/ops_reduce.def, launched on g_stream, with
  * the same k_* names and arguments as templates/kernels_reduce.c.
+ * Deterministic by construction: no atomics. Reductions, arg-reductions,
+ * scans, TopK and log-softmax give each output element (or row) to one
+ * thread, which walks its inputs in the C kernels' order; the
+ * normalizations give each row to one block and reduce it with the fixed
+ * shared-memory tree of k_block_sum (templates/cuda_kernels.cu), so two
+ * runs give the same bits.
  */
+
+/* Reduction op codes, as in templates/kernels_reduce.c. */
+enum {
+    K_RED_SUM = 0, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE
+};
+
+/* Offset of element i of the sub-block of dims flagged (kept = 1: s.s0 != 0,
+ * kept = 0: s.s0 == 0), row-major over those dims. */
+__device__ static inline int64_t k_red_off(const KShape &s, int kept, int64_t i)
+{
+    int64_t off = 0, st = 1;
+    for (int k = s.rank - 1; k >= 0; k--) {
+        if ((s.s0[k] != 0) == kept) {
+            off += (i % s.d[k]) * st;
+            i /= s.d[k];
+        }
+        st *= s.d[k];
+    }
+    return off;
+}
+
+__global__ void kk_reduce_op_f32(int op, float *y, int64_t ny, const float *x, KShape s, int64_t nred)
+{
+    GRID_LOOP(o, ny)
+    {
+        const float *xp = x + k_red_off(s, 1, o);
+        double acc = op == K_RED_PROD ? 1.0 : 0.0;
+        float mx = op == K_RED_MIN ? INFINITY : -INFINITY;
+        for (int64_t r = 0; r < nred; r++) {
+            float v = xp[k_red_off(s, 0, r)];
+            switch (op) {
+            case K_RED_MAX: case K_RED_LSE: mx = v > mx ? v : mx; break;
+            case K_RED_MIN: mx = v < mx ? v : mx; break;
+            case K_RED_PROD: acc *= v; break;
+            case K_RED_SUMSQ: case K_RED_L2: acc += (double)v * v; break;
+            case K_RED_L1: acc += fabs((double)v); break;
+            default: acc += v; break;
+            }
+        }
+        if (op == K_RED_LSE && isfinite(mx)) {
+            for (int64_t r = 0; r < nred; r++)
+                acc += exp((double)xp[k_red_off(s, 0, r)] - mx);
+            acc = log(acc) + mx;
+        } else if (op == K_RED_LSE || op == K_RED_MAX || op == K_RED_MIN) {
+            acc = mx;
+        } else if (op == K_RED_L2) {
+            acc = sqrt(acc);
+        }
+        y[o] = (float)acc;
+    }
+}
+
+__global__ void kk_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, KShape s, int64_t nred)
+{
+    GRID_LOOP(o, ny)
+    {
+        const int64_t *xp = x + k_red_off(s, 1, o);
+        uint64_t acc = op == K_RED_PROD ? 1 : 0;
+        int64_t mx = op == K_RED_MIN ? INT64_MAX : INT64_MIN;
+        for (int64_t r = 0; r < nred; r++) {
+            int64_t v = xp[k_red_off(s, 0, r)];
+            switch (op) {
+            case K_RED_MAX: mx = v > mx ? v : mx; break;
+            case K_RED_MIN: mx = v < mx ? v : mx; break;
+            case K_RED_PROD: acc *= (uint64_t)v; break;
+            case K_RED_SUMSQ: acc += (uint64_t)v * (uint64_t)v; break;
+            case K_RED_L1: acc += (uint64_t)(v < 0 ? -v : v); break;
+            default: acc += (uint64_t)v; break;
+            }
+        }
+        y[o] = op == K_RED_MAX || op == K_RED_MIN ? mx : (int64_t)acc;
+    }
+}
+
+static inline int64_t k_red_count(int rank, const int64_t *dims, const int64_t *sy)
+{
+    int64_t nred = 1;
+    for (int i = 0; i < rank; i++)
+        if (!sy[i])
+            nred *= dims[i];
+    return nred;
+}
+
+static inline void k_reduce_op_f32(int op, float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
+                                   const int64_t *sy)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    kk_reduce_op_f32<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, s, k_red_count(rank, dims, sy));
+    CHECK_LAUNCH();
+}
+
+static inline void k_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
+                                   const int64_t *sy)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    kk_reduce_op_i64<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, s, k_red_count(rank, dims, sy));
+    CHECK_LAUNCH();
+}
+
+/* ArgMax / ArgMin: one thread per (outer, inner) row. */
+template <typename T>
+__global__ void kk_argreduce(int64_t *y, const T *x, int64_t outer, int64_t n, int64_t inner, int is_min, int last)
+{
+    GRID_LOOP(row, outer * inner)
+    {
+        int64_t o = row / inner, i = row % inner;
+        const T *xp = x + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; j++) {
+            T v = xp[j * inner], b = xp[best * inner];
+            if (is_min ? (v < b || (last && v == b)) : (v > b || (last && v == b)))
+                best = j;
+        }
+        y[row] = best;
+    }
+}
+
+static inline void k_argreduce_f32(int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner, int is_min,
+                                   int last)
+{
+    kk_argreduce<float><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
+    CHECK_LAUNCH();
+}
+
+static inline void k_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
+                                   int is_min, int last)
+{
+    kk_argreduce<int64_t><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
+    CHECK_LAUNCH();
+}
+
+/* CumSum: one thread per row, in order (float as the C target; int64 wraps). */
+template <typename T, typename A>
+__global__ void kk_cumsum(T *y, const T *x, int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse)
+{
+    GRID_LOOP(row, outer * inner)
+    {
+        int64_t o = row / inner, i = row % inner;
+        A acc = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t off = (o * n + (reverse ? n - 1 - j : j)) * inner + i;
+            A v = (A)x[off];
+            if (!exclusive)
+                acc += v;
+            y[off] = (T)acc;
+            if (exclusive)
+                acc += v;
+        }
+    }
+}
+
+static inline void k_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int exclusive,
+                                int reverse)
+{
+    kk_cumsum<float, float><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, exclusive,
+                                                                                  reverse);
+    CHECK_LAUNCH();
+}
+
+static inline void k_cumsum_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
+                                int exclusive, int reverse)
+{
+    kk_cumsum<int64_t, uint64_t><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner,
+                                                                                       exclusive, reverse);
+    CHECK_LAUNCH();
+}
+
+/* LogSoftmax: one thread per row. */
+__global__ void kk_log_softmax(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    GRID_LOOP(row, outer * inner)
+    {
+        int64_t o = row / inner, i = row % inner;
+        const float *xp = x + o * n * inner + i;
+        float *yp = y + o * n * inner + i;
+        float mx = -INFINITY;
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++)
+            mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+        for (int64_t j = 0; j < n; j++)
+            sum += exp((double)xp[j * inner] - mx);
+        float lse = (float)log(sum);
+        for (int64_t j = 0; j < n; j++)
+            yp[j * inner] = xp[j * inner] - mx - lse;
+    }
+}
+
+static inline void k_log_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    kk_log_softmax<<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner);
+    CHECK_LAUNCH();
+}
+
+/* TopK, sorted, ties to the lower index: one thread per row, each pick the
+ * best element ranked after the previous pick (no scratch). */
+template <typename T>
+__global__ void kk_topk(T *vals, int64_t *idx, const T *x, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                        int largest)
+{
+    GRID_LOOP(row, outer * inner)
+    {
+        int64_t o = row / inner, i = row % inner, prev = -1;
+        const T *xp = x + o * n * inner + i;
+        for (int64_t q = 0; q < k; q++) {
+            int64_t best = -1;
+            for (int64_t j = 0; j < n; j++) {
+                T v = xp[j * inner];
+                if (prev >= 0) {
+                    T p = xp[prev * inner];
+                    int after = largest ? (v < p || (v == p && j > prev)) : (v > p || (v == p && j > prev));
+                    if (!after)
+                        continue;
+                }
+                if (best < 0 || (largest ? v > xp[best * inner] : v < xp[best * inner]))
+                    best = j;
+            }
+            vals[(o * k + q) * inner + i] = xp[best * inner];
+            idx[(o * k + q) * inner + i] = best;
+            prev = best;
+        }
+    }
+}
+
+static inline void k_topk_f32(float *vals, int64_t *idx, const float *x, int64_t outer, int64_t n, int64_t inner,
+                              int64_t k, int largest)
+{
+    kk_topk<float><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(vals, idx, x, outer, n, inner, k, largest);
+    CHECK_LAUNCH();
+}
+
+static inline void k_topk_i64(int64_t *vals, int64_t *idx, const int64_t *x, int64_t outer, int64_t n,
+                              int64_t inner, int64_t k, int largest)
+{
+    kk_topk<int64_t><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(vals, idx, x, outer, n, inner, k,
+                                                                            largest);
+    CHECK_LAUNCH();
+}
+
+/* RMSNormalization: one block per row. */
+__global__ void kk_rmsnorm(float *y, const float *x, const float *scale, int64_t n, int64_t sn, float eps)
+{
+    __shared__ float sh[K_THREADS];
+    int64_t row = blockIdx.x;
+    const float *xp = x + row * n;
+    float q = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        q += xp[j] * xp[j];
+    float inv = rsqrtf(k_block_sum(q, sh) / n + eps);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        y[row * n + j] = xp[j] * inv * scale[j % sn];
+}
+
+static inline void k_rmsnorm_f32(float *y, const float *x, const float *scale, int64_t outer, int64_t n, int64_t sn,
+                                 float eps)
+{
+    if (outer < 1)
+        return;
+    kk_rmsnorm<<<(unsigned)outer, K_THREADS, 0, g_stream>>>(y, x, scale, n, sn, eps);
+    CHECK_LAUNCH();
+}
+
+/* Instance / group normalization: one block per (batch, group), two
+ * passes (mean, then squared deviations), as kk_layernorm. */
+__global__ void kk_chan_norm(float *y, const float *x, const float *scale, const float *bias, int64_t C, int64_t S,
+                             int64_t groups, int64_t sn, float eps)
+{
+    __shared__ float sh[K_THREADS];
+    int64_t b = blockIdx.x, cg = C / groups, len = cg * S;
+    const float *xp = x + b * len;
+    float s = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        s += xp[j];
+    float mean = k_block_sum(s, sh) / len;
+    float q = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        q += (xp[j] - mean) * (xp[j] - mean);
+    float istd = rsqrtf(k_block_sum(q, sh) / len + eps);
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+        int64_t c = (b % groups) * cg + j / S, p = sn == C ? c : c / cg;
+        y[b * len + j] = (xp[j] - mean) * istd * scale[p] + bias[p];
+    }
+}
+
+static inline void k_chan_norm_f32(float *y, const float *x, const float *scale, const float *bias, int64_t N,
+                                   int64_t C, int64_t S, int64_t groups, int64_t sn, float eps)
+{
+    if (N * groups < 1)
+        return;
+    kk_chan_norm<<<(unsigned)(N * groups), K_THREADS, 0, g_stream>>>(y, x, scale, bias, C, S, groups, sn, eps);
+    CHECK_LAUNCH();
+}

@@ -2,3 +2,204 @@
  * C kernels for the ops of ir/ops_index.def, on this rank's local blocks,
  * with the same k_* names and arguments as templates/cuda_index.cu.
  */
+
+/* Elements travel as bytes (elsize) where only positions matter; where a
+ * value is computed (scatter reductions, pad and one-hot values) the dtype
+ * code is ONNX's: 1 float32, 7 int64, 9 bool. */
+static inline double ki_load(const void *p, int dt, int64_t i)
+{
+    return dt == 1 ? (double)((const float *)p)[i] : dt == 7 ? (double)((const int64_t *)p)[i]
+                                                             : (double)((const unsigned char *)p)[i];
+}
+
+static inline void ki_store(void *p, int dt, int64_t i, double v)
+{
+    if (dt == 1)
+        ((float *)p)[i] = (float)v;
+    else if (dt == 7)
+        ((int64_t *)p)[i] = (int64_t)v;
+    else
+        ((unsigned char *)p)[i] = v != 0;
+}
+
+/* An index along a dim of length len, made non-negative; out of range is
+ * a run-time error naming the node. */
+static inline int64_t ki_index(int64_t v, int64_t len)
+{
+    int64_t g = v < 0 ? v + len : v;
+    if (g < 0 || g >= len)
+        rt_die("node \"%s\": index %lld out of range [%lld, %lld)", rt_node, (long long)v, (long long)-len,
+               (long long)len);
+    return g;
+}
+
+/* Trilu on [batch, rows, cols] blocks whose first row and column sit at
+ * global (row_off, col_off): keeps col - row >= k (upper) or <= k; k is
+ * read from kp when k is a run-time value. */
+static inline void k_trilu(void *y, const void *x, size_t elsize, int64_t batch, int64_t rows, int64_t cols,
+                           int64_t row_off, int64_t col_off, int64_t k, const int64_t *kp, int upper)
+{
+    if (kp)
+        k = *kp;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                int64_t e = (b * rows + i) * cols + j, diff = (j + col_off) - (i + row_off);
+                int keep = upper ? diff >= k : diff <= k;
+                if (keep)
+                    memcpy((char *)y + e * (int64_t)elsize, (const char *)x + e * (int64_t)elsize, elsize);
+                else
+                    memset((char *)y + e * (int64_t)elsize, 0, elsize);
+            }
+}
+
+/* GatherElements: y (shape dims, the indices' shape) reads x at the same
+ * coordinates except along axis, where it takes the index value; sx are
+ * x's strides, len x's length along axis. */
+static inline void k_gather_elements(void *y, const void *x, const int64_t *idx, size_t elsize, int rank,
+                                     const int64_t *dims, const int64_t *sx, int axis, int64_t len)
+{
+    int64_t n = 1, c[K_MAX_RANK] = {0};
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = ki_index(idx[e], len) * sx[axis];
+        for (int i = 0; i < rank; i++)
+            if (i != axis)
+                off += c[i] * sx[i];
+        memcpy((char *)y + e * (int64_t)elsize, (const char *)x + off * (int64_t)elsize, elsize);
+        for (int i = rank - 1; i >= 0 && ++c[i] == dims[i]; i--)
+            c[i] = 0;
+    }
+}
+
+/* GatherND: for each of batch x per index tuples (m values each, over dims
+ * with strides sx inside a batch of xbatch elements), copies a slice of
+ * `slice` elements. */
+static inline void k_gather_nd(void *y, const void *x, const int64_t *idx, size_t elsize, int64_t batch, int64_t per,
+                               int m, const int64_t *dims, const int64_t *sx, int64_t xbatch, int64_t slice)
+{
+    for (int64_t t = 0; t < batch * per; t++) {
+        int64_t off = (t / per) * xbatch;
+        for (int j = 0; j < m; j++)
+            off += ki_index(idx[t * m + j], dims[j]) * sx[j];
+        if (slice)
+            memcpy((char *)y + t * slice * (int64_t)elsize, (const char *)x + off * (int64_t)elsize,
+                   (size_t)slice * elsize);
+    }
+}
+
+/* y[yi] = u[ui] combined by reduction red: 0 none, 1 add, 2 mul, 3 max, 4 min. */
+static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui, int dt, int red)
+{
+    if (dt == 1) {
+        float *Y = (float *)y, v = ((const float *)u)[ui];
+        Y[yi] = red == 0 ? v : red == 1 ? Y[yi] + v : red == 2 ? Y[yi] * v : red == 3 ? (Y[yi] > v ? Y[yi] : v)
+                                                                                   : (Y[yi] < v ? Y[yi] : v);
+    } else if (dt == 7) {
+        int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
+        Y[yi] = red == 0   ? v
+                : red == 1 ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
+                : red == 2 ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
+                : red == 3 ? (Y[yi] > v ? Y[yi] : v)
+                           : (Y[yi] < v ? Y[yi] : v);
+    } else {
+        ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
+    }
+}
+
+/* ScatterND on y (already a copy of data): nupd index tuples of m values
+ * over dims with strides sy, each writing a slice of `slice` elements, in
+ * order (a later duplicate wins, or combines under red). */
+static inline void k_scatter_nd(void *y, const int64_t *idx, const void *upd, int dt, int red, int64_t nupd, int m,
+                                const int64_t *dims, const int64_t *sy, int64_t slice)
+{
+    for (int64_t u = 0; u < nupd; u++) {
+        int64_t off = 0;
+        for (int j = 0; j < m; j++)
+            off += ki_index(idx[u * m + j], dims[j]) * sy[j];
+        for (int64_t e = 0; e < slice; e++)
+            ki_scatter_one(y, off + e, upd, u * slice + e, dt, red);
+    }
+}
+
+/* ScatterElements on y (already a copy of data): update e (shape dims)
+ * lands at its own coordinates except along axis, where it takes the
+ * index value; sy are y's strides, len y's length along axis. */
+static inline void k_scatter_elements(void *y, const int64_t *idx, const void *upd, int dt, int red, int rank,
+                                      const int64_t *dims, const int64_t *sy, int axis, int64_t len)
+{
+    int64_t n = 1, c[K_MAX_RANK] = {0};
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = ki_index(idx[e], len) * sy[axis];
+        for (int i = 0; i < rank; i++)
+            if (i != axis)
+                off += c[i] * sy[i];
+        ki_scatter_one(y, off, upd, e, dt, red);
+        for (int i = rank - 1; i >= 0 && ++c[i] == dims[i]; i--)
+            c[i] = 0;
+    }
+}
+
+/* Source coordinate of padded coordinate s (already minus the begin pad)
+ * along a dim of length n; -1 for the constant value. mode: 0 constant,
+ * 1 reflect, 2 edge, 3 wrap. */
+static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
+{
+    if (s >= 0 && s < n)
+        return s;
+    if (mode == 0)
+        return -1;
+    if (mode == 2)
+        return s < 0 ? 0 : n - 1;
+    if (mode == 3)
+        return ((s % n) + n) % n;
+    if (n == 1)
+        return 0;
+    int64_t p = 2 * (n - 1), r = ((s % p) + p) % p;
+    return r < n ? r : p - r;
+}
+
+/* Pad: y (ydims) from x (xdims), begin pads per dim (negative crops). */
+static inline void k_pad(void *y, const void *x, int dt, int mode, int rank, const int64_t *ydims,
+                         const int64_t *xdims, const int64_t *begin, double value)
+{
+    int64_t n = 1, c[K_MAX_RANK] = {0}, sx[K_MAX_RANK], s = 1;
+    size_t es = dt == 1 ? 4 : dt == 7 ? 8 : 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        sx[i] = s;
+        s *= xdims[i];
+        n *= ydims[i];
+    }
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0;
+        for (int i = 0; i < rank && off >= 0; i++) {
+            int64_t src = ki_pad_src(c[i] - begin[i], xdims[i], mode);
+            off = src < 0 ? -1 : off + src * sx[i];
+        }
+        if (off < 0)
+            ki_store(y, dt, e, value);
+        else
+            memcpy((char *)y + e * (int64_t)es, (const char *)x + off * (int64_t)es, es);
+        for (int i = rank - 1; i >= 0 && ++c[i] == ydims[i]; i--)
+            c[i] = 0;
+    }
+}
+
+/* OneHot: y [outer, depth, inner] from indices [outer, inner] (dtype idt);
+ * a negative index counts from depth, one out of range gives all off. */
+static inline void k_onehot(void *y, int ydt, const void *idx, int idt, int64_t outer, int64_t depth, int64_t inner,
+                            double off, double on)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double v = ki_load(idx, idt, o * inner + i);
+            int64_t h = v > -1e15 && v < 1e15 ? (int64_t)v : depth;
+            if (h < 0)
+                h += depth;
+            for (int64_t k = 0; k < depth; k++)
+                ki_store(y, ydt, (o * depth + k) * inner + i, k == h ? on : off);
+        }
+}

@@ -1282,21 +1282,6 @@ static inline void k_bias_residual_f32(float *y, const float *a, const float *b,
             y[i * cols + c] = r[i * cols + c] + (a[i * cols + c] + b[c]);
 }
 
-/* ---- onnx2spmd kernels: math family (templates/kernels_math.c) ----------
- * C kernels for the ops of ir/ops_math.def, on this rank's local blocks,
- * with the same k_* names and arguments as templates/cuda_math.cu.
- */
-
-/* ---- onnx2spmd kernels: reduce family (templates/kernels_reduce.c) ----------
- * C kernels for the ops of ir/ops_reduce.def, on this rank's local blocks,
- * with the same k_* names and arguments as templates/cuda_reduce.cu.
- */
-
-/* ---- onnx2spmd kernels: index family (templates/kernels_index.c) ----------
- * C kernels for the ops of ir/ops_index.def, on this rank's local blocks,
- * with the same k_* names and arguments as templates/cuda_index.cu.
- */
-
 /* ---- buffers ---- */
 
 static unsigned char *g_arena, *g_weights;

@@ -1532,21 +1532,6 @@ static inline void k_batchnorm_f32(float *y, const float *x, const float *scale,
     CHECK_LAUNCH();
 }
 
-/* ---- onnx2spmd CUDA kernels: math family (templates/cuda_math.cu) -------
- * CUDA kernels for the ops of ir/ops_math.def, launched on g_stream, with
- * the same k_* names and arguments as templates/kernels_math.c.
- */
-
-/* ---- onnx2spmd CUDA kernels: reduce family (templates/cuda_reduce.cu) -------
- * CUDA kernels for the ops of ir/ops_reduce.def, launched on g_stream, with
- * the same k_* names and arguments as templates/kernels_reduce.c.
- */
-
-/* ---- onnx2spmd CUDA kernels: index family (templates/cuda_index.cu) -------
- * CUDA kernels for the ops of ir/ops_index.def, launched on g_stream, with
- * the same k_* names and arguments as templates/kernels_index.c.
- */
-
 /* ---- buffers ---- */
 
 static unsigned char *g_arena, *g_weights;

@@ -551,6 +551,76 @@ def make_partial_models():
         write_golden(os.path.join(GOLDEN, name), feeds, *run_ort(path, feeds))
 
 
+# ---- an exporter-style model ------------------------------------------------
+# What torch.onnx.export writes for a GPT-2-like block, unsimplified: the
+# reshape targets, position ids and the causal and padding masks are
+# computed from the input's shape at run time (Shape, Gather, Range,
+# Unsqueeze, Concat, LessOrEqual, Cast, And, Where), which the compiler
+# folds at import. The padding mask under data parallelism is the path
+# where partial sums once went wrong.
+
+def make_exported_gpt():
+    rng = np.random.default_rng(777)
+    B, S, D, H, V = 2, 8, 32, 4, 64
+    hd = D // H
+    N = helper.make_node
+    w = lambda *sh: init  # placeholder to keep the names below short
+    del w
+    inits = [init("wte", rng.standard_normal((V, D)) * 0.3), init("wpe", rng.standard_normal((S, D)) * 0.3),
+             init("ln_g", 1 + 0.1 * rng.standard_normal(D)), init("ln_b", 0.1 * rng.standard_normal(D)),
+             init("lnf_g", 1 + 0.1 * rng.standard_normal(D)), init("lnf_b", 0.1 * rng.standard_normal(D)),
+             init("lm_head", rng.standard_normal((D, V)) * 0.3)]
+    for nm in ("q", "k", "v", "o"):
+        inits += [init("W" + nm, rng.standard_normal((D, D)) / np.sqrt(D)), init("b" + nm, 0.1 * rng.standard_normal(D))]
+    consts = {"c0": 0, "c1": 1, "cH": H, "chd": hd, "cD": D}
+    nodes = [N("Constant", [], [k], value=helper.make_tensor(k + "_v", I64, [], [v])) for k, v in consts.items()]
+    nodes += [
+        N("Shape", ["input_ids"], ["shp"]), N("Gather", ["shp", "c0"], ["bsz"], axis=0),
+        N("Gather", ["shp", "c1"], ["seq"], axis=0),
+        N("Range", ["c0", "seq", "c1"], ["pos"]), N("Unsqueeze", ["pos", "ax0"], ["pos_ids"]),
+        N("Gather", ["wte", "input_ids"], ["tok"]), N("Gather", ["wpe", "pos_ids"], ["pe"]),
+        N("Add", ["tok", "pe"], ["h0"]),
+        N("LayerNormalization", ["h0", "ln_g", "ln_b"], ["x"], axis=-1),
+        N("Unsqueeze", ["bsz", "ax0"], ["b1"]), N("Unsqueeze", ["seq", "ax0"], ["s1"]),
+        N("Unsqueeze", ["cH", "ax0"], ["h1"]), N("Unsqueeze", ["chd", "ax0"], ["d1"]),
+        N("Unsqueeze", ["cD", "ax0"], ["D1"]),
+        N("Concat", ["b1", "s1", "h1", "d1"], ["heads_shape"], axis=0),
+        N("Concat", ["b1", "s1", "D1"], ["merge_shape"], axis=0),
+        # causal mask: key position <= query position, and the padding mask
+        N("Unsqueeze", ["pos", "ax0"], ["kpos"]), N("Unsqueeze", ["pos", "ax1"], ["qpos"]),
+        N("LessOrEqual", ["kpos", "qpos"], ["causal"]),
+        N("Cast", ["attention_mask"], ["am_b"], to=BOOL), N("Unsqueeze", ["am_b", "ax12"], ["am4"]),
+        N("And", ["causal", "am4"], ["mask"]),
+    ]
+    for nm in ("q", "k", "v"):
+        nodes += [N("MatMul", ["x", "W" + nm], [nm + "_mm"]), N("Add", [nm + "_mm", "b" + nm], [nm + "_b"]),
+                  N("Reshape", [nm + "_b", "heads_shape"], [nm + "_h"])]
+    nodes += [
+        N("Transpose", ["q_h"], ["qt"], perm=[0, 2, 1, 3]), N("Transpose", ["k_h"], ["kt"], perm=[0, 2, 3, 1]),
+        N("Transpose", ["v_h"], ["vt"], perm=[0, 2, 1, 3]),
+        N("MatMul", ["qt", "kt"], ["sc0"]), N("Mul", ["sc0", "scale"], ["sc"]),
+        N("Where", ["mask", "sc", "neg"], ["scm"]), N("Softmax", ["scm"], ["pr"], axis=-1),
+        N("MatMul", ["pr", "vt"], ["ctx"]), N("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+        N("Reshape", ["ctxt", "merge_shape"], ["ctxm"]),
+        N("MatMul", ["ctxm", "Wo"], ["o_mm"]), N("Add", ["o_mm", "bo"], ["attn"]),
+        N("Add", ["h0", "attn"], ["h1r"]),
+        N("LayerNormalization", ["h1r", "lnf_g", "lnf_b"], ["hf"], axis=-1),
+        N("MatMul", ["hf", "lm_head"], ["logits"]),
+    ]
+    inits += [const_i64("ax0", [0]), const_i64("ax1", [1]), const_i64("ax12", [1, 2]),
+              init("scale", np.array(1 / np.sqrt(hd), np.float32)), init("neg", np.array(-1e9, np.float32))]
+    graph = helper.make_graph(nodes, "exported_gpt",
+                              [helper.make_tensor_value_info("input_ids", I64, [B, S]),
+                               helper.make_tensor_value_info("attention_mask", I64, [B, S])],
+                              [helper.make_tensor_value_info("logits", F32, [B, S, V])], inits)
+    mask = np.ones((B, S), np.int64)
+    mask[1, 5:] = 0  # the second sequence is padded
+    feeds = {"input_ids": rng.integers(0, V, (B, S), dtype=np.int64), "attention_mask": mask}
+    path = os.path.join(MODELS, "exported_gpt.onnx")
+    save(model(graph), path)
+    write_golden(os.path.join(GOLDEN, "exported_gpt"), feeds, *run_ort(path, feeds))
+
+
 # ---- numerically hard cases: where the C and CUDA kernels must agree -------
 # LayerNorm of rows whose mean is ~100x their spread (a one-pass variance
 # E[x^2] - E[x]^2 loses every digit there), and int64 Div / Pow with
@@ -606,6 +676,7 @@ def main():
     make_op_models()
     make_partial_models()
     make_stress_models()
+    make_exported_gpt()
     with open(os.path.join(MODELS, "mlp.onnx"), "rb") as fh:
         make_bad_models(fh.read())
     return 0
