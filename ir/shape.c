@@ -54,7 +54,8 @@ int shape_set(Diag *d, const Node *n, Tensor *t, DType dt, int rank,
     }
     t->dtype = dt;
     t->rank = rank;
-    memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
+    if (rank) /* a scalar may come with dims NULL */
+        memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
     return 0;
 }
 
