@@ -26,6 +26,7 @@
 #include "ir.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 int fold_none(Graph *g, Node *n, Diag *d)
@@ -81,6 +82,19 @@ double fold_get(const Tensor *t, int64_t i)
     }
 }
 
+/* double -> int64 without undefined behaviour: NaN is 0, out of range
+ * saturates (the model's values are untrusted). */
+static int64_t to_i64(double v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 9223372036854775807.0)
+        return INT64_MAX;
+    if (v <= -9223372036854775808.0)
+        return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t fold_get_i64(const Tensor *t, int64_t i)
 {
     if (t->dtype == DT_I64) {
@@ -88,14 +102,14 @@ int64_t fold_get_i64(const Tensor *t, int64_t i)
         memcpy(&v, (const char *)t->data + 8 * i, 8);
         return v;
     }
-    return (int64_t)fold_get(t, i);
+    return to_i64(fold_get(t, i));
 }
 
 void fold_set(Tensor *t, int64_t i, double v)
 {
     switch (t->dtype) {
     case DT_F32: ((float *)t->data)[i] = (float)v; break;
-    case DT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+    case DT_I64: ((int64_t *)t->data)[i] = to_i64(v); break;
     default: ((unsigned char *)t->data)[i] = v != 0; break;
     }
 }
@@ -305,8 +319,21 @@ int fold_where(Graph *g, Node *n, Diag *d)
 
 /* ---- driver -------------------------------------------------------------- */
 
+/* Folded values live in the graph's arena: shape arithmetic is small, and
+ * anything bigger stays a run-time op (or, for an op with no kernel, an
+ * error naming it) rather than a huge allocation at import. */
+#define FOLD_MAX_BYTES ((int64_t)64 << 20)
+
 int ir_fold_node(Graph *g, Node *n, Diag *d)
 {
+    if (op_table[n->op].fold == fold_none)
+        return 0;
+    for (int k = 0; k < n->noutputs; k++) {
+        const Tensor *t = n->outputs[k];
+        int64_t bytes;
+        if (t && (ck_mul_i64(tensor_numel(t), (int64_t)dtype_size(t->dtype), &bytes) || bytes > FOLD_MAX_BYTES))
+            return 0;
+    }
     int rc = op_table[n->op].fold(g, n, d);
     if (rc <= 0)
         return rc;

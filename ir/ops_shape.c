@@ -79,7 +79,9 @@ static int64_t range_count(const Node *n)
     if (dl == 0)
         return -1;
     double c = ceil((l - s) / dl);
-    return c > 0 ? (int64_t)c : 0;
+    if (!(c > 0)) /* also NaN */
+        return 0;
+    return c > (double)((int64_t)1 << 31) ? ((int64_t)1 << 31) + 1 : (int64_t)c; /* too long: refused */
 }
 
 int shape_range(Graph *g, Node *n, Diag *d)
