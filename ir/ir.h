@@ -297,6 +297,9 @@ int shape_fail(Diag *d, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int shape_norm_axis(Diag *d, const Node *n, int64_t axis, int rank,
                     const char *what, int *out);
+/* A normalised INTS attribute of axes as a bit mask over rank dims
+ * (range and repeats checked). */
+int shape_axes_mask(Diag *d, const Node *n, const Attr *a, int rank, unsigned *mask);
 int shape_set(Diag *d, const Node *n, Tensor *t, DType dt, int rank,
               const int64_t *dims);
 

@@ -50,15 +50,7 @@ static int reduce_mask(Diag *d, const Node *n, int rank, unsigned *mask)
         *mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << rank) - 1;
         return 0;
     }
-    for (int i = 0; i < axes->n; i++) {
-        int a;
-        if (shape_norm_axis(d, n, axes->ints[i], rank, "axis", &a))
-            return -1;
-        if (*mask & (1u << a))
-            return shape_fail(d, n, "axis %lld is listed twice", (long long)axes->ints[i]);
-        *mask |= 1u << a;
-    }
-    return 0;
+    return shape_axes_mask(d, n, axes, rank, mask);
 }
 
 int shape_reduce_op(Graph *g, Node *n, Diag *d)

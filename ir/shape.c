@@ -301,7 +301,7 @@ int shape_layernorm(Graph *g, Node *n, Diag *d)
 }
 
 /* Reads a normalised INTS attribute of axes into a bitmask over rank dims. */
-static int axes_mask(Diag *d, const Node *n, const Attr *a, int rank, unsigned *mask)
+int shape_axes_mask(Diag *d, const Node *n, const Attr *a, int rank, unsigned *mask)
 {
     *mask = 0;
     for (int i = 0; a && i < a->n; i++) {
@@ -324,7 +324,7 @@ int shape_reduce(Graph *g, Node *n, Diag *d)
     const Attr *axes = node_attr(n, "axes");
     int keep = node_attr_int(n, "keepdims", 1) != 0;
     unsigned mask;
-    if (axes_mask(d, n, axes, x->rank, &mask))
+    if (shape_axes_mask(d, n, axes, x->rank, &mask))
         return -1;
     if (!axes || axes->n == 0)
         mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
@@ -417,7 +417,7 @@ int shape_unsqueeze(Graph *g, Node *n, Diag *d)
     if (r > IR_MAX_RANK)
         return shape_fail(d, n, "output rank %d exceeds %d", r, IR_MAX_RANK);
     unsigned mask;
-    if (axes_mask(d, n, axes, r, &mask))
+    if (shape_axes_mask(d, n, axes, r, &mask))
         return -1;
     int64_t out[IR_MAX_RANK];
     for (int i = 0, j = 0; i < r; i++)
@@ -432,7 +432,7 @@ int shape_squeeze(Graph *g, Node *n, Diag *d)
     const Attr *axes = node_attr(n, "axes");
     unsigned mask = 0;
     if (axes && axes->n) {
-        if (axes_mask(d, n, axes, x->rank, &mask))
+        if (shape_axes_mask(d, n, axes, x->rank, &mask))
             return -1;
         for (int i = 0; i < x->rank; i++)
             if ((mask & (1u << i)) && x->dims[i] != 1)
