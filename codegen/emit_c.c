@@ -42,7 +42,16 @@ static int g_cuda;
 
 static const char *nccl_type(DType t)
 {
-    return t == DT_F32 ? "ncclFloat32" : t == DT_I64 ? "ncclInt64" : "ncclUint8";
+    switch (t) {
+    case DT_F32: return "ncclFloat32";
+    case DT_F16: return "ncclFloat16";
+    case DT_BF16: return "ncclBfloat16";
+    case DT_F64: return "ncclFloat64";
+    case DT_I64: return "ncclInt64";
+    case DT_I32: return "ncclInt32";
+    case DT_I8: return "ncclInt8";
+    default: return "ncclUint8";
+    }
 }
 
 /* CUDA: the collective's stream waits for its input on the compute stream. */
@@ -61,7 +70,23 @@ static void cuda_after_call(FILE *f, int r)
 
 static const char *mpi_type(DType t)
 {
-    return t == DT_F32 ? "MPI_FLOAT" : t == DT_I64 ? "MPI_INT64_T" : "MPI_UNSIGNED_CHAR";
+    switch (t) {
+    case DT_F32: return "MPI_FLOAT";
+    case DT_F16: return "rt_mpi_f16";
+    case DT_BF16: return "rt_mpi_bf16";
+    case DT_F64: return "MPI_DOUBLE";
+    case DT_I64: return "MPI_INT64_T";
+    case DT_I32: return "MPI_INT32_T";
+    case DT_I8: return "MPI_INT8_T";
+    default: return "MPI_UNSIGNED_CHAR";
+    }
+}
+
+/* MPI's sum for a partial value of type t (runtime.c defines the 16-bit
+ * float ones). */
+static const char *mpi_sum(DType t)
+{
+    return t == DT_F16 ? "rt_sum_f16" : t == DT_BF16 ? "rt_sum_bf16" : "MPI_SUM";
 }
 
 static void contiguous_strides(const int64_t *dims, int rank, int64_t *st)
@@ -181,8 +206,8 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
             fprintf(f, "    CHECK_NCCL(ncclAllReduce(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", in->name, out->name,
                     (long long)numel(in), nccl_type(in->dtype), comm);
         else
-            fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", in->name, out->name,
-                    (long long)numel(in), mpi_type(in->dtype), comm, r);
+            fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, %s, %s, &req_r%d));\n", in->name, out->name,
+                    (long long)numel(in), mpi_type(in->dtype), mpi_sum(in->dtype), comm, r);
         cuda_after_call(f, r);
         break;
     case COLL_ALL_GATHER:
@@ -233,8 +258,8 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
                     (long long)blk, mpi_type(in->dtype), pr->bufs[sb->unpack].name, (long long)blk,
                     mpi_type(in->dtype), comm, r);
         else
-            fprintf(f, "    CHECK_MPI(MPI_Ireduce_scatter_block(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send,
-                    out->name, (long long)blk, mpi_type(in->dtype), comm, r);
+            fprintf(f, "    CHECK_MPI(MPI_Ireduce_scatter_block(%s, %s, %lld, %s, %s, %s, &req_r%d));\n", send,
+                    out->name, (long long)blk, mpi_type(in->dtype), mpi_sum(in->dtype), comm, r);
         cuda_after_call(f, r);
         break;
     }
@@ -350,8 +375,8 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
                 (long long)(off / (int64_t)dtype_size(send->dtype)), nccl_type(send->dtype), comm);
         cuda_after_call(f, leader);
     } else if (start) {
-        fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, MPI_SUM, %s, &req_r%d));\n", send->name, recv->name,
-                (long long)(off / (int64_t)dtype_size(send->dtype)), mpi_type(send->dtype), comm, leader);
+        fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, %s, %s, &req_r%d));\n", send->name, recv->name,
+                (long long)(off / (int64_t)dtype_size(send->dtype)), mpi_type(send->dtype), mpi_sum(send->dtype), comm, leader);
     }
 }
 

@@ -16,7 +16,15 @@
 
 const char *emit_ctype(DType t)
 {
-    return t == DT_F32 ? "float" : t == DT_I64 ? "int64_t" : "unsigned char";
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    case DT_I64: return "int64_t";
+    case DT_I32: return "int32_t";
+    case DT_I8: return "int8_t";
+    case DT_F16: case DT_BF16: return "uint16_t"; /* bit patterns: rt_h2f / rt_bf2f read them */
+    default: return "unsigned char";
+    }
 }
 
 void emit_dims(FILE *f, const int64_t *dims, int rank)
@@ -56,14 +64,23 @@ int64_t emit_prod(const int64_t *dims, int from, int to)
     return p;
 }
 
+/* The buffers a kernel reads and writes: the compute-type copy where the
+ * operand or output is widened (program_widen), else the value itself. */
 const Buffer *emit_in(const EmitCtx *c, int k)
 {
-    return k < c->n->ninputs && c->n->inputs[k] ? &c->pr->bufs[program_operand_buf(c->pr, c->n, k)] : NULL;
+    if (k >= c->n->ninputs || !c->n->inputs[k])
+        return NULL;
+    const int *w = c->pr->wide[c->n->id];
+    return &c->pr->bufs[w && w[k] >= 0 ? w[k] : program_operand_buf(c->pr, c->n, k)];
 }
 
 const Buffer *emit_out(const EmitCtx *c, int k)
 {
-    return k < c->n->noutputs && c->n->outputs[k] ? &c->pr->bufs[c->pr->tensor_buf[c->n->outputs[k]->id]] : NULL;
+    if (k >= c->n->noutputs || !c->n->outputs[k])
+        return NULL;
+    const int *w = c->pr->wide[c->n->id];
+    int s = c->n->ninputs + k;
+    return &c->pr->bufs[w && w[s] >= 0 ? w[s] : c->pr->tensor_buf[c->n->outputs[k]->id]];
 }
 
 /* Strides of operand b broadcast (right-aligned) over output dims y. */
@@ -580,5 +597,21 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
     }
     fprintf(f, " */\n");
     emit_rt_node(f, n->label);
-    return emit_fns[n->op](&c, d);
+    const int *w = pr->wide[n->id];
+    for (int k = 0; w && k < n->ninputs; k++)
+        if (w[k] >= 0) {
+            const Buffer *s = &pr->bufs[program_operand_buf(pr, n, k)], *b = &pr->bufs[w[k]];
+            fprintf(f, "    k_cast(%s, %d, %s, %d, %lld); /* %s operand in %s */\n", b->name, (int)b->dtype, s->name,
+                    (int)s->dtype, (long long)(s->bytes / (int64_t)dtype_size(s->dtype)), dtype_name(s->dtype),
+                    dtype_name(b->dtype));
+        }
+    if (emit_fns[n->op](&c, d))
+        return -1;
+    for (int k = 0; w && k < n->noutputs; k++)
+        if (w[n->ninputs + k] >= 0) {
+            const Buffer *b = &pr->bufs[w[n->ninputs + k]], *y = &pr->bufs[pr->tensor_buf[n->outputs[k]->id]];
+            fprintf(f, "    k_cast(%s, %d, %s, %d, %lld); /* result stored as %s */\n", y->name, (int)y->dtype, b->name,
+                    (int)b->dtype, (long long)(y->bytes / (int64_t)dtype_size(y->dtype)), dtype_name(y->dtype));
+        }
+    return 0;
 }

@@ -474,6 +474,8 @@ static void liveness(Program *pr)
                 if (n->outputs[k])
                     live(pr, pr->tensor_buf[n->outputs[k]->id], i);
             live(pr, pr->node_scratch[n->id], i);
+            for (int s = 0; pr->wide[n->id] && s < n->ninputs + n->noutputs; s++)
+                live(pr, pr->wide[n->id][s], i);
             if (pr->fused_from[n->id] >= 0) {
                 const Node *add = g->nodes[pr->fused_from[n->id]];
                 live(pr, program_operand_buf(pr, add, 0), i);
@@ -662,6 +664,53 @@ cleanup:
     return rc;
 }
 
+/* Ops that only move elements (copies, strided copies, gathers by index,
+ * selects) work on any element size; every other kernel computes in
+ * float32, int64 or bool, so an operand stored narrower (or as float64)
+ * is converted into a scratch buffer of the compute type before the node
+ * and each such result converted back after it (ir.h: storage and
+ * compute types). Cast converts between any two types itself. */
+DType program_widen(const Node *n, int is_out, int k)
+{
+    const Tensor *t = is_out ? (k < n->noutputs ? n->outputs[k] : NULL) : (k < n->ninputs ? n->inputs[k] : NULL);
+    if (!t || dtype_compute(t->dtype) == t->dtype)
+        return DT_UNDEFINED;
+    switch (n->op) {
+    case OP_CAST: case OP_CONSTANT:
+    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
+    case OP_TRANSPOSE: case OP_CONCAT: case OP_SPLIT: case OP_SLICE: case OP_WHERE:
+        return DT_UNDEFINED;
+    case OP_GATHER: case OP_GATHER_ELEMENTS: case OP_GATHER_ND:
+        return !is_out && k == 1 ? DT_I64 : DT_UNDEFINED; /* int32 indices; the data moves as is */
+    default:
+        return dtype_compute(t->dtype);
+    }
+}
+
+static void widen_bufs(Program *pr, const Node *n)
+{
+    int slots = n->ninputs + n->noutputs, any = 0;
+    for (int s = 0; s < slots; s++)
+        any |= program_widen(n, s >= n->ninputs, s >= n->ninputs ? s - n->ninputs : s) != DT_UNDEFINED;
+    pr->wide[n->id] = NULL;
+    if (!any)
+        return;
+    int *w = arena_alloc(&pr->arena, (size_t)slots * sizeof(int));
+    for (int s = 0; s < slots; s++) {
+        int is_out = s >= n->ninputs, k = is_out ? s - n->ninputs : s;
+        DType dt = program_widen(n, is_out, k);
+        w[s] = -1;
+        if (dt == DT_UNDEFINED)
+            continue;
+        const Buffer *b = &pr->bufs[is_out ? pr->tensor_buf[n->outputs[k]->id] : program_operand_buf(pr, n, k)];
+        char base[160];
+        snprintf(base, sizeof base, "%s_%s", b->name + 2, dtype_name(dt));
+        Buffer copy = *b; /* buf_new may move pr->bufs */
+        w[s] = buf_new(pr, base, NULL, BUF_SCRATCH, dt, copy.rank, copy.dims, &copy.layout);
+    }
+    pr->wide[n->id] = w;
+}
+
 static int conv_scratch(Program *pr, const Node *n)
 {
     if (n->op != OP_CONV)
@@ -727,6 +776,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->reshard_buf = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->steps = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(*pr->steps));
     pr->node_scratch = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
+    pr->wide = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int *));
     pr->start_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->wait_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_leader = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
@@ -756,6 +806,8 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     }
     for (int r = 0; r < p->nreshards; r++)
         build_reshard_bufs(pr, r);
+    for (int i = 0; i < g->nnodes; i++)
+        widen_bufs(pr, g->nodes[i]);
     for (int i = 0; i < g->nnodes; i++)
         pr->node_scratch[i] = conv_scratch(pr, g->nodes[i]);
     find_fusions(pr);

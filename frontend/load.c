@@ -123,7 +123,7 @@ static int load_type(Loader *L, const Onnx__ValueInfoProto *vi, Tensor *t,
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int et = tt->has_elem_type ? tt->elem_type : 0;
     if (is_input && !dtype_supported(et)) {
-        diag_add(L->d, "%s \"%s\": dtype %s is not supported (float32, int64, bool)", what,
+        diag_add(L->d, "%s \"%s\": dtype %s is not supported (" DTYPE_SUPPORTED_LIST ")", what,
                  t->name, dtype_onnx_name(et));
         return -1;
     }

@@ -49,8 +49,8 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
                  n->name, node_op_name(n), t->name, attr);
         return -1;
     }
-    if (t->dtype != DT_I64 || t->rank > 1) {
-        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a 1-D int64 constant",
+    if ((t->dtype != DT_I64 && t->dtype != DT_I32) || t->rank > 1) {
+        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a 1-D int64 or int32 constant",
                  n->name, node_op_name(n), t->name, attr);
         return -1;
     }
@@ -61,8 +61,10 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
         return -1;
     }
     int64_t vals[64];
-    if (count)
-        memcpy(vals, t->data, (size_t)count * sizeof(int64_t)); /* may be unaligned */
+    for (int64_t i = 0; i < count; i++)
+        vals[i] = t->dtype == DT_I64 ? 0 : (int64_t)dtype_load(t->dtype, t->data, i);
+    if (count && t->dtype == DT_I64)
+        memcpy(vals, t->data, (size_t)count * sizeof(int64_t)); /* may be unaligned; exact */
     node_attr_set_ints(g, n, attr, vals, (int)count);
     return 0;
 }

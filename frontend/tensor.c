@@ -212,7 +212,7 @@ int frontend_tensor_import(Graph *g, const Onnx__TensorProto *tp, Tensor *t,
 {
     int dt = tp->has_data_type ? tp->data_type : 0;
     if (!dtype_supported(dt)) {
-        diag_add(d, "%s \"%s\": dtype %s is not supported (float32, int64, bool)", what,
+        diag_add(d, "%s \"%s\": dtype %s is not supported (" DTYPE_SUPPORTED_LIST ")", what,
                  t->name, dtype_onnx_name(dt));
         return -1;
     }
@@ -260,12 +260,29 @@ int frontend_tensor_import(Graph *g, const Onnx__TensorProto *tp, Tensor *t,
     } else if (dt == DT_I64) {
         have = tp->n_int64_data * sizeof(int64_t);
         src = tp->int64_data;
+    } else if (dt == DT_F64) {
+        have = tp->n_double_data * sizeof(double);
+        src = tp->double_data;
+    } else if (dt == DT_I32) {
+        have = tp->n_int32_data * sizeof(int32_t);
+        src = tp->int32_data;
     } else {
-        /* bool values live one per int32 in int32_data. */
+        /* bool, int8, uint8, float16 and bfloat16 values live one per
+         * int32 in int32_data (the 16-bit floats as their bit patterns). */
         if ((int64_t)tp->n_int32_data == numel) {
-            uint8_t *b = arena_alloc(&g->arena, (size_t)numel + 1);
-            for (int64_t i = 0; i < numel; i++)
-                b[i] = tp->int32_data[i] != 0;
+            size_t es = dtype_size((DType)dt);
+            uint8_t *b = arena_alloc(&g->arena, (size_t)nbytes + 1);
+            for (int64_t i = 0; i < numel; i++) {
+                int32_t v = tp->int32_data[i];
+                if (dt == DT_BOOL) {
+                    b[i] = v != 0;
+                } else if (es == 1) {
+                    b[i] = (uint8_t)v;
+                } else {
+                    uint16_t h = (uint16_t)v;
+                    memcpy(b + 2 * i, &h, 2);
+                }
+            }
             t->data = b;
             return 0;
         }

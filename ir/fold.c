@@ -59,59 +59,31 @@ int fold_is_shape_math(const Node *n)
         if (n->inputs[i] && n->inputs[i]->folded)
             derived = 1;
     for (int k = 0; k < n->noutputs; k++)
-        if (n->outputs[k] && n->outputs[k]->dtype == DT_F32)
+        if (n->outputs[k] && dtype_is_float(n->outputs[k]->dtype))
             nonfloat = 0;
     return derived || nonfloat;
 }
 
 double fold_get(const Tensor *t, int64_t i)
 {
-    switch (t->dtype) {
-    case DT_F32: {
-        float v;
-        memcpy(&v, (const char *)t->data + 4 * i, 4); /* data may be unaligned */
-        return v;
-    }
-    case DT_I64: {
-        int64_t v;
-        memcpy(&v, (const char *)t->data + 8 * i, 8);
-        return (double)v;
-    }
-    default:
-        return ((const unsigned char *)t->data)[i] != 0;
-    }
-}
-
-/* double -> int64 without undefined behaviour: NaN is 0, out of range
- * saturates (the model's values are untrusted). */
-static int64_t to_i64(double v)
-{
-    if (v != v)
-        return 0;
-    if (v >= 9223372036854775807.0)
-        return INT64_MAX;
-    if (v <= -9223372036854775808.0)
-        return INT64_MIN;
-    return (int64_t)v;
+    return dtype_load(t->dtype, t->data, i);
 }
 
 int64_t fold_get_i64(const Tensor *t, int64_t i)
 {
     if (t->dtype == DT_I64) {
         int64_t v;
-        memcpy(&v, (const char *)t->data + 8 * i, 8);
+        memcpy(&v, (const char *)t->data + 8 * i, 8); /* exact beyond 2^53 */
         return v;
     }
-    return to_i64(fold_get(t, i));
+    double v = fold_get(t, i);
+    /* NaN is 0, out of range saturates (the model's values are untrusted). */
+    return v != v ? 0 : v >= 9223372036854775807.0 ? INT64_MAX : v <= -9223372036854775808.0 ? INT64_MIN : (int64_t)v;
 }
 
 void fold_set(Tensor *t, int64_t i, double v)
 {
-    switch (t->dtype) {
-    case DT_F32: ((float *)t->data)[i] = (float)v; break;
-    case DT_I64: ((int64_t *)t->data)[i] = to_i64(v); break;
-    default: ((unsigned char *)t->data)[i] = v != 0; break;
-    }
+    dtype_store(t->dtype, (void *)(uintptr_t)t->data, i, v);
 }
 
 /* Gives output t (shape already inferred) a zeroed buffer in the arena. */

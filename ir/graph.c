@@ -58,16 +58,139 @@ const char *dtype_name(DType t)
 size_t dtype_size(DType t)
 {
     switch (t) {
-    case DT_F32: return 4;
-    case DT_I64: return 8;
-    case DT_BOOL: return 1;
+    case DT_F32: case DT_I32: return 4;
+    case DT_I64: case DT_F64: return 8;
+    case DT_BOOL: case DT_U8: case DT_I8: return 1;
+    case DT_F16: case DT_BF16: return 2;
     default: return 0;
     }
 }
 
 int dtype_supported(int t)
 {
-    return t == DT_F32 || t == DT_I64 || t == DT_BOOL;
+    return dtype_size((DType)t) != 0;
+}
+
+int dtype_is_float(DType t)
+{
+    return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_F64;
+}
+
+int dtype_is_int(DType t)
+{
+    return t == DT_I64 || t == DT_I32 || t == DT_I8 || t == DT_U8;
+}
+
+DType dtype_compute(DType t)
+{
+    return dtype_is_float(t) ? DT_F32 : dtype_is_int(t) ? DT_I64 : t;
+}
+
+/* IEEE binary16 and bfloat16 from and to float, round to nearest even;
+ * NaN stays NaN, overflow becomes infinity, halves keep subnormals. */
+float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m) {
+        /* Subnormal: value m * 2^-24, exact in float. */
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    } else {
+        u = sign;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t float_to_half(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t au = u & 0x7fffffffu;
+    if (au >= 0x7f800000u) /* inf or NaN (quiet) */
+        return (uint16_t)(sign | 0x7c00 | (au > 0x7f800000u ? 0x200 : 0));
+    if (au >= 0x477ff000u) /* rounds to 65520 or more: infinity */
+        return (uint16_t)(sign | 0x7c00);
+    if (au < 0x38800000u) {
+        /* Below the smallest normal half: a subnormal, m * 2^-24. */
+        float a;
+        memcpy(&a, &au, 4);
+        float q = a * 0x1p24f; /* exact; round to nearest even integer */
+        uint32_t m = (uint32_t)q;
+        float frac = q - (float)m;
+        if (frac > 0.5f || (frac == 0.5f && (m & 1)))
+            m++;
+        return (uint16_t)(sign | m);
+    }
+    uint32_t r = au + 0xfff + ((au >> 13) & 1); /* round to nearest even at bit 13 */
+    return (uint16_t)(sign | (((r >> 13) - (112u << 10)) & 0x7fff));
+}
+
+float bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* double -> int64 without undefined behaviour: NaN is 0, out of range
+ * saturates (the model's values are untrusted). */
+static int64_t sat_i64(double v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 9223372036854775807.0)
+        return INT64_MAX;
+    if (v <= -9223372036854775808.0)
+        return INT64_MIN;
+    return (int64_t)v;
+}
+
+double dtype_load(DType t, const void *p, int64_t i)
+{
+    const char *c = (const char *)p + (size_t)i * dtype_size(t);
+    switch (t) {
+    case DT_F32: { float v; memcpy(&v, c, 4); return v; }
+    case DT_F64: { double v; memcpy(&v, c, 8); return v; }
+    case DT_I64: { int64_t v; memcpy(&v, c, 8); return (double)v; }
+    case DT_I32: { int32_t v; memcpy(&v, c, 4); return v; }
+    case DT_F16: { uint16_t v; memcpy(&v, c, 2); return half_to_float(v); }
+    case DT_BF16: { uint16_t v; memcpy(&v, c, 2); return bf16_to_float(v); }
+    case DT_I8: return (int8_t)*c;
+    case DT_U8: return (uint8_t)*c;
+    default: return *c != 0;
+    }
+}
+
+void dtype_store(DType t, void *p, int64_t i, double v)
+{
+    char *c = (char *)p + (size_t)i * dtype_size(t);
+    switch (t) {
+    case DT_F32: { float f = (float)v; memcpy(c, &f, 4); break; }
+    case DT_F64: memcpy(c, &v, 8); break;
+    case DT_I64: { int64_t x = sat_i64(v); memcpy(c, &x, 8); break; }
+    case DT_I32: { int64_t x = sat_i64(v); int32_t y = (int32_t)(uint32_t)(uint64_t)x; memcpy(c, &y, 4); break; }
+    case DT_F16: { uint16_t h = float_to_half((float)v); memcpy(c, &h, 2); break; }
+    case DT_BF16: { uint16_t h = float_to_bf16((float)v); memcpy(c, &h, 2); break; }
+    case DT_I8: case DT_U8: *c = (char)(uint8_t)(uint64_t)sat_i64(v); break;
+    default: *c = v != 0; break;
+    }
 }
 
 /* ---- graph and tensors -------------------------------------------------- */

@@ -67,14 +67,38 @@ void diag_free(Diag *d);
 typedef enum DType {
     DT_UNDEFINED = 0,
     DT_F32 = 1,
+    DT_U8 = 2,
+    DT_I8 = 3,
+    DT_I32 = 6,
     DT_I64 = 7,
     DT_BOOL = 9,
+    DT_F16 = 10,
+    DT_F64 = 11,
+    DT_BF16 = 16,
 } DType;
 
+/* Storage and compute types. A tensor is stored in its model dtype; the
+ * kernels compute in one of three compute types (dtype_compute): float32
+ * for every float type, int64 for every integer type, bool. A node whose
+ * operands are stored in another type reads them widened into compute-type
+ * scratch and narrows its results back (codegen/program.c), except for
+ * the ops that only move elements, which work on any element size. */
 const char *dtype_name(DType t);           /* "float32", "int64", "bool" */
 size_t dtype_size(DType t);                /* 0 for unsupported */
-int dtype_supported(int onnx_type);        /* 1 for f32, i64, bool */
+int dtype_supported(int onnx_type);        /* 1 for the DType values above */
 const char *dtype_onnx_name(int onnx_type); /* name of any ONNX dtype */
+int dtype_is_float(DType t);               /* f16, bf16, f32, f64 */
+int dtype_is_int(DType t);                 /* u8, i8, i32, i64 */
+DType dtype_compute(DType t);              /* DT_F32, DT_I64 or DT_BOOL */
+/* Element i of an array of dtype t (which may be unaligned), as a double,
+ * and back (floats rounded to nearest even, integers saturated, NaN to 0). */
+double dtype_load(DType t, const void *p, int64_t i);
+void dtype_store(DType t, void *p, int64_t i, double v);
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+#define DTYPE_SUPPORTED_LIST "float32, float16, bfloat16, float64, int64, int32, int8, uint8, bool"
 
 /* ---- op table ----------------------------------------------------------- */
 

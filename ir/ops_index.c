@@ -27,8 +27,8 @@ static Tensor *in(const Node *n, int i)
 
 static int need_i64(Diag *d, const Node *n, const Tensor *t, const char *what)
 {
-    if (t->dtype != DT_I64)
-        return shape_fail(d, n, "%s \"%s\" have dtype %s; %s needs int64", what, t->name,
+    if (t->dtype != DT_I64 && t->dtype != DT_I32)
+        return shape_fail(d, n, "%s \"%s\" have dtype %s; %s needs int64 or int32", what, t->name,
                           dtype_name(t->dtype), node_op_name(n));
     return 0;
 }

@@ -20,6 +20,7 @@
 
 static int dt_is(DType dt, int f32, int i64, int b)
 {
+    dt = dtype_compute(dt);
     return (dt == DT_F32 && f32) || (dt == DT_I64 && i64) || (dt == DT_BOOL && b);
 }
 
@@ -134,7 +135,7 @@ int shape_math_nary(Graph *g, Node *n, Diag *d)
             return shape_fail(d, n, "inputs \"%s\" (%s) and \"%s\" (%s) differ in dtype", x->name,
                               dtype_name(x->dtype), t->name, dtype_name(t->dtype));
     }
-    if (n->op == OP_MOD && x->dtype == DT_F32 && node_attr_int(n, "fmod", 0) == 0)
+    if (n->op == OP_MOD && dtype_is_float(x->dtype) && node_attr_int(n, "fmod", 0) == 0)
         return shape_fail(d, n, "float32 inputs need fmod=1 (ONNX defines only fmod for floats)");
     int64_t dims[IR_MAX_RANK];
     int r = 0;

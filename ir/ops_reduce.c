@@ -33,10 +33,10 @@ static int attr_one(const Node *n, const char *name, int64_t dflt, int64_t *out)
 
 static int need_types(Diag *d, const Node *n, const Tensor *t, int allow_int)
 {
-    if (t->dtype == DT_F32 || (allow_int && t->dtype == DT_I64))
+    if (dtype_is_float(t->dtype) || (allow_int && dtype_is_int(t->dtype)))
         return 0;
     return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs %s", t->name, dtype_name(t->dtype),
-                      node_op_name(n), allow_int ? "float32 or int64" : "float32");
+                      node_op_name(n), allow_int ? "a number type" : "a float type");
 }
 
 /* The reduced dims as a bit mask: the axes attribute (checked for range

@@ -114,6 +114,13 @@ int fold_range(Graph *g, Node *n, Diag *d)
         int64_t si = fold_get_i64(n->inputs[0], 0), di = fold_get_i64(n->inputs[2], 0);
         for (int64_t i = 0; i < len; i++)
             ((int64_t *)(uintptr_t)y->data)[i] = si + i * di;
+    } else if (dtype_is_int(y->dtype)) {
+        int64_t si = fold_get_i64(n->inputs[0], 0), di = fold_get_i64(n->inputs[2], 0);
+        for (int64_t i = 0; i < len; i++)
+            fold_set(y, i, (double)(si + i * di));
+    } else if (y->dtype == DT_F64) {
+        for (int64_t i = 0; i < len; i++)
+            fold_set(y, i, s + (double)i * dl);
     } else {
         for (int64_t i = 0; i < len; i++)
             fold_set(y, i, (float)s + (float)i * (float)dl); /* as ORT: start + i * delta in float */

@@ -67,16 +67,16 @@ static Tensor *in(const Node *n, int i)
 
 static int need_float(Diag *d, const Node *n, const Tensor *t)
 {
-    if (t->dtype != DT_F32)
-        return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs float32",
+    if (!dtype_is_float(t->dtype))
+        return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs a float type",
                           t->name, dtype_name(t->dtype), node_op_name(n));
     return 0;
 }
 
 static int need_numeric(Diag *d, const Node *n, const Tensor *t)
 {
-    if (t->dtype != DT_F32 && t->dtype != DT_I64)
-        return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs float32 or int64",
+    if (!dtype_is_float(t->dtype) && !dtype_is_int(t->dtype))
+        return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs a number type",
                           t->name, dtype_name(t->dtype), node_op_name(n));
     return 0;
 }
@@ -146,7 +146,7 @@ int shape_cast(Graph *g, Node *n, Diag *d)
     if (!to || to->type != ATTR_INT)
         return shape_fail(d, n, "attribute \"to\" is missing");
     if (!dtype_supported((int)to->i))
-        return shape_fail(d, n, "attribute \"to\" = %s is not supported (float32, int64, bool)",
+        return shape_fail(d, n, "attribute \"to\" = %s is not supported (" DTYPE_SUPPORTED_LIST ")",
                           dtype_onnx_name((int)to->i));
     return shape_set(d, n, n->outputs[0], (DType)to->i, x->rank, x->dims);
 }
@@ -247,7 +247,7 @@ int shape_gemm(Graph *g, Node *n, Diag *d)
             }
         }
     }
-    return shape_set(d, n, n->outputs[0], DT_F32, 2, out);
+    return shape_set(d, n, n->outputs[0], a->dtype, 2, out);
 }
 
 int shape_softmax(Graph *g, Node *n, Diag *d)
@@ -577,8 +577,8 @@ int shape_gather(Graph *g, Node *n, Diag *d)
     (void)g;
     Tensor *x = in(n, 0), *idx = in(n, 1);
     int axis = 0;
-    if (idx->dtype != DT_I64)
-        return shape_fail(d, n, "indices \"%s\" have dtype %s; Gather needs int64",
+    if (idx->dtype != DT_I64 && idx->dtype != DT_I32)
+        return shape_fail(d, n, "indices \"%s\" have dtype %s; Gather needs int64 or int32",
                           idx->name, dtype_name(idx->dtype));
     if (shape_norm_axis(d, n, node_attr_int(n, "axis", 0), x->rank, "axis", &axis))
         return -1;

@@ -82,8 +82,8 @@ int shape_conv(Graph *g, Node *n, Diag *d)
 {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *b = n->ninputs > 2 ? n->inputs[2] : NULL;
     for (int i = 0; i < n->ninputs; i++)
-        if (n->inputs[i] && n->inputs[i]->dtype != DT_F32)
-            return shape_fail(d, n, "input \"%s\" has dtype %s; Conv needs float32",
+        if (n->inputs[i] && (n->inputs[i]->dtype != x->dtype || !dtype_is_float(x->dtype)))
+            return shape_fail(d, n, "input \"%s\" has dtype %s; Conv needs every input in the input's float type",
                               n->inputs[i]->name, dtype_name(n->inputs[i]->dtype));
     if (x->rank < 3 || w->rank != x->rank)
         return shape_fail(d, n, "input \"%s\" (rank %d) and weight \"%s\" (rank %d) must have equal rank >= 3",
@@ -110,13 +110,13 @@ int shape_conv(Graph *g, Node *n, Diag *d)
     out[1] = m;
     if (window_out(g, n, d, x, kernel, 0, out + 2))
         return -1;
-    return shape_set(d, n, n->outputs[0], DT_F32, x->rank, out);
+    return shape_set(d, n, n->outputs[0], x->dtype, x->rank, out);
 }
 
 int shape_maxpool(Graph *g, Node *n, Diag *d)
 {
     Tensor *x = n->inputs[0];
-    if (x->dtype != DT_F32)
+    if (!dtype_is_float(x->dtype))
         return shape_fail(d, n, "input \"%s\" has dtype %s; MaxPool needs float32",
                           x->name, dtype_name(x->dtype));
     if (x->rank < 3)
@@ -132,7 +132,7 @@ int shape_maxpool(Graph *g, Node *n, Diag *d)
     out[0] = x->dims[0];
     out[1] = x->dims[1];
     if (window_out(g, n, d, x, ks->ints, node_attr_int(n, "ceil_mode", 0) != 0, out + 2) ||
-        shape_set(d, n, n->outputs[0], DT_F32, x->rank, out))
+        shape_set(d, n, n->outputs[0], x->dtype, x->rank, out))
         return -1;
     return n->noutputs > 1 ? shape_set(d, n, n->outputs[1], DT_I64, x->rank, out) : 0;
 }
@@ -141,12 +141,12 @@ int shape_global_pool(Graph *g, Node *n, Diag *d)
 {
     (void)g;
     Tensor *x = n->inputs[0];
-    if (x->dtype != DT_F32 || x->rank < 3)
+    if (!dtype_is_float(x->dtype) || x->rank < 3)
         return shape_fail(d, n, "input \"%s\" must be float32 with rank >= 3", x->name);
     int64_t out[IR_MAX_RANK];
     for (int i = 0; i < x->rank; i++)
         out[i] = i < 2 ? x->dims[i] : 1;
-    return shape_set(d, n, n->outputs[0], DT_F32, x->rank, out);
+    return shape_set(d, n, n->outputs[0], x->dtype, x->rank, out);
 }
 
 int shape_flatten(Graph *g, Node *n, Diag *d)
@@ -170,14 +170,14 @@ int shape_batchnorm(Graph *g, Node *n, Diag *d)
     Tensor *x = n->inputs[0];
     if (node_attr_int(n, "training_mode", 0) != 0)
         return shape_fail(d, n, "training_mode=1 is not supported (inference only)");
-    if (x->dtype != DT_F32 || x->rank < 2)
+    if (!dtype_is_float(x->dtype) || x->rank < 2)
         return shape_fail(d, n, "input \"%s\" must be float32 with rank >= 2", x->name);
     static const char *const roles[] = {"", "scale", "B", "input_mean", "input_var"};
     for (int i = 1; i < 5; i++) {
         Tensor *p = n->inputs[i];
-        if (p->dtype != DT_F32 || p->rank != 1 || p->dims[0] != x->dims[1])
+        if (p->dtype != x->dtype || p->rank != 1 || p->dims[0] != x->dims[1])
             return shape_fail(d, n, "%s \"%s\" must be float32 of shape [%lld]", roles[i],
                               p->name, (long long)x->dims[1]);
     }
-    return shape_set(d, n, n->outputs[0], DT_F32, x->rank, x->dims);
+    return shape_set(d, n, n->outputs[0], x->dtype, x->rank, x->dims);
 }

@@ -460,15 +460,10 @@ __global__ void kk_cast(void *y, int to, const void *x, int from, int64_t n)
 {
     GRID_LOOP(i, n)
     {
-        if (to == 1)
-            ((float *)y)[i] = from == 1 ? ((const float *)x)[i] : from == 7 ? (float)((const int64_t *)x)[i]
-                                                                             : (float)((const unsigned char *)x)[i];
-        else if (to == 7)
-            ((int64_t *)y)[i] = from == 1 ? (int64_t)((const float *)x)[i] : from == 7 ? ((const int64_t *)x)[i]
-                                                                                        : (int64_t)((const unsigned char *)x)[i];
+        if (from == RT_I64 && to == RT_F32)
+            ((float *)y)[i] = (float)((const int64_t *)x)[i];
         else
-            ((unsigned char *)y)[i] = from == 1 ? ((const float *)x)[i] != 0 : from == 7 ? ((const int64_t *)x)[i] != 0
-                                                                                          : ((const unsigned char *)x)[i] != 0;
+            rt_convert(y, to, x, from, i); /* runtime.c: every pair of element types */
     }
 }
 

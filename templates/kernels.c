@@ -245,19 +245,30 @@ static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
         y[i] = x[i] > 0 ? x[i] : 0;
 }
 
-/* Cast between float32 (1), int64 (7) and bool (9). */
+/* Cast between any two element types (ONNX codes, runtime.c). Also the
+ * widening of a float16/bfloat16/int32... operand into its compute type
+ * before a node and the narrowing of a result after it; the common pairs
+ * get their own loops. */
 static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double v = from == 1 ? (double)((const float *)x)[i]
-                 : from == 7 ? (double)((const int64_t *)x)[i] : (double)((const unsigned char *)x)[i];
-        if (to == 1)
-            ((float *)y)[i] = from == 7 ? (float)((const int64_t *)x)[i] : (float)v;
-        else if (to == 7)
-            ((int64_t *)y)[i] = from == 7 ? ((const int64_t *)x)[i] : (int64_t)v;
-        else
-            ((unsigned char *)y)[i] = v != 0;
-    }
+    if (from == RT_F16 && to == RT_F32)
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = rt_h2f(((const uint16_t *)x)[i]);
+    else if (from == RT_F32 && to == RT_F16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)y)[i] = rt_f2h(((const float *)x)[i]);
+    else if (from == RT_BF16 && to == RT_F32)
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = rt_bf2f(((const uint16_t *)x)[i]);
+    else if (from == RT_F32 && to == RT_BF16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)y)[i] = rt_f2bf(((const float *)x)[i]);
+    else if (from == RT_I64 && to == RT_F32) /* directly: no double rounding through double */
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = (float)((const int64_t *)x)[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            rt_convert(y, to, x, from, i);
 }
 
 /* Batched matmul: y[b] = a[b] @ w[b], with per-batch element offsets

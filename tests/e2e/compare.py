@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """compare.py GOLDEN.npy OUT.npy [ATOL RTOL]: elementwise check
-|out - golden| <= atol + rtol * |golden| (defaults 1e-5, 1e-4, float32).
+|out - golden| <= atol + rtol * |golden|. Defaults by type: float32 and
+float64 1e-5, 1e-4 (float64 is computed in float32, see ir.h); float16 1e-2, 1e-2 (about 10 ulp: each node's
+result is rounded to float16, as ONNX Runtime's is); bfloat16 6e-2, 3e-2
+(8 ulp of its 8-bit mantissa). A bfloat16 .npy ('V2', as ml_dtypes
+writes it) is read through ml_dtypes.
 Prints the max absolute and relative error; on a mismatch, the worst
 element's index and both values. Exit 1 on mismatch."""
 import sys
@@ -10,8 +14,13 @@ import numpy as np
 
 def main():
     golden, out = np.load(sys.argv[1]), np.load(sys.argv[2])
-    atol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
-    rtol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-4
+    if golden.dtype.kind == "V" and golden.dtype.itemsize == 2 and out.dtype == golden.dtype:
+        import ml_dtypes
+        golden, out = golden.view(ml_dtypes.bfloat16), out.view(ml_dtypes.bfloat16)
+    tol = {"float16": (1e-2, 1e-2), "bfloat16": (6e-2, 3e-2)}
+    atol, rtol = tol.get(str(golden.dtype), (1e-5, 1e-4))
+    if len(sys.argv) > 4:
+        atol, rtol = float(sys.argv[3]), float(sys.argv[4])
     if golden.shape != out.shape or golden.dtype != out.dtype:
         print("MISMATCH %s: shape/dtype %s %s vs golden %s %s" % (sys.argv[2], out.shape, out.dtype,
                                                                   golden.shape, golden.dtype))

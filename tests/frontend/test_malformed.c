@@ -32,7 +32,7 @@ static void test_load_dims_overflow(void **s) { (void)s; expect(BAD "dims_overfl
 /* Unsupported ops: one line listing every op type with its count. */
 static void test_load_unknown_op(void **s) { (void)s; expect(BAD "unknown_op.onnx", "op type the compiler does not support", "FooBar (1)"); }
 static void test_load_loop(void **s) { (void)s; expect(BAD "loop.onnx", "does not support", "Loop (1)"); }
-static void test_load_unsupported_dtype(void **s) { (void)s; expect(BAD "unsupported_dtype.onnx", "graph input \"x\"", "float16 is not supported"); }
+static void test_load_unsupported_dtype(void **s) { (void)s; expect(BAD "unsupported_dtype.onnx", "graph input \"x\"", "complex64 is not supported"); }
 static void test_load_shape_mismatch(void **s) { (void)s; expect(BAD "shape_mismatch.onnx", "node \"bad_add\" (Add)", "do not broadcast"); }
 static void test_load_symbolic_dim_unbound(void **s) { (void)s; expect(BAD "symbolic_dim.onnx", "graph input \"x\"", "--dim batch=VALUE"); }
 static void test_load_external_escape(void **s) { (void)s; expect(BAD "external_escape.onnx", "initializer \"w\"", "\"../outside.bin\""); }

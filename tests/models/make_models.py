@@ -471,7 +471,7 @@ def make_bad_models(mlp_bytes):
     loop_body = helper.make_graph([], "body", [], [])
     bad("loop", [N("Loop", ["", ""], ["y"], body=loop_body, name="the_loop")])
     bad("unsupported_dtype", [N("Relu", ["x"], ["y"], name="relu")],
-        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3])])
+        inputs=[helper.make_tensor_value_info("x", TensorProto.COMPLEX64, [2, 3])])
     bad("symbolic_dim", [N("Relu", ["x"], ["y"], name="relu")],
         inputs=[helper.make_tensor_value_info("x", F32, ["batch", 3])],
         outputs=[helper.make_tensor_value_info("y", F32, ["batch", 3])])
@@ -662,6 +662,67 @@ def make_stress_models():
     write_golden(os.path.join(GOLDEN, "int_ops"), feeds, *run_ort(path, feeds))
 
 
+# ---- float16 and bfloat16 variants ------------------------------------------
+
+def low_precision(m, elem):
+    """m with every float32 tensor stored as `elem` (FLOAT16 or BFLOAT16):
+    initializers rounded (and clipped to the type's finite range), graph
+    inputs and outputs retyped. Nodes are unchanged; types flow from the
+    weights."""
+    import ml_dtypes
+    np_t = np.float16 if elem == TensorProto.FLOAT16 else ml_dtypes.bfloat16
+    top = float(np.finfo(np.float16).max) if elem == TensorProto.FLOAT16 else 3e38
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    for i, t in enumerate(m.graph.initializer):
+        if t.data_type == F32:
+            a = np.clip(numpy_helper.to_array(t), -top, top).astype(np_t)
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(a, t.name))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.type.tensor_type.elem_type == F32:
+            vi.type.tensor_type.elem_type = elem
+    return m
+
+
+def as_float32(m):
+    """The same model computed in float32 on the low-precision weights
+    (exact in float32): the reference where ONNX Runtime has no CPU kernel
+    for the type."""
+    import ml_dtypes
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    for i, t in enumerate(m.graph.initializer):
+        if t.data_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            a = numpy_helper.to_array(t)
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(a.astype(np.float32), t.name))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.type.tensor_type.elem_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            vi.type.tensor_type.elem_type = F32
+    return m
+
+
+def make_low_precision_gpt(gpt, feeds):
+    """tiny_gpt stored in float16 and in bfloat16. The golden is ONNX
+    Runtime's own float16 run where its CPU kernels cover the model, else
+    ONNX Runtime on the float32 graph over the same rounded weights, its
+    logits rounded to the type (compare.py's per-type tolerance covers the
+    rounding of every intermediate)."""
+    import ml_dtypes
+    for suffix, elem, np_t in (("f16", TensorProto.FLOAT16, np.float16),
+                               ("bf16", TensorProto.BFLOAT16, ml_dtypes.bfloat16)):
+        name = "tiny_gpt_" + suffix
+        m = low_precision(gpt, elem)
+        path = os.path.join(MODELS, name + ".onnx")
+        save(m, path)
+        try:
+            names, outs = run_ort(path, feeds)
+        except Exception:  # no CPU kernel for this type: the float32 reference
+            ref = os.path.join(MODELS, name + ".ref.onnx")
+            save(as_float32(m), ref)
+            names, outs = run_ort(ref, feeds)
+            os.unlink(ref)
+            outs = [o.astype(np_t) for o in outs]
+        write_golden(os.path.join(GOLDEN, name), feeds, names, outs)
+
+
 def main():
     rng = np.random.default_rng(2026)
     for name, fn in (("mlp", make_mlp), ("attention", make_attention),
@@ -673,10 +734,13 @@ def main():
         write_golden(os.path.join(GOLDEN, name), feeds, names, outs)
         if name == "mlp":
             save(make_mlp_sharded(m), os.path.join(MODELS, "mlp_sharded.onnx"))
+        if name == "tiny_gpt":
+            gpt, gpt_feeds = m, feeds
     make_op_models()
     make_partial_models()
     make_stress_models()
     make_exported_gpt()
+    make_low_precision_gpt(gpt, gpt_feeds)
     with open(os.path.join(MODELS, "mlp.onnx"), "rb") as fh:
         make_bad_models(fh.read())
     return 0
