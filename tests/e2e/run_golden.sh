@@ -24,17 +24,18 @@ while read -r name model mesh flags; do
     if ! make -s -C "$dir" WARN="-Wall -Wextra -Werror" >"$OUT/$name.build" 2>&1; then
         echo "FAIL $name: build:"; head -20 "$OUT/$name.build"; fail=1; continue
     fi
+    gold=tests/golden/${model##*/} # exports/gpt2_ts -> tests/golden/gpt2_ts
     args=()
-    for f in tests/golden/$model/input_*.npy; do
+    for f in $gold/input_*.npy; do
         n=$(basename "$f" .npy); args+=(--in "${n#input_}=$f")
     done
-    for f in tests/golden/$model/output_*.npy; do
+    for f in $gold/output_*.npy; do
         n=$(basename "$f" .npy); args+=(--out "${n#output_}=$dir/${n}.npy")
     done
     if ! timeout 120 "$dir/run.sh" "${args[@]}" </dev/null >"$OUT/$name.log" 2>&1; then
         echo "FAIL $name: run:"; tail -5 "$OUT/$name.log"; fail=1; continue
     fi
-    for f in tests/golden/$model/output_*.npy; do
+    for f in $gold/output_*.npy; do
         n=$(basename "$f" .npy)
         if ! res=$("$PY" tests/e2e/compare.py "$f" "$dir/$n.npy"); then fail=1; fi
         printf '%-14s %-10s %-10s %s\n' "$name" "$model" "$mesh" "$res"
