@@ -19,8 +19,10 @@ extern const char template_runtime_c[];
 extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
 /* The op families' kernels (templates/kernels_<family>.c, cuda_<family>.cu). */
-extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[];
-extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[];
+extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
+    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[];
+extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
+    template_cuda_loss_cu[], template_cuda_attn_cu[];
 
 /* Which kernel family each op belongs to: 0 core (templates/kernels.c),
  * then the families in the order of the table below. */
@@ -33,6 +35,15 @@ static const unsigned char op_family[OP_COUNT] = {
 #undef OP
 #define OP(e, ...) [e] = 3,
 #include "../ir/ops_index.def"
+#undef OP
+#define OP(e, ...) [e] = 4,
+#include "../ir/ops_nn.def"
+#undef OP
+#define OP(e, ...) [e] = 5,
+#include "../ir/ops_loss.def"
+#undef OP
+#define OP(e, ...) [e] = 6,
+#include "../ir/ops_attn.def"
 #undef OP
 };
 
@@ -522,11 +533,14 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
      * a reader sees no code the model does not use. */
     const char *const families[][2] = {{template_kernels_math_c, template_cuda_math_cu},
                                        {template_kernels_reduce_c, template_cuda_reduce_cu},
-                                       {template_kernels_index_c, template_cuda_index_cu}};
-    int used[4] = {0};
+                                       {template_kernels_index_c, template_cuda_index_cu},
+                                       {template_kernels_nn_c, template_cuda_nn_cu},
+                                       {template_kernels_loss_c, template_cuda_loss_cu},
+                                       {template_kernels_attn_c, template_cuda_attn_cu}};
+    int used[7] = {0};
     for (int i = 0; i < g->nnodes; i++)
         used[op_family[g->nodes[i]->op]] = 1;
-    for (int i = 1; i <= 3; i++)
+    for (int i = 1; i <= 6; i++)
         if (used[i]) {
             fputs("\n", f);
             fputs(families[i - 1][g_cuda], f);

@@ -73,10 +73,12 @@ def run_test(test_dir):
         for k, nm in enumerate(outputs):
             exp = numpy_helper.to_array(onnx.load_tensor(os.path.join(ds, "output_%d.pb" % k)))
             got = np.load(os.path.join(out, "out_%d.npy" % k))
+            if got.dtype.kind == "V" and got.dtype.itemsize == exp.dtype.itemsize:
+                got = got.view(exp.dtype)  # bfloat16 ('V2' in .npy, as ml_dtypes writes it)
             if got.shape != exp.shape:
                 return name, "fail", "output %s: shape %s, expected %s" % (nm, got.shape, exp.shape)
-            if exp.dtype.kind == "f":
-                ok = np.allclose(got, exp, rtol=RTOL, atol=ATOL, equal_nan=True)
+            if exp.dtype.kind == "f" or str(exp.dtype) == "bfloat16":
+                ok = np.allclose(got.astype(np.float64), exp.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True)
             else:
                 ok = np.array_equal(got.astype(exp.dtype), exp)
             if not ok:

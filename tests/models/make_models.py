@@ -292,7 +292,7 @@ def make_branches(rng):
 
 # ---- per-op models: shapes from ORT are the expected shape inference ------
 
-FAMILIES = ("math", "reduce", "index", "shape")
+FAMILIES = ("math", "reduce", "index", "shape", "nn", "loss", "attn")
 
 
 def op_cases():

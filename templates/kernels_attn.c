@@ -1,0 +1,1 @@
+/* ---- onnx2spmd kernels: the attn family (templates/kernels_attn.c) ---- */

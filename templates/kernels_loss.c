@@ -1,0 +1,1 @@
+/* ---- onnx2spmd kernels: the loss family (templates/kernels_loss.c) ---- */

@@ -1,0 +1,1 @@
+/* ---- onnx2spmd kernels: the nn family (templates/kernels_nn.c) ---- */
