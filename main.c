@@ -40,6 +40,8 @@ static const char usage_text[] =
     "  --nodes           also list every node with its output shapes\n"
     "  --json            print JSON instead of text\n"
     "  --dim NAME=VALUE  bind the symbolic input dim NAME (repeatable)\n"
+    "  --const NAME=FILE fix graph input NAME to the value in FILE (.npy or a\n"
+    "                    TensorProto .pb): it becomes a constant (repeatable)\n"
     "\n"
     "plan options:\n"
     "  --mesh AXES       named mesh axes, row-major, e.g. dp=2,tp=4 (required)\n"
@@ -53,6 +55,7 @@ static const char usage_text[] =
     "  --explain TENSOR  print the chain of decisions behind one tensor\n"
     "  --dot FILE        write a Graphviz drawing of the plan\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
+    "  --const NAME=FILE fix a graph input to a file's value (repeatable)\n"
     "\n"
     "compile options: the plan options, and\n"
     "  --target c        C + MPI + OpenBLAS (default)\n"
@@ -269,7 +272,7 @@ static void inspect_json(const Graph *g, int nodes)
 
 /* ---- flags -------------------------------------------------------------- */
 
-enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
+enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH };
 
@@ -305,6 +308,20 @@ static int parse_dim(const char *arg, DimBinding *b)
     return 0;
 }
 
+/* --const NAME=FILE into the frontend options (consts holds 64). */
+static int add_const(FrontendOptions *opt, ConstBinding *consts, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (opt->nconsts == 64)
+        return usage_error("too many --const flags (at most %s)", "64");
+    if (!eq || eq == arg || !eq[1])
+        return usage_error("--const %s: expected NAME=FILE", arg);
+    consts[opt->nconsts].name = strndup(arg, (size_t)(eq - arg));
+    consts[opt->nconsts].path = eq + 1;
+    opt->nconsts++;
+    return 0;
+}
+
 /* --dim NAME=VALUE into the frontend options (dims holds 64). */
 static int add_dim(FrontendOptions *opt, DimBinding *dims, const char *arg)
 {
@@ -322,12 +339,14 @@ static int cmd_inspect(int argc, char **argv)
         {"nodes", no_argument, 0, OPT_NODES},
         {"json", no_argument, 0, OPT_JSON},
         {"dim", required_argument, 0, OPT_DIM},
+        {"const", required_argument, 0, OPT_CONST},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     int nodes = 0, json = 0, rc = EXIT_BAD_INPUT, c;
     DimBinding dims[64];
-    FrontendOptions opt = {.dims = dims, .ndims = 0};
+    ConstBinding consts[64];
+    FrontendOptions opt = {.dims = dims, .ndims = 0, .consts = consts, .nconsts = 0};
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -335,6 +354,10 @@ static int cmd_inspect(int argc, char **argv)
         case OPT_JSON: json = 1; break;
         case OPT_DIM:
             if (add_dim(&opt, dims, optarg))
+                return EXIT_BAD_INPUT;
+            break;
+        case OPT_CONST:
+            if (add_const(&opt, consts, optarg))
                 return EXIT_BAD_INPUT;
             break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -360,6 +383,8 @@ static int cmd_inspect(int argc, char **argv)
     graph_free(g);
     for (int i = 0; i < opt.ndims; i++)
         free((char *)dims[i].name);
+    for (int i = 0; i < opt.nconsts; i++)
+        free((char *)consts[i].name);
     return rc;
 }
 
@@ -406,6 +431,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"explain", required_argument, 0, OPT_EXPLAIN},
         {"dot", required_argument, 0, OPT_DOT},
         {"dim", required_argument, 0, OPT_DIM},
+        {"const", required_argument, 0, OPT_CONST},
         {"target", required_argument, 0, OPT_TARGET},
         {"shard-weights", required_argument, 0, OPT_SHARD_WEIGHTS},
         {"prefetch", required_argument, 0, OPT_PREFETCH},
@@ -424,7 +450,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     const char *shards[256];
     int nshards = 0, json = 0, c, rc = EXIT_BAD_INPUT;
     DimBinding dims[64];
-    FrontendOptions opt = {.dims = dims, .ndims = 0};
+    ConstBinding consts[64];
+    FrontendOptions opt = {.dims = dims, .ndims = 0, .consts = consts, .nconsts = 0};
     optind = 1;
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -467,6 +494,10 @@ static int cmd_plan(int argc, char **argv, int compile)
             break;
         case OPT_DIM:
             if (add_dim(&opt, dims, optarg))
+                return EXIT_BAD_INPUT;
+            break;
+        case OPT_CONST:
+            if (add_const(&opt, consts, optarg))
                 return EXIT_BAD_INPUT;
             break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -576,6 +607,8 @@ cleanup:
     arena_free(&arena);
     for (int i = 0; i < opt.ndims; i++)
         free((char *)dims[i].name);
+    for (int i = 0; i < opt.nconsts; i++)
+        free((char *)consts[i].name);
     return rc;
 }
 

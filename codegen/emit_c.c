@@ -60,6 +60,8 @@ static const char *nccl_type(DType t)
     case DT_F64: return "ncclFloat64";
     case DT_I64: return "ncclInt64";
     case DT_I32: return "ncclInt32";
+    case DT_U32: return "ncclUint32";
+    case DT_I16: case DT_U16: return "ncclFloat16"; /* moved as 2-byte elements: never summed (emit_inst) */
     case DT_I8: return "ncclInt8";
     default: return "ncclUint8";
     }
@@ -88,6 +90,9 @@ static const char *mpi_type(DType t)
     case DT_F64: return "MPI_DOUBLE";
     case DT_I64: return "MPI_INT64_T";
     case DT_I32: return "MPI_INT32_T";
+    case DT_U32: return "MPI_UINT32_T";
+    case DT_I16: return "MPI_INT16_T";
+    case DT_U16: return "MPI_UINT16_T";
     case DT_I8: return "MPI_INT8_T";
     default: return "MPI_UNSIGNED_CHAR";
     }
@@ -409,6 +414,16 @@ static void emit_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
     }
     const PlanReshard *rr = &pr->plan->reshards[in->reshard];
     int r = in->reshard;
+    for (int j = 0; g_cuda && in->kind == INST_START && j < rr->r.nsteps; j++) {
+        CollKind k = rr->r.steps[j].kind;
+        DType dt = rr->tensor->dtype;
+        if ((k == COLL_ALL_REDUCE || k == COLL_REDUCE_SCATTER) && (dt == DT_I16 || dt == DT_U16)) {
+            diag_add(d, "tensor \"%s\": a partial sum stored as %s cannot be reduced by NCCL (no 16-bit integer "
+                        "type); shard it so it is not partial, or use --target c", rr->tensor->label, dtype_name(dt));
+            *rc = -1;
+            return;
+        }
+    }
     if (pr->fused_leader[r] == r) {
         emit_fused(pr, r, in->kind == INST_START, f);
         return;

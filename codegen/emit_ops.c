@@ -21,6 +21,9 @@ const char *emit_ctype(DType t)
     case DT_F64: return "double";
     case DT_I64: return "int64_t";
     case DT_I32: return "int32_t";
+    case DT_U32: return "uint32_t";
+    case DT_I16: return "int16_t";
+    case DT_U16: return "uint16_t";
     case DT_I8: return "int8_t";
     case DT_F16: case DT_BF16: return "uint16_t"; /* bit patterns: rt_h2f / rt_bf2f read them */
     default: return "unsigned char";

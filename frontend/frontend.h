@@ -11,8 +11,8 @@
 #include "../ir/ir.h"
 
 /* Lowest and highest default-domain opset accepted. */
-#define FRONTEND_OPSET_MIN 13
-#define FRONTEND_OPSET_MAX 25
+#define FRONTEND_OPSET_MIN 7
+#define FRONTEND_OPSET_MAX 27
 
 /* A value for a symbolic input dim, from --dim NAME=VALUE. */
 typedef struct DimBinding {
@@ -20,13 +20,27 @@ typedef struct DimBinding {
     int64_t value;
 } DimBinding;
 
+/* A graph input fixed to a file's value, from --const NAME=FILE (consts.c). */
+typedef struct ConstBinding {
+    const char *name;
+    const char *path;
+} ConstBinding;
+
 typedef struct FrontendOptions {
     const DimBinding *dims;
     int ndims;
+    const ConstBinding *consts;
+    int nconsts;
     /* inspect: keep nodes of unsupported ops (OP_UNSUPPORTED, shapes after
      * them unknown) instead of refusing the model. */
     int allow_unsupported;
 } FrontendOptions;
+
+/* ---- consts.c ----------------------------------------------------------- */
+
+/* Turns each --const input into an initializer holding the file's value
+ * (dtype and shape checked against the declaration). */
+int frontend_bind_consts(Graph *g, const FrontendOptions *opt, Diag *d);
 
 /* ---- load.c ------------------------------------------------------------- */
 

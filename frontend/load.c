@@ -430,6 +430,8 @@ static int load_nodes(Loader *L)
          * collected, so the error lists every one of them (inspect keeps
          * them as OP_UNSUPPORTED nodes). */
         int kind = is_default_domain(np->domain) ? op_from_name(op) : -1;
+        if (kind < 0 && is_default_domain(np->domain) && strcmp(op, "CastLike") == 0)
+            kind = OP_CAST; /* normalize.c takes "to" from the second input's dtype */
         if (!*op || strcmp(op, "If") == 0 || strcmp(op, "Loop") == 0 || strcmp(op, "Scan") == 0 ||
             node_is_function(L->m, np, op))
             kind = -1;
@@ -543,8 +545,8 @@ static int load_model(Loader *L)
         return -1;
     }
     L->g->name = arena_strdup(&L->g->arena, L->m->graph->name);
-    if (load_opsets(L) || load_initializers(L) || load_inputs(L) || load_nodes(L) ||
-        load_outputs(L))
+    if (load_opsets(L) || load_initializers(L) || load_inputs(L) || frontend_bind_consts(L->g, L->opt, L->d) ||
+        load_nodes(L) || load_outputs(L))
         return -1;
     for (int b = 0; b < L->opt->ndims; b++)
         if (!L->dim_used[b]) {

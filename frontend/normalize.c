@@ -1,4 +1,4 @@
-/* normalize.c: one IR form for every opset from 13 to 21.
+/* normalize.c: one IR form for every opset from 7 to 27.
  *
  * Later opsets moved several attributes to inputs (Reshape's shape since 5,
  * Slice's starts/ends/axes/steps since 10, Split's split, Squeeze's and
@@ -6,10 +6,18 @@
  * compiler needs their values at compile time anyway (static shapes), so
  * each such input must be a constant (an initializer or a Constant node);
  * its values become the attribute of the old form and the input is
- * dropped. After this pass the arity columns of ops.def hold.
+ * dropped. Two ops went the other way and keep the new form: Pad's pads
+ * and value and Clip's min and max were attributes before opset 11, and
+ * become constant inputs here. CastLike becomes Cast to the second input's
+ * type. Softmax, LogSoftmax and Hardmax before opset 13 normalised over
+ * every dim from `axis` on (flattened to 2-D); where that differs from the
+ * opset-13 form (axis not the last dim) the model is refused by name.
+ * After this pass the arity columns of ops.def hold.
  */
 #include "frontend.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct FoldRule {
@@ -45,8 +53,8 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
     if (!t)
         return 0; /* an omitted optional input keeps the default */
     if (!t->data && (t->rank < 0 || tensor_numel(t) != 0)) {
-        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a constant: dynamic values are not supported",
-                 n->name, node_op_name(n), t->name, attr);
+        diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a constant: dynamic values are not supported%s",
+                 n->name, node_op_name(n), t->name, attr, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
         return -1;
     }
     if ((t->dtype != DT_I64 && t->dtype != DT_I32) || t->rank > 1) {
@@ -121,6 +129,67 @@ static int check_attr_types(const Node *n, Diag *d)
     return 0;
 }
 
+/* A new constant tensor for an attribute that later opsets made an input:
+ * named after the node and the attribute, made unique. */
+static Tensor *const_input(Graph *g, const Node *n, const char *what, DType dt, int rank, const int64_t *dims)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%.200s.%s", n->name, what);
+    for (int k = 2; graph_tensor_find(g, name); k++)
+        snprintf(name, sizeof name, "%.200s.%s.%d", n->name, what, k);
+    Tensor *t = graph_tensor_get(g, name);
+    t->dtype = dt;
+    t->rank = rank;
+    int64_t numel = 1;
+    for (int i = 0; i < rank; i++)
+        numel *= t->dims[i] = dims[i];
+    t->nbytes = numel * (int64_t)dtype_size(dt);
+    t->data = arena_alloc(&g->arena, (size_t)t->nbytes + 8);
+    t->is_initializer = 1;
+    return t;
+}
+
+static void set_inputs(Graph *g, Node *n, Tensor *const *ins, int count)
+{
+    Tensor **na = arena_alloc(&g->arena, (size_t)count * sizeof(Tensor *));
+    memcpy(na, ins, (size_t)count * sizeof(Tensor *));
+    n->inputs = na;
+    n->ninputs = count;
+}
+
+/* The pre-opset-11 forms of Pad (pads, value) and Clip (min, max) as
+ * attributes: made constant inputs of the data's type. */
+static int old_attrs_to_inputs(Graph *g, Node *n, Diag *d)
+{
+    const Tensor *x = n->ninputs ? n->inputs[0] : NULL;
+    if (!x || x->rank < 0 || !dtype_size(x->dtype))
+        return 0;
+    if (n->op == OP_PAD && n->ninputs == 1 && node_attr(n, "pads")) {
+        const Attr *p = node_attr(n, "pads");
+        if (p->type != ATTR_INTS) {
+            diag_add(d, "node \"%s\" (Pad): attribute \"pads\" must be ints", n->name);
+            return -1;
+        }
+        int64_t len = p->n;
+        Tensor *pads = const_input(g, n, "pads", DT_I64, 1, &len);
+        memcpy((void *)(uintptr_t)pads->data, p->ints, (size_t)len * sizeof(int64_t));
+        Tensor *value = const_input(g, n, "value", x->dtype, 0, NULL);
+        dtype_store(x->dtype, (void *)(uintptr_t)value->data, 0, node_attr_float(n, "value", 0.0f));
+        Tensor *ins[3] = {n->inputs[0], pads, value};
+        set_inputs(g, n, ins, 3);
+    } else if (n->op == OP_CLIP && n->ninputs == 1 && (node_attr(n, "min") || node_attr(n, "max"))) {
+        Tensor *ins[3] = {n->inputs[0], NULL, NULL};
+        const char *names[2] = {"min", "max"};
+        for (int k = 0; k < 2; k++)
+            if (node_attr(n, names[k])) {
+                ins[1 + k] = const_input(g, n, names[k], x->dtype, 0, NULL);
+                dtype_store(x->dtype, (void *)(uintptr_t)ins[1 + k]->data, 0, node_attr_float(n, names[k], 0.0f));
+            }
+        set_inputs(g, n, ins, 3);
+    }
+    return 0;
+}
+
 int frontend_normalize(Graph *g, Diag *d)
 {
     for (int i = 0; i < g->nnodes; i++)
@@ -135,6 +204,41 @@ int frontend_normalize_node(Graph *g, Node *n, Diag *d)
         const OpInfo *info = &op_table[n->op];
         if (check_attr_types(n, d))
             return -1;
+        if (n->op == OP_CAST && n->ninputs == 2 && !node_attr(n, "to")) { /* CastLike */
+            const Tensor *like = n->inputs[1];
+            if (!like || like->rank < 0) {
+                diag_add(d, "node \"%s\" (CastLike): its second input has no known type", n->name);
+                return -1;
+            }
+            int64_t to = like->dtype;
+            node_attr_set_ints(g, n, "to", &to, 1);
+            Attr *a = (Attr *)node_attr(n, "to");
+            a->type = ATTR_INT;
+            a->i = to;
+            n->ninputs = 1;
+        }
+        if (g->opset < 11 && old_attrs_to_inputs(g, n, d))
+            return -1;
+        if (g->opset < 13 && (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX) && n->ninputs && n->inputs[0] &&
+            n->inputs[0]->rank >= 0) {
+            int64_t axis = node_attr_int(n, "axis", 1), r = n->inputs[0]->rank;
+            if (axis < 0)
+                axis += r;
+            int64_t flat = 1;
+            for (int64_t i = axis + 1; i < r; i++)
+                flat *= n->inputs[0]->dims[i];
+            if (axis != r - 1 && flat != 1) {
+                diag_add(d, "node \"%s\" (%s): opset %lld normalises over the dims from axis %lld on, flattened; "
+                            "only the last dim (opset 13 and later) is supported",
+                         n->name, node_op_name(n), (long long)g->opset, (long long)axis);
+                return -1;
+            }
+            /* Here the flattened block is dim `axis` alone: the same result. */
+            node_attr_set_ints(g, n, "axis", &axis, 1);
+            Attr *a = (Attr *)node_attr(n, "axis");
+            a->type = ATTR_INT;
+            a->i = axis;
+        }
         for (size_t r = 0; r < sizeof(fold_rules) / sizeof(fold_rules[0]); r++) {
             const FoldRule *fr = &fold_rules[r];
             if (fr->op != n->op || n->ninputs <= fr->first)

@@ -266,9 +266,22 @@ int frontend_tensor_import(Graph *g, const Onnx__TensorProto *tp, Tensor *t,
     } else if (dt == DT_I32) {
         have = tp->n_int32_data * sizeof(int32_t);
         src = tp->int32_data;
+    } else if (dt == DT_U32) {
+        /* uint32 values live one per uint64 in uint64_data. */
+        uint32_t *b = arena_alloc(&g->arena, (size_t)nbytes + 4);
+        if ((int64_t)tp->n_uint64_data != numel) {
+            diag_add(d, "%s \"%s\": holds %zu values but its shape needs %lld", what, t->name,
+                     tp->n_uint64_data, (long long)numel);
+            return -1;
+        }
+        for (int64_t i = 0; i < numel; i++)
+            b[i] = (uint32_t)tp->uint64_data[i];
+        t->data = b;
+        return 0;
     } else {
-        /* bool, int8, uint8, float16 and bfloat16 values live one per
-         * int32 in int32_data (the 16-bit floats as their bit patterns). */
+        /* bool, int8, uint8, int16, uint16, float16 and bfloat16 values
+         * live one per int32 in int32_data (the 16-bit floats as their bit
+         * patterns). */
         if ((int64_t)tp->n_int32_data == numel) {
             size_t es = dtype_size((DType)dt);
             uint8_t *b = arena_alloc(&g->arena, (size_t)nbytes + 1);

@@ -58,10 +58,10 @@ const char *dtype_name(DType t)
 size_t dtype_size(DType t)
 {
     switch (t) {
-    case DT_F32: case DT_I32: return 4;
+    case DT_F32: case DT_I32: case DT_U32: return 4;
     case DT_I64: case DT_F64: return 8;
     case DT_BOOL: case DT_U8: case DT_I8: return 1;
-    case DT_F16: case DT_BF16: return 2;
+    case DT_F16: case DT_BF16: case DT_I16: case DT_U16: return 2;
     default: return 0;
     }
 }
@@ -78,7 +78,7 @@ int dtype_is_float(DType t)
 
 int dtype_is_int(DType t)
 {
-    return t == DT_I64 || t == DT_I32 || t == DT_I8 || t == DT_U8;
+    return t == DT_I64 || t == DT_I32 || t == DT_I16 || t == DT_I8 || t == DT_U32 || t == DT_U16 || t == DT_U8;
 }
 
 DType dtype_compute(DType t)
@@ -172,6 +172,9 @@ double dtype_load(DType t, const void *p, int64_t i)
     case DT_I32: { int32_t v; memcpy(&v, c, 4); return v; }
     case DT_F16: { uint16_t v; memcpy(&v, c, 2); return half_to_float(v); }
     case DT_BF16: { uint16_t v; memcpy(&v, c, 2); return bf16_to_float(v); }
+    case DT_I16: { int16_t v; memcpy(&v, c, 2); return v; }
+    case DT_U16: { uint16_t v; memcpy(&v, c, 2); return v; }
+    case DT_U32: { uint32_t v; memcpy(&v, c, 4); return v; }
     case DT_I8: return (int8_t)*c;
     case DT_U8: return (uint8_t)*c;
     default: return *c != 0;
@@ -188,6 +191,8 @@ void dtype_store(DType t, void *p, int64_t i, double v)
     case DT_I32: { int64_t x = sat_i64(v); int32_t y = (int32_t)(uint32_t)(uint64_t)x; memcpy(c, &y, 4); break; }
     case DT_F16: { uint16_t h = float_to_half((float)v); memcpy(c, &h, 2); break; }
     case DT_BF16: { uint16_t h = float_to_bf16((float)v); memcpy(c, &h, 2); break; }
+    case DT_I16: case DT_U16: { uint16_t y = (uint16_t)(uint64_t)sat_i64(v); memcpy(c, &y, 2); break; }
+    case DT_U32: { uint32_t y = (uint32_t)(uint64_t)sat_i64(v); memcpy(c, &y, 4); break; }
     case DT_I8: case DT_U8: *c = (char)(uint8_t)(uint64_t)sat_i64(v); break;
     default: *c = v != 0; break;
     }

@@ -69,11 +69,14 @@ typedef enum DType {
     DT_F32 = 1,
     DT_U8 = 2,
     DT_I8 = 3,
+    DT_U16 = 4,
+    DT_I16 = 5,
     DT_I32 = 6,
     DT_I64 = 7,
     DT_BOOL = 9,
     DT_F16 = 10,
     DT_F64 = 11,
+    DT_U32 = 12,
     DT_BF16 = 16,
 } DType;
 
@@ -88,7 +91,7 @@ size_t dtype_size(DType t);                /* 0 for unsupported */
 int dtype_supported(int onnx_type);        /* 1 for the DType values above */
 const char *dtype_onnx_name(int onnx_type); /* name of any ONNX dtype */
 int dtype_is_float(DType t);               /* f16, bf16, f32, f64 */
-int dtype_is_int(DType t);                 /* u8, i8, i32, i64 */
+int dtype_is_int(DType t);                 /* u8, i8, u16, i16, u32, i32, i64 */
 DType dtype_compute(DType t);              /* DT_F32, DT_I64 or DT_BOOL */
 /* Element i of an array of dtype t (which may be unaligned), as a double,
  * and back (floats rounded to nearest even, integers saturated, NaN to 0). */
@@ -98,7 +101,7 @@ float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 float bf16_to_float(uint16_t h);
 uint16_t float_to_bf16(float f);
-#define DTYPE_SUPPORTED_LIST "float32, float16, bfloat16, float64, int64, int32, int8, uint8, bool"
+#define DTYPE_SUPPORTED_LIST "float32, float16, bfloat16, float64, int64, int32, int16, int8, uint32, uint16, uint8, bool"
 
 /* ---- op table ----------------------------------------------------------- */
 

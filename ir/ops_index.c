@@ -341,8 +341,8 @@ int shape_scatter_elements(Graph *g, Node *n, Diag *d)
 static int need_const(Diag *d, const Node *n, const Tensor *t, const char *what)
 {
     if (!t->data && tensor_numel(t) != 0)
-        return shape_fail(d, n, "input \"%s\" (%s) must be a constant: dynamic values are not supported",
-                          t->name, what);
+        return shape_fail(d, n, "input \"%s\" (%s) must be a constant: dynamic values are not supported%s",
+                          t->name, what, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
     return 0;
 }
 

@@ -68,7 +68,7 @@ static int need_const(Diag *d, const Node *n, int k)
     if (t->data || tensor_numel(t) == 0)
         return 0;
     return shape_fail(d, n, "input \"%s\" must be a constant (computed from shapes or stored in the model): "
-                      "its value decides the output shape", t->name);
+                      "its value decides the output shape%s", t->name, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
 }
 
 /* Range(start, limit, delta): max(ceil((limit - start) / delta), 0)

@@ -168,7 +168,10 @@ static inline void *rt_alloc(size_t bytes)
 /* Element types, as ONNX's TensorProto codes. Kernels compute in float32,
  * int64 or bool; a tensor stored in another type is widened into a
  * compute-type buffer before a node and narrowed after it (k_cast). */
-enum { RT_F32 = 1, RT_U8 = 2, RT_I8 = 3, RT_I32 = 6, RT_I64 = 7, RT_BOOL = 9, RT_F16 = 10, RT_F64 = 11, RT_BF16 = 16 };
+enum {
+    RT_F32 = 1, RT_U8 = 2, RT_I8 = 3, RT_U16 = 4, RT_I16 = 5, RT_I32 = 6, RT_I64 = 7, RT_BOOL = 9,
+    RT_F16 = 10, RT_F64 = 11, RT_U32 = 12, RT_BF16 = 16
+};
 
 typedef struct RtTensor {
     int dtype;
@@ -186,7 +189,9 @@ typedef struct RtTensor {
 
 RT_HD size_t rt_dtype_size(int dt)
 {
-    return dt == RT_F32 || dt == RT_I32 ? 4 : dt == RT_I64 || dt == RT_F64 ? 8 : dt == RT_F16 || dt == RT_BF16 ? 2 : 1;
+    return dt == RT_F32 || dt == RT_I32 || dt == RT_U32 ? 4
+         : dt == RT_I64 || dt == RT_F64                ? 8
+         : dt == RT_F16 || dt == RT_BF16 || dt == RT_I16 || dt == RT_U16 ? 2 : 1;
 }
 
 static inline const char *rt_dtype_name(int dt)
@@ -195,6 +200,9 @@ static inline const char *rt_dtype_name(int dt)
     case RT_F32: return "float32";
     case RT_U8: return "uint8";
     case RT_I8: return "int8";
+    case RT_U16: return "uint16";
+    case RT_I16: return "int16";
+    case RT_U32: return "uint32";
     case RT_I32: return "int32";
     case RT_I64: return "int64";
     case RT_BOOL: return "bool";
@@ -212,6 +220,9 @@ static inline const char *rt_npy_descr(int dt)
     case RT_F32: return "<f4";
     case RT_U8: return "|u1";
     case RT_I8: return "|i1";
+    case RT_U16: return "<u2";
+    case RT_I16: return "<i2";
+    case RT_U32: return "<u4";
     case RT_I32: return "<i4";
     case RT_I64: return "<i8";
     case RT_BOOL: return "|b1";
@@ -295,6 +306,9 @@ RT_HD int64_t rt_load_i64(const void *x, int dt, int64_t i)
     switch (dt) {
     case RT_I64: return ((const int64_t *)x)[i];
     case RT_I32: return ((const int32_t *)x)[i];
+    case RT_U32: return ((const uint32_t *)x)[i];
+    case RT_I16: return ((const int16_t *)x)[i];
+    case RT_U16: return ((const uint16_t *)x)[i];
     case RT_I8: return ((const int8_t *)x)[i];
     case RT_U8: return ((const uint8_t *)x)[i];
     default: return ((const unsigned char *)x)[i] != 0;
@@ -317,6 +331,9 @@ RT_HD void rt_store_i64(void *y, int dt, int64_t i, int64_t v)
     switch (dt) {
     case RT_I64: ((int64_t *)y)[i] = v; break;
     case RT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case RT_U32: ((uint32_t *)y)[i] = (uint32_t)(uint64_t)v; break;
+    case RT_I16: ((int16_t *)y)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
+    case RT_U16: ((uint16_t *)y)[i] = (uint16_t)(uint64_t)v; break;
     case RT_I8: ((int8_t *)y)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
     case RT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; break;
     case RT_F32: ((float *)y)[i] = (float)v; break;
@@ -429,7 +446,7 @@ static inline void rt_parse_npy(const char *path, const unsigned char *buf, size
         ;
     if (strncmp(fo, "True", 4) == 0)
         rt_die("%s: Fortran-ordered arrays are not supported", path);
-    static const int types[] = {RT_F32, RT_U8, RT_I8, RT_I32, RT_I64, RT_BOOL, RT_F16, RT_F64, RT_BF16};
+    static const int types[] = {RT_F32, RT_U8, RT_I8, RT_U16, RT_I16, RT_U32, RT_I32, RT_I64, RT_BOOL, RT_F16, RT_F64, RT_BF16};
     t->dtype = 0;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         char q[8];
@@ -440,7 +457,7 @@ static inline void rt_parse_npy(const char *path, const unsigned char *buf, size
     if (strncmp(d + 9, "'|V2'", 5) == 0) /* numpy's own spelling of ml_dtypes' bfloat16 */
         t->dtype = RT_BF16;
     if (!t->dtype)
-        rt_die("%s: dtype %.8s is not supported (<f4 <f2 <V2 (bfloat16) <f8 <i8 <i4 |i1 |u1 |b1)", path, d + 9);
+        rt_die("%s: dtype %.8s is not supported (<f4 <f2 <V2 (bfloat16) <f8 <i8 <i4 <i2 |i1 <u4 <u2 |u1 |b1)", path, d + 9);
     const char *p = strchr(sh, '(');
     t->rank = 0;
     for (p = p ? p + 1 : sh; *p && *p != ')';) {
@@ -496,7 +513,7 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
                 t->dims[t->rank++] = (int64_t)v;
             else if (field == 2)
                 t->dtype = (int)v;
-            else if ((field == 7 || field == 5) && npacked_ints < (1 << 12)) { /* int64_data, int32_data */
+            else if ((field == 7 || field == 5 || field == 11) && npacked_ints < (1 << 12)) { /* int64, int32, uint64 */
                 ints[npacked_ints++] = (int64_t)v;
                 typed_field = field;
             }
@@ -511,7 +528,8 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
             } else if (field == 9) {
                 raw = p;
                 raw_len = n;
-            } else if (field == 4 || field == 5 || field == 7 || field == 10) { /* float, int32, int64, double */
+            } else if (field == 4 || field == 5 || field == 7 || field == 10 || field == 11) {
+                /* float, int32, int64, double, uint64 */
                 typed = p;
                 typed_len = n;
                 typed_field = field;
@@ -548,9 +566,10 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
     } else if (typed && ((typed_field == 4 && t->dtype == RT_F32) || (typed_field == 10 && t->dtype == RT_F64)) &&
                typed_len == t->bytes) {
         memcpy(t->data, typed, typed_len);
-    } else if (typed && (typed_field == 7 || typed_field == 5)) {
-        /* int32_data holds int32, int8, uint8 and bool values, and the bit
-         * patterns of float16 and bfloat16. */
+    } else if (typed && (typed_field == 7 || typed_field == 5 || typed_field == 11)) {
+        /* int32_data holds int32, int16, uint16, int8, uint8 and bool
+         * values and the bit patterns of float16 and bfloat16; uint64_data
+         * (field 11) holds uint32. */
         const unsigned char *q = typed;
         for (size_t i = 0; i < numel; i++) {
             int64_t v = (int64_t)rt_varint(&q, typed + typed_len, path);
