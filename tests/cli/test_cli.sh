@@ -72,5 +72,42 @@ a=$("$BIN" plan tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/pa
 b=$("$BIN" plan tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --json)
 [ "$a" = "$b" ] || err "plan output is not deterministic"
 
+# --const: a shape-deciding graph input (ReduceSum's axes) fixed at compile
+# time from a .npy or a TensorProto; without it, the error says how.
+C=build/cli_const
+rm -rf "$C" && mkdir -p "$C"
+"$PY" - "$C" <<'PYEOF'
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+d = sys.argv[1]
+g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0, name="sum")], "const_axes",
+                      [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]),
+                       helper.make_tensor_value_info("axes", T.INT64, [1])],
+                      [helper.make_tensor_value_info("y", T.FLOAT, None)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+m.ir_version = 10
+onnx.save(m, d + "/model.onnx")
+np.save(d + "/axes.npy", np.array([1], np.int64))
+np.save(d + "/axes_bad.npy", np.array([1, 2], np.int64))
+open(d + "/axes.pb", "wb").write(numpy_helper.from_array(np.array([-1], np.int64)).SerializeToString())
+np.save(d + "/x.npy", np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+PYEOF
+out=$("$BIN" plan "$C/model.onnx" --mesh a=1 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && case "$out" in *'"axes"'*'--const'*) true;; *) false;; esac || err "--const hint missing: $out"
+"$BIN" inspect "$C/model.onnx" --const axes="$C/axes.npy" --nodes | grep -q 'y .*\[2, 4\]' || err "--const .npy: wrong shape"
+"$BIN" inspect "$C/model.onnx" --const axes="$C/axes.pb" --nodes | grep -q 'y .*\[2, 3\]' || err "--const .pb: wrong shape"
+out=$("$BIN" plan "$C/model.onnx" --mesh a=1 --const axes="$C/axes_bad.npy" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && case "$out" in *"--const axes="*"[2]"*"[1]"*) true;; *) false;; esac \
+    || err "--const with a wrong shape: exit $rc: $out"
+out=$("$BIN" plan "$C/model.onnx" --mesh a=1 --const nope="$C/axes.npy" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && case "$out" in *"--const nope: the model has no graph input"*) true;; *) false;; esac || err "--const unknown input: $out"
+if "$BIN" compile "$C/model.onnx" --mesh a=1 --const axes="$C/axes.npy" -o "$C/out" >/dev/null 2>&1 && make -s -C "$C/out" >/dev/null 2>&1 &&
+   "$C/out/run.sh" --in x="$C/x.npy" --out y="$C/y.npy" >/dev/null 2>&1 </dev/null; then
+    "$PY" -c "import numpy as np,sys; x=np.load(sys.argv[1]); y=np.load(sys.argv[2]); sys.exit(0 if np.allclose(y, x.sum(1)) else 1)" \
+        "$C/x.npy" "$C/y.npy" || err "--const: the compiled program computes the wrong sum"
+else
+    err "--const: compile/build/run failed"
+fi
+
 [ $fail -eq 0 ] && echo "cli: all passed ($BIN)"
 exit $fail
