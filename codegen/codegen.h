@@ -156,6 +156,8 @@ typedef struct EmitCtx {
 #include "../ir/ops.def"
 #undef OP
 int emit_bias_residual(const EmitCtx *c, Diag *d);
+/* k_einsum_*: the most summed-over letters (templates/kernels.c has the same). */
+#define K_EINSUM_MAX_SUMMED 16
 int emit_bias_act(const EmitCtx *c, Diag *d);
 
 /* Helpers for emitters. */

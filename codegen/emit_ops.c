@@ -618,3 +618,72 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
         }
     return 0;
 }
+
+/* Einsum over this rank's blocks: the equation parsed again on the local
+ * dims; one loop nest over the output letters (the output is contiguous
+ * in their order) and, inside, over the summed letters, with each
+ * operand's stride per letter (a repeated letter's strides add up: its
+ * diagonal; a broadcast dim has stride 0). */
+int emit_einsum(const EmitCtx *c, Diag *d)
+{
+    const Node *n = c->n;
+    const Buffer *y = emit_out(c, 0);
+    int ranks[EINSUM_MAX_INPUTS];
+    int64_t dims[EINSUM_MAX_INPUTS][IR_MAX_RANK];
+    for (int i = 0; i < n->ninputs; i++) {
+        ranks[i] = emit_in(c, i)->rank;
+        memcpy(dims[i], emit_in(c, i)->dims, sizeof dims[i]);
+    }
+    EinsumSpec s;
+    char err[160];
+    if (einsum_parse(node_attr_str(n, "equation", ""), n->ninputs, ranks, (const int64_t(*)[IR_MAX_RANK])dims, &s,
+                     err, sizeof err)) {
+        diag_add(d, "node \"%s\" (Einsum): local equation: %s", n->label, err);
+        return -1;
+    }
+    int con[EINSUM_MAX_LETTERS], ncon = 0;
+    for (int l = 0; l < s.nletters; l++) {
+        int in_out = 0;
+        for (int q = 0; q < s.out_rank; q++)
+            in_out |= s.out[q] == l;
+        if (!in_out && s.size[l] > 1)
+            con[ncon++] = l;
+    }
+    if (ncon > K_EINSUM_MAX_SUMMED) {
+        diag_add(d, "node \"%s\" (Einsum): sums over %d letters (at most %d)", n->label, ncon, K_EINSUM_MAX_SUMMED);
+        return -1;
+    }
+    int64_t osz[IR_MAX_RANK] = {1}, csz[K_EINSUM_MAX_SUMMED] = {1};
+    int64_t ost[EINSUM_MAX_INPUTS * IR_MAX_RANK] = {0}, cst[EINSUM_MAX_INPUTS * K_EINSUM_MAX_SUMMED] = {0};
+    for (int q = 0; q < s.out_rank; q++)
+        osz[q] = s.size[s.out[q]];
+    for (int q = 0; q < ncon; q++)
+        csz[q] = s.size[con[q]];
+    for (int i = 0; i < s.nin; i++) {
+        int64_t st[IR_MAX_RANK];
+        emit_strides(dims[i], ranks[i], st);
+        for (int j = 0; j < ranks[i]; j++) {
+            int l = s.letter[i][j];
+            if (dims[i][j] != s.size[l])
+                continue; /* broadcast from 1 */
+            for (int q = 0; q < s.out_rank; q++)
+                if (s.out[q] == l)
+                    ost[i * s.out_rank + q] += st[j];
+            for (int q = 0; q < ncon; q++)
+                if (con[q] == l)
+                    cst[i * ncon + q] += st[j];
+        }
+    }
+    const char *ct = y->dtype == DT_F32 ? "float" : "int64_t";
+    fprintf(c->f, "    {\n");
+    emit_arr(c, "osz", osz, s.out_rank ? s.out_rank : 1);
+    emit_arr(c, "ost", ost, s.out_rank ? s.nin * s.out_rank : 1);
+    emit_arr(c, "csz", csz, ncon ? ncon : 1);
+    emit_arr(c, "cst", cst, ncon ? s.nin * ncon : 1);
+    fprintf(c->f, "        const %s *ops[] = {", ct);
+    for (int i = 0; i < s.nin; i++)
+        fprintf(c->f, "%s%s", i ? ", " : "", emit_in(c, i)->name);
+    fprintf(c->f, "};\n        k_einsum_%s(%s, %d, ops, %d, osz, ost, %d, csz, cst); /* inputs, output letters, summed letters */\n    }\n",
+            y->dtype == DT_F32 ? "f32" : "i64", y->name, s.nin, s.out_rank, ncon);
+    return 0;
+}

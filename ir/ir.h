@@ -313,6 +313,23 @@ void fold_set(Tensor *t, int64_t i, double v);
 void *fold_alloc(Graph *g, Tensor *t);
 int64_t fold_bcast_index(const Tensor *out, const Tensor *in, int64_t i);
 
+/* ---- einsum.c ----------------------------------------------------------- */
+
+#define EINSUM_MAX_INPUTS 8
+#define EINSUM_MAX_LETTERS (52 + IR_MAX_RANK)
+/* An Einsum equation over given operand shapes: each operand dim's letter
+ * (a-z 0..25, A-Z 26..51, ellipsis dims 52..), each letter's size, the
+ * output's letters. */
+typedef struct EinsumSpec {
+    int nin, nletters, out_rank;
+    int rank[EINSUM_MAX_INPUTS];
+    int letter[EINSUM_MAX_INPUTS][IR_MAX_RANK];
+    int64_t size[EINSUM_MAX_LETTERS];
+    int out[IR_MAX_RANK];
+} EinsumSpec;
+int einsum_parse(const char *eq, int nin, const int *ranks, const int64_t (*dims)[IR_MAX_RANK], EinsumSpec *s,
+                 char *err, size_t cap);
+
 /* Shape and fold functions, referenced from ops.def. */
 #define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold)              \
     int fn(Graph *g, Node *n, Diag *d); int fold(Graph *g, Node *n, Diag *d);

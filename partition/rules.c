@@ -470,3 +470,52 @@ int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d)
         r->tensors[n->ninputs + k] = n->outputs[k];
     return rule_fns[n->op](n, r, d);
 }
+
+/* Einsum: one factor per subscript letter. A letter in the output passes
+ * through (every operand holding it split alike); a summed-over letter is
+ * a contraction (split, it leaves the result partial, as MatMul's K does);
+ * a letter repeated within one operand (a diagonal) needs replication,
+ * since one tensor cannot be split twice over the same axes. An operand
+ * dim broadcast from size 1 is not mapped. */
+int rule_einsum(const Node *n, FactorRule *r, Diag *d)
+{
+    int ranks[EINSUM_MAX_INPUTS];
+    int64_t dims[EINSUM_MAX_INPUTS][IR_MAX_RANK];
+    for (int i = 0; i < n->ninputs; i++) {
+        ranks[i] = n->inputs[i]->rank;
+        memcpy(dims[i], n->inputs[i]->dims, sizeof dims[i]);
+    }
+    EinsumSpec s;
+    char err[160];
+    if (einsum_parse(node_attr_str(n, "equation", ""), n->ninputs, ranks, (const int64_t(*)[IR_MAX_RANK])dims, &s,
+                     err, sizeof err)) {
+        diag_add(d, "node \"%s\" (Einsum): equation: %s", n->label, err);
+        return -1;
+    }
+    int yo = rule_out_idx(n, 0);
+    for (int l = 0; l < s.nletters; l++) {
+        if (s.size[l] <= 1)
+            continue;
+        int in_out = -1, repeated = 0;
+        for (int q = 0; q < s.out_rank; q++)
+            if (s.out[q] == l)
+                in_out = q;
+        for (int i = 0; i < s.nin; i++) {
+            int seen = 0;
+            for (int j = 0; j < s.rank[i]; j++)
+                seen += s.letter[i][j] == l;
+            repeated |= seen > 1;
+        }
+        FactorKind kind = repeated ? FK_NEED_REPL : in_out >= 0 ? FK_PASS : FK_REDUCTION;
+        if (r->nfactors == RULE_MAX_FACTORS)
+            return rule_too_big(n, d);
+        int f = rule_new_factor(r, s.size[l], kind, repeated ? "Einsum takes a diagonal along it" : NULL);
+        for (int i = 0; i < s.nin; i++)
+            for (int j = 0; j < s.rank[i]; j++)
+                if (s.letter[i][j] == l && n->inputs[i]->dims[j] == s.size[l])
+                    rule_map_dim(r, i, j, f);
+        if (in_out >= 0)
+            rule_map_dim(r, yo, in_out, f);
+    }
+    return 0;
+}

@@ -473,6 +473,76 @@ static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
     CHECK_LAUNCH();
 }
 
+/* Einsum: one thread per output element, as the C kernel (kernels.c). */
+#define K_EINSUM_MAX_SUMMED 16
+typedef struct KEinsum {
+    int nin, nout, ncon;
+    const void *x[8];
+    int64_t osz[K_MAX_RANK], csz[K_EINSUM_MAX_SUMMED];
+    int64_t ost[8 * K_MAX_RANK], cst[8 * K_EINSUM_MAX_SUMMED];
+} KEinsum;
+
+template <typename T> __global__ void kk_einsum(T *y, int64_t ny, int64_t nc, KEinsum e)
+{
+    GRID_LOOP(o, ny)
+    {
+        int64_t base[8] = {0}, q = o;
+        for (int i = e.nout - 1; i >= 0; i--) {
+            int64_t v = q % e.osz[i];
+            q /= e.osz[i];
+            for (int k = 0; k < e.nin; k++)
+                base[k] += v * e.ost[k * e.nout + i];
+        }
+        T acc = 0;
+        for (int64_t cc = 0; cc < nc; cc++) {
+            int64_t off[8], r = cc;
+            for (int k = 0; k < e.nin; k++)
+                off[k] = base[k];
+            for (int i = e.ncon - 1; i >= 0; i--) {
+                int64_t v = r % e.csz[i];
+                r /= e.csz[i];
+                for (int k = 0; k < e.nin; k++)
+                    off[k] += v * e.cst[k * e.ncon + i];
+            }
+            T p = ((const T *)e.x[0])[off[0]];
+            for (int k = 1; k < e.nin; k++)
+                p *= ((const T *)e.x[k])[off[k]];
+            acc += p;
+        }
+        y[o] = acc;
+    }
+}
+
+template <typename T>
+static inline void k_einsum(T *y, int nin, const T *const *x, int nout, const int64_t *osz, const int64_t *ost, int ncon,
+                            const int64_t *csz, const int64_t *cst)
+{
+    KEinsum e;
+    memset(&e, 0, sizeof e);
+    e.nin = nin;
+    e.nout = nout;
+    e.ncon = ncon;
+    int64_t ny = 1, nc = 1;
+    for (int k = 0; k < nin; k++)
+        e.x[k] = x[k];
+    for (int i = 0; i < nout; i++) {
+        e.osz[i] = osz[i];
+        ny *= osz[i];
+        for (int k = 0; k < nin; k++)
+            e.ost[k * nout + i] = ost[k * nout + i];
+    }
+    for (int i = 0; i < ncon; i++) {
+        e.csz[i] = csz[i];
+        nc *= csz[i];
+        for (int k = 0; k < nin; k++)
+            e.cst[k * ncon + i] = cst[k * ncon + i];
+    }
+    kk_einsum<T><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, nc, e);
+    CHECK_LAUNCH();
+}
+#define k_einsum_f32 k_einsum<float>
+#define k_einsum_i64 k_einsum<int64_t>
+
 /* Row-major Y[m,n] = A[m,k] W[k,n] is column-major Y^T = W^T A^T. */
 static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_t batch, int64_t m, int64_t k,
                                 int64_t n, int64_t a_bstride, int64_t w_bstride)

@@ -271,6 +271,49 @@ static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
             rt_convert(y, to, x, from, i);
 }
 
+/* Einsum (codegen/emit_ops.c emit_einsum): for every output element (the
+ * output letters, row-major), the sum over the summed letters of the
+ * product of the operands, each addressed by its stride per letter. */
+#define K_EINSUM_MAX_SUMMED 16
+#define K_EINSUM(SFX, T)                                                                                        \
+    static inline void k_einsum_##SFX(T *y, int nin, const T *const *x, int nout, const int64_t *osz,          \
+                                      const int64_t *ost, int ncon, const int64_t *csz, const int64_t *cst)     \
+    {                                                                                                           \
+        int64_t ny = 1, nc = 1;                                                                                 \
+        for (int i = 0; i < nout; i++)                                                                          \
+            ny *= osz[i];                                                                                       \
+        for (int i = 0; i < ncon; i++)                                                                          \
+            nc *= csz[i];                                                                                       \
+        for (int64_t o = 0; o < ny; o++) {                                                                      \
+            int64_t base[8] = {0}, q = o;                                                                       \
+            for (int i = nout - 1; i >= 0; i--) {                                                               \
+                int64_t v = q % osz[i];                                                                         \
+                q /= osz[i];                                                                                    \
+                for (int k = 0; k < nin; k++)                                                                   \
+                    base[k] += v * ost[k * nout + i];                                                           \
+            }                                                                                                   \
+            T acc = 0;                                                                                          \
+            for (int64_t cc = 0; cc < nc; cc++) {                                                               \
+                int64_t off[8], r = cc;                                                                         \
+                for (int k = 0; k < nin; k++)                                                                   \
+                    off[k] = base[k];                                                                           \
+                for (int i = ncon - 1; i >= 0; i--) {                                                           \
+                    int64_t v = r % csz[i];                                                                     \
+                    r /= csz[i];                                                                                \
+                    for (int k = 0; k < nin; k++)                                                               \
+                        off[k] += v * cst[k * ncon + i];                                                        \
+                }                                                                                               \
+                T p = x[0][off[0]];                                                                             \
+                for (int k = 1; k < nin; k++)                                                                   \
+                    p *= x[k][off[k]];                                                                          \
+                acc += p;                                                                                       \
+            }                                                                                                   \
+            y[o] = acc;                                                                                         \
+        }                                                                                                       \
+    }
+K_EINSUM(f32, float)
+K_EINSUM(i64, int64_t)
+
 /* Batched matmul: y[b] = a[b] @ w[b], with per-batch element offsets
  * (0 stride for a broadcast operand). */
 static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_t batch, int64_t m, int64_t k,

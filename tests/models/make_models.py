@@ -389,6 +389,19 @@ def op_cases():
     add("constant_ints", 13, [N("Constant", [], ["k"], value_ints=[3, 1, 4]),
                               N("Add", ["x", "k"], ["y"])],
         {"x": r.integers(0, 9, (2, 3), dtype=np.int64)}, {}, ["y"])
+    # Einsum: its own generator, so these never shift the cases above.
+    e = np.random.default_rng(1212)
+    ef = lambda *s: e.standard_normal(s, dtype=np.float32)
+    for name, eq, shapes in (("bmm", "bij,bjk->bik", [(2, 4, 6), (2, 6, 4)]),
+                             ("transpose", "ij->ji", [(4, 6)]),
+                             ("sum_rows", "ij->i", [(4, 6)]),
+                             ("inner", "i,i", [(6,), (6,)]),
+                             ("diagonal", "ii->i", [(4, 4)]),
+                             ("implicit", "ij,jk", [(2, 4), (4, 6)]),
+                             ("ellipsis", "...ij,...jk->...ik", [(2, 2, 4), (2, 4, 2)]),
+                             ("three", "ab,bc,cd->ad", [(2, 4), (4, 2), (2, 6)])):
+        ins = {"x%d" % i: ef(*s) for i, s in enumerate(shapes)}
+        add("einsum_" + name, 12, [N("Einsum", list(ins), ["y"], equation=eq)], ins, {}, ["y"])
     return c
 
 
