@@ -163,3 +163,39 @@ int fold_constant_of_shape(Graph *g, Node *n, Diag *d)
         fold_set(y, i, fill);
     return 1;
 }
+
+/* NonZero(x): the indices of x's non-zero elements, int64 [rank, count].
+ * Its size depends on x's values, so it is only supported where x is a
+ * constant (a weight, or folded shape arithmetic): then it folds. */
+int shape_nonzero(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *x = n->inputs[0];
+    if (!x->data && tensor_numel(x) != 0)
+        return shape_fail(d, n, "input \"%s\" is not a constant: NonZero's output size would depend on run-time "
+                          "values%s", x->name, x->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+    int64_t count = 0, numel = tensor_numel(x);
+    for (int64_t i = 0; i < numel; i++)
+        count += fold_get(x, i) != 0;
+    int64_t dims[2] = {x->rank, count};
+    return shape_set(d, n, n->outputs[0], DT_I64, 2, dims);
+}
+
+int fold_nonzero(Graph *g, Node *n, Diag *d)
+{
+    (void)d;
+    const Tensor *x = n->inputs[0];
+    Tensor *y = n->outputs[0];
+    int64_t *v = fold_alloc(g, y), count = y->dims[1], numel = tensor_numel(x), k = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        if (fold_get(x, i) == 0)
+            continue;
+        int64_t q = i; /* row-major coordinates of element i */
+        for (int a = x->rank - 1; a >= 0; a--) {
+            v[a * count + k] = q % x->dims[a];
+            q /= x->dims[a];
+        }
+        k++;
+    }
+    return 1;
+}

@@ -402,6 +402,11 @@ def op_cases():
                              ("three", "ab,bc,cd->ad", [(2, 4), (4, 2), (2, 6)])):
         ins = {"x%d" % i: ef(*s) for i, s in enumerate(shapes)}
         add("einsum_" + name, 12, [N("Einsum", list(ins), ["y"], equation=eq)], ins, {}, ["y"])
+    # NonZero of a constant (a mask stored in the model) folds; its indices
+    # then gather from a run-time input.
+    mask = np.array([[1, 0, 3], [0, 5, 0]], np.float32)
+    add("nonzero_const", 13, [N("NonZero", ["m"], ["nz"]), N("Gather", ["x", "nz"], ["y"], axis=1)],
+        {"x": ef(4, 3)}, {"m": mask}, ["y"])
     return c
 
 
