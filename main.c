@@ -572,6 +572,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         for (int i = 1; i < argc; i++)
             snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
         int64_t *ab = calloc((size_t)mesh.nranks, sizeof(int64_t)), *wb = calloc((size_t)mesh.nranks, sizeof(int64_t));
+        popt.cuda = strcmp(target, "cuda") == 0;
         CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .tf32 = tf32, .cuda_arch = cuda_arch,
                              .command_line = cmdline, .model = path,
                              .arena_bytes = ab, .weight_bytes = wb};

@@ -53,6 +53,7 @@ typedef struct ProgramOptions {
     int prefetch;          /* weight gathers start this many weight-reading nodes ahead */
     int64_t mem_limit;     /* bytes per rank (arena + weights + inputs); 0: none */
     int64_t fuse_bytes;    /* fuse ready-together all-reduces smaller than this; 0: off */
+    int cuda;              /* CUDA kernels: float16/bfloat16 MatMuls run as such (cublasGemmEx) */
 } ProgramOptions;
 
 typedef struct Inst {
@@ -82,8 +83,9 @@ typedef struct Program {
     int *node_scratch;      /* node index -> scratch buffer or -1 */
     /* node index -> NULL, or per operand then per output: the buffer in
      * the compute type (float32/int64) the kernel reads or writes instead
-     * of a float16/bfloat16/int32... one, or -1 (program_widen). */
+     * of a float16/bfloat16/int32... one, or -1 (program.c widen_to). */
     int **wide;
+    int cuda;               /* ProgramOptions.cuda */
     int *fused_from;        /* node index -> bias Add fused into this activation, or -1 */
     Inst *insts;
     int ninsts, insts_cap;
@@ -98,9 +100,6 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
 void program_free(Program *prog);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
 int program_operand_buf(const Program *prog, const Node *n, int k);
-/* The compute type a node's operand (is_out 0) or output k is widened to
- * around its kernel, or DT_UNDEFINED when the kernel takes the stored type. */
-DType program_widen(const Node *n, int is_out, int k);
 /* Buffer holding graph output i, gathered (the reshard result when it has one). */
 int program_output_buf(const Program *prog, int i);
 /* Coordinate of this rank within a group of axes ordered as listed. */

@@ -68,7 +68,7 @@ int64_t emit_prod(const int64_t *dims, int from, int to)
 }
 
 /* The buffers a kernel reads and writes: the compute-type copy where the
- * operand or output is widened (program_widen), else the value itself. */
+ * operand or output is widened (program.c widen_to), else the value itself. */
 const Buffer *emit_in(const EmitCtx *c, int k)
 {
     if (k >= c->n->ninputs || !c->n->inputs[k])
@@ -258,7 +258,7 @@ int emit_matmul(const EmitCtx *c, Diag *d)
         boff = k * n;
     else if (bb != 1)
         bregular = 0;
-    const char *sfx = y->dtype == DT_F32 ? "f32" : "i64";
+    const char *sfx = y->dtype == DT_F32 ? "f32" : y->dtype == DT_F16 ? "f16" : y->dtype == DT_BF16 ? "bf16" : "i64";
     if (aregular && ab == batch && bb == 1 && a->rank > 1) {
         /* A shared right operand: fold the batch into M, one GEMM. */
         fprintf(c->f, "    k_matmul_%s(%s, %s, %s, 1, %lld, %lld, %lld, 0, 0);\n", sfx, y->name, a->name, b->name,

@@ -670,10 +670,15 @@ cleanup:
  * is converted into a scratch buffer of the compute type before the node
  * and each such result converted back after it (ir.h: storage and
  * compute types). Cast converts between any two types itself. */
-DType program_widen(const Node *n, int is_out, int k)
+static DType widen_to(const Program *pr, const Node *n, int is_out, int k)
 {
     const Tensor *t = is_out ? (k < n->noutputs ? n->outputs[k] : NULL) : (k < n->ninputs ? n->inputs[k] : NULL);
     if (!t || dtype_compute(t->dtype) == t->dtype)
+        return DT_UNDEFINED;
+    /* On CUDA a 16-bit MatMul runs as one: cuBLAS reads float16/bfloat16
+     * and accumulates in float32 (k_matmul_f16/bf16, cublasGemmEx). */
+    if (pr->cuda && n->op == OP_MATMUL && (t->dtype == DT_F16 || t->dtype == DT_BF16) &&
+        n->inputs[0]->dtype == t->dtype && n->inputs[1]->dtype == t->dtype)
         return DT_UNDEFINED;
     switch (n->op) {
     case OP_CAST: case OP_CONSTANT:
@@ -691,14 +696,14 @@ static void widen_bufs(Program *pr, const Node *n)
 {
     int slots = n->ninputs + n->noutputs, any = 0;
     for (int s = 0; s < slots; s++)
-        any |= program_widen(n, s >= n->ninputs, s >= n->ninputs ? s - n->ninputs : s) != DT_UNDEFINED;
+        any |= widen_to(pr, n, s >= n->ninputs, s >= n->ninputs ? s - n->ninputs : s) != DT_UNDEFINED;
     pr->wide[n->id] = NULL;
     if (!any)
         return;
     int *w = arena_alloc(&pr->arena, (size_t)slots * sizeof(int));
     for (int s = 0; s < slots; s++) {
         int is_out = s >= n->ninputs, k = is_out ? s - n->ninputs : s;
-        DType dt = program_widen(n, is_out, k);
+        DType dt = widen_to(pr, n, is_out, k);
         w[s] = -1;
         if (dt == DT_UNDEFINED)
             continue;
@@ -769,6 +774,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
         abort();
     pr->plan = p;
     pr->g = g;
+    pr->cuda = opt->cuda;
     pr->rank = rank;
     for (int a = 0; a < p->mesh.naxes; a++)
         pr->coords[a] = mesh_coord(&p->mesh, rank, a);

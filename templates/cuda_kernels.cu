@@ -552,6 +552,29 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
                                            w_bstride, a, (int)k, a_bstride, &zero, y, (int)n, m * n, (int)batch));
 }
 
+/* float16 / bfloat16 MatMul as such: cuBLAS reads the 16-bit operands,
+ * accumulates in float32 and rounds the result once (cublasGemmEx). */
+static inline void k_matmul_16(void *y, const void *a, const void *w, cudaDataType_t t, int64_t batch, int64_t m,
+                               int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CHECK_CUBLAS(cublasGemmStridedBatchedEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, t, (int)n,
+                                            w_bstride, a, t, (int)k, a_bstride, &zero, y, t, (int)n, m * n, (int)batch,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static inline void k_matmul_f16(uint16_t *y, const uint16_t *a, const uint16_t *w, int64_t batch, int64_t m, int64_t k,
+                                int64_t n, int64_t a_bstride, int64_t w_bstride)
+{
+    k_matmul_16(y, a, w, CUDA_R_16F, batch, m, k, n, a_bstride, w_bstride);
+}
+
+static inline void k_matmul_bf16(uint16_t *y, const uint16_t *a, const uint16_t *w, int64_t batch, int64_t m, int64_t k,
+                                 int64_t n, int64_t a_bstride, int64_t w_bstride)
+{
+    k_matmul_16(y, a, w, CUDA_R_16BF, batch, m, k, n, a_bstride, w_bstride);
+}
+
 __global__ void kk_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m, int64_t k,
                               int64_t n, int64_t a_bs, int64_t w_bs)
 {

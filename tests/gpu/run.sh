@@ -6,9 +6,10 @@
 # build/onnx2spmd from the CPU machine (protobuf-c is linked into it
 # statically, so it needs only libc). Every step runs under a timeout and
 # says what failed.
-#  1. one-rank golden runs (mlp, attention, tiny_gpt, convnet, the
+#  1. one-rank golden runs (mlp, attention, tiny_gpt and its float16 and
+#     bfloat16 variants (16-bit GEMMs through cublasGemmEx), convnet, the
 #     LayerNorm-offset and int64 Div/Pow models), built with MPI=0: no MPI,
-#     no NCCL. Compared with the goldens (|out - golden| <= 1e-5 + 1e-4|golden|);
+#     no NCCL. Compared with the goldens (compare.py, tolerance by dtype);
 #  2. determinism: tiny_gpt run twice, outputs bit-identical;
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
@@ -61,12 +62,12 @@ compare() { # MODEL DIR LABEL
 
 step "1. one-rank golden runs (MPI=0, no NCCL)"
 pids=()
-for m in mlp attention tiny_gpt convnet layernorm_offset int_ops; do
+for m in mlp attention tiny_gpt convnet layernorm_offset int_ops tiny_gpt_f16 tiny_gpt_bf16; do
     compile_build "${m}_1" "tests/models/$m.onnx" r=1 &
     pids+=($!)
 done
 wait "${pids[@]}"
-for m in mlp attention tiny_gpt convnet layernorm_offset int_ops; do
+for m in mlp attention tiny_gpt convnet layernorm_offset int_ops tiny_gpt_f16 tiny_gpt_bf16; do
     d=$OUT/${m}_1
     [ -x "$d/rank0" ] || continue
     golden_args "$m" "$d"
