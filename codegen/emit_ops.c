@@ -220,8 +220,9 @@ int emit_unary(const EmitCtx *c, Diag *d)
         return emit_bias_act(c, d);
     int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
     switch (c->n->op) {
-    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
-        fprintf(c->f, "    k_copy(%s, %s, %lld); /* same bytes, new shape */\n", y->name, x->name, (long long)y->bytes);
+    case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN: case OP_BITCAST:
+        fprintf(c->f, "    k_copy(%s, %s, %lld); /* same bytes, new %s */\n", y->name, x->name, (long long)y->bytes,
+                c->n->op == OP_BITCAST ? "type" : "shape");
         return 0;
     case OP_CAST:
         fprintf(c->f, "    k_cast(%s, %d, %s, %d, %lld);\n", y->name, (int)y->dtype, x->name, (int)x->dtype, (long long)n);

@@ -96,7 +96,8 @@ int emit_cumsum(const EmitCtx *c, Diag *d)
     int ax = emit_norm_axis(attr_one(c->n, "axis", 0), x->rank);
     int64_t o, n, in;
     around(x, ax, &o, &n, &in);
-    fprintf(c->f, "    k_cumsum_%s(%s, %s, %lld, %lld, %lld, %d, %d); /* outer, axis, inner, exclusive, reverse */\n", x->dtype == DT_F32 ? "f32" : "i64", y->name,
+    fprintf(c->f, "    k_%s_%s(%s, %s, %lld, %lld, %lld, %d, %d); /* outer, axis, inner, exclusive, reverse */\n",
+            c->n->op == OP_CUMPROD ? "cumprod" : "cumsum", x->dtype == DT_F32 ? "f32" : "i64", y->name,
             x->name, (long long)o, (long long)n, (long long)in, node_attr_int(c->n, "exclusive", 0) != 0,
             node_attr_int(c->n, "reverse", 0) != 0);
     return 0;

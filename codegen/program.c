@@ -681,7 +681,7 @@ static DType widen_to(const Program *pr, const Node *n, int is_out, int k)
         n->inputs[0]->dtype == t->dtype && n->inputs[1]->dtype == t->dtype)
         return DT_UNDEFINED;
     switch (n->op) {
-    case OP_CAST: case OP_CONSTANT:
+    case OP_CAST: case OP_CONSTANT: case OP_BITCAST:
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
     case OP_TRANSPOSE: case OP_CONCAT: case OP_SPLIT: case OP_SLICE: case OP_WHERE:
         return DT_UNDEFINED;

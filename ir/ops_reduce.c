@@ -258,6 +258,7 @@ int fold_cumsum(Graph *g, Node *n, Diag *d)
     if (axis < 0)
         axis += x->rank;
     int excl = node_attr_int(n, "exclusive", 0) != 0, rev = node_attr_int(n, "reverse", 0) != 0;
+    int prod = n->op == OP_CUMPROD;
     int64_t len = x->dims[axis], outer = 1, inner = 1;
     for (int i = 0; i < axis; i++)
         outer *= x->dims[i];
@@ -266,24 +267,24 @@ int fold_cumsum(Graph *g, Node *n, Diag *d)
     fold_alloc(g, y);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t in = 0; in < inner; in++) {
-            int64_t iacc = 0;
-            float facc = 0;
+            int64_t iacc = prod;
+            float facc = (float)prod;
             for (int64_t j = 0; j < len; j++) {
                 int64_t jj = rev ? len - 1 - j : j, off = (o * len + jj) * inner + in;
                 if (x->dtype == DT_I64) {
-                    int64_t v = fold_get_i64(x, off);
+                    uint64_t v = (uint64_t)fold_get_i64(x, off);
                     if (!excl)
-                        iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+                        iacc = (int64_t)(prod ? (uint64_t)iacc * v : (uint64_t)iacc + v);
                     memcpy((char *)(uintptr_t)y->data + 8 * off, &iacc, 8);
                     if (excl)
-                        iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+                        iacc = (int64_t)(prod ? (uint64_t)iacc * v : (uint64_t)iacc + v);
                 } else {
                     float v = (float)fold_get(x, off);
                     if (!excl)
-                        facc += v;
+                        facc = prod ? facc * v : facc + v;
                     fold_set(y, off, facc);
                     if (excl)
-                        facc += v;
+                        facc = prod ? facc * v : facc + v;
                 }
             }
         }

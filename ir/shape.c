@@ -151,6 +151,24 @@ int shape_cast(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], (DType)to->i, x->rank, x->dims);
 }
 
+/* BitCast: the same bytes read as another type of the same width. */
+int shape_bitcast(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    Tensor *x = in(n, 0);
+    const Attr *to = node_attr(n, "to");
+    if (!to || to->type != ATTR_INT)
+        return shape_fail(d, n, "attribute \"to\" is missing");
+    if (!dtype_supported((int)to->i))
+        return shape_fail(d, n, "attribute \"to\" = %s is not supported (" DTYPE_SUPPORTED_LIST ")",
+                          dtype_onnx_name((int)to->i));
+    if (dtype_size((DType)to->i) != dtype_size(x->dtype))
+        return shape_fail(d, n, "attribute \"to\" = %s is %zu bytes wide but input \"%s\" is %s (%zu bytes)",
+                          dtype_onnx_name((int)to->i), dtype_size((DType)to->i), x->name, dtype_name(x->dtype),
+                          dtype_size(x->dtype));
+    return shape_set(d, n, n->outputs[0], (DType)to->i, x->rank, x->dims);
+}
+
 int shape_binary(Graph *g, Node *n, Diag *d)
 {
     (void)g;

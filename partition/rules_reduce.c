@@ -69,7 +69,7 @@ int rule_along_axis(const Node *n, FactorRule *r, Diag *d)
     (void)d;
     const Tensor *x = n->inputs[0];
     int64_t axis = op_axis(n, x->rank);
-    const char *why = n->op == OP_CUMSUM ? "CumSum scans along this dim"
+    const char *why = n->op == OP_CUMSUM || n->op == OP_CUMPROD ? "the scan runs along this dim"
                     : n->op == OP_TOPK ? "TopK selects along this dim" : "LogSoftmax normalises along this dim";
     for (int i = 0; i < x->rank; i++) {
         if (i == axis) {

@@ -139,41 +139,38 @@ static inline void k_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, 
     CHECK_LAUNCH();
 }
 
-/* CumSum: one thread per row, in order (float as the C target; int64 wraps). */
+/* CumSum and CumProd: one thread per row, in order (float as the C
+ * target; int64 wraps). */
 template <typename T, typename A>
-__global__ void kk_cumsum(T *y, const T *x, int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse)
+__global__ void kk_scan(T *y, const T *x, int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse, int prod)
 {
     GRID_LOOP(row, outer * inner)
     {
         int64_t o = row / inner, i = row % inner;
-        A acc = 0;
+        A acc = prod ? 1 : 0;
         for (int64_t j = 0; j < n; j++) {
             int64_t off = (o * n + (reverse ? n - 1 - j : j)) * inner + i;
             A v = (A)x[off];
             if (!exclusive)
-                acc += v;
+                acc = prod ? acc * v : acc + v;
             y[off] = (T)acc;
             if (exclusive)
-                acc += v;
+                acc = prod ? acc * v : acc + v;
         }
     }
 }
 
-static inline void k_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int exclusive,
-                                int reverse)
-{
-    kk_cumsum<float, float><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, exclusive,
-                                                                                  reverse);
-    CHECK_LAUNCH();
-}
-
-static inline void k_cumsum_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
-                                int exclusive, int reverse)
-{
-    kk_cumsum<int64_t, uint64_t><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner,
-                                                                                       exclusive, reverse);
-    CHECK_LAUNCH();
-}
+#define K_SCAN(NAME, T, A, PROD)                                                                                  \
+    static inline void NAME(T *y, const T *x, int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse) \
+    {                                                                                                             \
+        kk_scan<T, A><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, exclusive,     \
+                                                                           reverse, PROD);                        \
+        CHECK_LAUNCH();                                                                                           \
+    }
+K_SCAN(k_cumsum_f32, float, float, 0)
+K_SCAN(k_cumsum_i64, int64_t, uint64_t, 0)
+K_SCAN(k_cumprod_f32, float, float, 1)
+K_SCAN(k_cumprod_i64, int64_t, uint64_t, 1)
 
 /* LogSoftmax: one thread per row. */
 __global__ void kk_log_softmax(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)

@@ -139,43 +139,30 @@ static inline void k_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, 
         }
 }
 
-/* CumSum along the middle dim of [outer, n, inner]; exclusive shifts by
- * one (the first sum is 0), reverse runs from the end. */
-static inline void k_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int exclusive,
-                                int reverse)
-{
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            float acc = 0;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t off = (o * n + (reverse ? n - 1 - j : j)) * inner + i;
-                float v = x[off];
-                if (!exclusive)
-                    acc += v;
-                y[off] = acc;
-                if (exclusive)
-                    acc += v;
-            }
-        }
-}
-
-static inline void k_cumsum_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
-                                int exclusive, int reverse)
-{
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            uint64_t acc = 0;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t off = (o * n + (reverse ? n - 1 - j : j)) * inner + i;
-                uint64_t v = (uint64_t)x[off];
-                if (!exclusive)
-                    acc += v;
-                y[off] = (int64_t)acc;
-                if (exclusive)
-                    acc += v;
-            }
-        }
-}
+/* CumSum (and CumProd) along the middle dim of [outer, n, inner];
+ * exclusive shifts by one (the first result is 0, or 1 for a product),
+ * reverse runs from the end. int64 wraps (unsigned arithmetic). */
+#define K_SCAN(NAME, T, A, INIT, OP)                                                                           \
+    static inline void NAME(T *y, const T *x, int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse) \
+    {                                                                                                          \
+        for (int64_t o = 0; o < outer; o++)                                                                    \
+            for (int64_t i = 0; i < inner; i++) {                                                              \
+                A acc = INIT;                                                                                  \
+                for (int64_t j = 0; j < n; j++) {                                                              \
+                    int64_t off = (o * n + (reverse ? n - 1 - j : j)) * inner + i;                             \
+                    A v = (A)x[off];                                                                           \
+                    if (!exclusive)                                                                            \
+                        acc = acc OP v;                                                                        \
+                    y[off] = (T)acc;                                                                           \
+                    if (exclusive)                                                                             \
+                        acc = acc OP v;                                                                        \
+                }                                                                                              \
+            }                                                                                                  \
+    }
+K_SCAN(k_cumsum_f32, float, float, 0, +)
+K_SCAN(k_cumsum_i64, int64_t, uint64_t, 0, +)
+K_SCAN(k_cumprod_f32, float, float, 1, *)
+K_SCAN(k_cumprod_i64, int64_t, uint64_t, 1, *)
 
 /* LogSoftmax over the middle dim: x - max - log(sum(exp(x - max))). */
 static inline void k_log_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
