@@ -688,3 +688,38 @@ int emit_einsum(const EmitCtx *c, Diag *d)
             y->dtype == DT_F32 ? "f32" : "i64", y->name, s.nin, s.out_rank, ncon);
     return 0;
 }
+
+/* QuantizeLinear / DequantizeLinear over this rank's block: x seen as
+ * [outer, len, inner] around the scale's axis (the scale's index: 0 per
+ * tensor, the position along the axis, or the block's). The integer side
+ * arrives widened to int64; QuantizeLinear clamps to its stored type's
+ * range before the narrowing. */
+int emit_quant(const EmitCtx *c, Diag *d)
+{
+    const Node *n = c->n;
+    const Buffer *x = emit_in(c, 0), *s = emit_in(c, 1), *zp = emit_in(c, 2), *y = emit_out(c, 0);
+    int axis;
+    int64_t block;
+    int mode = quant_layout(n, n->inputs[0], n->inputs[1], &axis, &block, d);
+    if (mode < 0)
+        return -1;
+    int64_t outer = 1, len = emit_prod(x->dims, 0, x->rank), inner = 1;
+    if (mode) {
+        outer = emit_prod(x->dims, 0, axis);
+        len = x->dims[axis];
+        inner = emit_prod(x->dims, axis + 1, x->rank);
+    }
+    if (n->op == OP_DEQUANTIZE) {
+        fprintf(c->f, "    k_dequantize(%s, %s, %s, %s, %lld, %lld, %lld, %d, %lld); /* outer, axis, inner, per tensor/axis/block, block */\n",
+                y->name, x->name, s->name, zp ? zp->name : "NULL", (long long)outer, (long long)len, (long long)inner,
+                mode, (long long)block);
+        return 0;
+    }
+    DType out = n->outputs[0]->dtype;
+    int64_t lo = out == DT_I8 ? -128 : out == DT_I16 ? -32768 : out == DT_I32 ? INT32_MIN : 0;
+    int64_t hi = out == DT_I8 ? 127 : out == DT_U8 ? 255 : out == DT_I16 ? 32767 : out == DT_U16 ? 65535 : INT32_MAX;
+    fprintf(c->f, "    k_quantize(%s, %s, %s, %s, %lld, %lld, %lld, %d, %lld, %lld, %lld); /* outer, axis, inner, per tensor/axis/block, block, %s range */\n",
+            y->name, x->name, s->name, zp ? zp->name : "NULL", (long long)outer, (long long)len, (long long)inner, mode,
+            (long long)block, (long long)lo, (long long)hi, dtype_name(out));
+    return 0;
+}

@@ -313,6 +313,12 @@ void fold_set(Tensor *t, int64_t i, double v);
 void *fold_alloc(Graph *g, Tensor *t);
 int64_t fold_bcast_index(const Tensor *out, const Tensor *in, int64_t i);
 
+/* ---- quant.c ------------------------------------------------------------ */
+
+/* The scale's layout against x for (De)QuantizeLinear: 0 per tensor, 1 per
+ * axis, 2 blocked (block size in *block); -1 with a diagnostic. */
+int quant_layout(const Node *n, const Tensor *x, const Tensor *scale, int *axis, int64_t *block, Diag *d);
+
 /* ---- einsum.c ----------------------------------------------------------- */
 
 #define EINSUM_MAX_INPUTS 8

@@ -519,3 +519,35 @@ int rule_einsum(const Node *n, FactorRule *r, Diag *d)
     }
     return 0;
 }
+
+/* QuantizeLinear / DequantizeLinear: elementwise over x; a per-axis scale
+ * (and zero point) follows x's axis factor; a blocked one follows every
+ * dim but the blocked axis, which stays whole (a block may straddle a
+ * split). */
+int rule_quant(const Node *n, FactorRule *r, Diag *d)
+{
+    const Tensor *x = n->inputs[0], *scale = n->inputs[1];
+    int axis = 0, yo = rule_out_idx(n, 0);
+    int64_t block;
+    Diag quiet;
+    diag_init(&quiet, "");
+    int layout = quant_layout(n, x, scale, &axis, &block, &quiet);
+    diag_free(&quiet);
+    if (layout < 0)
+        return rule_too_big(n, d);
+    for (int i = 0; i < x->rank; i++) {
+        if (x->dims[i] <= 1)
+            continue;
+        if (r->nfactors == RULE_MAX_FACTORS)
+            return rule_too_big(n, d);
+        int whole = layout == 2 && i == axis;
+        int f = rule_new_factor(r, x->dims[i], whole ? FK_NEED_REPL : FK_PASS,
+                                whole ? "quantisation blocks run along this dim" : NULL);
+        rule_map_dim(r, 0, i, f);
+        rule_map_dim(r, yo, i, f);
+        for (int k = 1; k < n->ninputs; k++)
+            if (n->inputs[k] && ((layout == 1 && i == axis) || (layout == 2 && !whole)))
+                rule_map_dim(r, k, layout == 1 ? 0 : i, f);
+    }
+    return 0;
+}

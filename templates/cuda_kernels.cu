@@ -473,6 +473,54 @@ static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
     CHECK_LAUNCH();
 }
 
+/* (De)QuantizeLinear: one thread per element, as the C kernels. */
+__device__ static inline int64_t k_quant_index(int mode, int64_t o, int64_t j, int64_t i, int64_t len, int64_t inner,
+                                               int64_t block)
+{
+    if (mode == 0)
+        return 0;
+    if (mode == 1)
+        return j;
+    return (o * ((len + block - 1) / block) + j / block) * inner + i;
+}
+
+__global__ void kk_quantize(int64_t *y, const float *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,
+                            int64_t inner, int mode, int64_t block, int64_t lo, int64_t hi)
+{
+    GRID_LOOP(e, outer * len * inner)
+    {
+        int64_t o = e / (len * inner), j = e / inner % len, i = e % inner, q = k_quant_index(mode, o, j, i, len, inner, block);
+        double v = (double)rintf(x[e] / s[q]) + (double)(zp ? zp[q] : 0); /* divided in float32, as ONNX specifies */
+        y[e] = v != v ? 0 : v < (double)lo ? lo : v > (double)hi ? hi : (int64_t)v;
+    }
+}
+
+static inline void k_quantize(int64_t *y, const float *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,
+                              int64_t inner, int mode, int64_t block, int64_t lo, int64_t hi)
+{
+    kk_quantize<<<k_blocks(outer * len * inner), K_THREADS, 0, g_stream>>>(y, x, s, zp, outer, len, inner, mode, block,
+                                                                         lo, hi);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_dequantize(float *y, const int64_t *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,
+                              int64_t inner, int mode, int64_t block)
+{
+    GRID_LOOP(e, outer * len * inner)
+    {
+        int64_t o = e / (len * inner), j = e / inner % len, i = e % inner, q = k_quant_index(mode, o, j, i, len, inner, block);
+        y[e] = (float)(x[e] - (zp ? zp[q] : 0)) * s[q];
+    }
+}
+
+static inline void k_dequantize(float *y, const int64_t *x, const float *s, const int64_t *zp, int64_t outer,
+                                int64_t len, int64_t inner, int mode, int64_t block)
+{
+    kk_dequantize<<<k_blocks(outer * len * inner), K_THREADS, 0, g_stream>>>(y, x, s, zp, outer, len, inner, mode,
+                                                                           block);
+    CHECK_LAUNCH();
+}
+
 /* Einsum: one thread per output element, as the C kernel (kernels.c). */
 #define K_EINSUM_MAX_SUMMED 16
 typedef struct KEinsum {

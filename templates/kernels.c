@@ -314,6 +314,43 @@ static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
 K_EINSUM(f32, float)
 K_EINSUM(i64, int64_t)
 
+/* (De)QuantizeLinear's scale index for element (o, j, i) of x seen as
+ * [outer, len, inner]: mode 0 per tensor, 1 per axis, 2 per block. */
+static inline int64_t k_quant_index(int mode, int64_t o, int64_t j, int64_t i, int64_t len, int64_t inner,
+                                    int64_t block)
+{
+    if (mode == 0)
+        return 0;
+    if (mode == 1)
+        return j;
+    return (o * ((len + block - 1) / block) + j / block) * inner + i;
+}
+
+/* y = clamp(round_half_even(x / scale) + zero_point, lo, hi). */
+static inline void k_quantize(int64_t *y, const float *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,
+                              int64_t inner, int mode, int64_t block, int64_t lo, int64_t hi)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < len; j++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t e = (o * len + j) * inner + i, q = k_quant_index(mode, o, j, i, len, inner, block);
+                double v = (double)rintf(x[e] / s[q]) + (double)(zp ? zp[q] : 0); /* divided in float32, as ONNX specifies */
+                y[e] = v != v ? 0 : v < (double)lo ? lo : v > (double)hi ? hi : (int64_t)v;
+            }
+}
+
+/* y = (x - zero_point) * scale. */
+static inline void k_dequantize(float *y, const int64_t *x, const float *s, const int64_t *zp, int64_t outer,
+                                int64_t len, int64_t inner, int mode, int64_t block)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < len; j++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t e = (o * len + j) * inner + i, q = k_quant_index(mode, o, j, i, len, inner, block);
+                y[e] = (float)(x[e] - (zp ? zp[q] : 0)) * s[q];
+            }
+}
+
 /* Batched matmul: y[b] = a[b] @ w[b], with per-batch element offsets
  * (0 stride for a broadcast operand). */
 static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_t batch, int64_t m, int64_t k,

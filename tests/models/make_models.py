@@ -402,6 +402,17 @@ def op_cases():
                              ("three", "ab,bc,cd->ad", [(2, 4), (4, 2), (2, 6)])):
         ins = {"x%d" % i: ef(*s) for i, s in enumerate(shapes)}
         add("einsum_" + name, 12, [N("Einsum", list(ins), ["y"], equation=eq)], ins, {}, ["y"])
+    # Quantize -> dequantize (the QDQ pattern of quantized exports): per
+    # tensor (int8), per axis (uint8) and per block along dim 1.
+    sc = lambda *s: (e.random(s, dtype=np.float32) * 0.05 + 0.01)
+    add("qdq_tensor", 21, [N("QuantizeLinear", ["x", "s", "z"], ["q"]), N("DequantizeLinear", ["q", "s", "z"], ["y"])],
+        {"x": ef(4, 6)}, {"s": np.array(0.02, np.float32), "z": np.array(3, np.int8)}, ["q", "y"])
+    add("qdq_axis", 21, [N("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+                         N("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+        {"x": ef(4, 6)}, {"s": sc(6), "z": e.integers(100, 150, 6).astype(np.uint8)}, ["q", "y"])
+    add("qdq_blocked", 21, [N("QuantizeLinear", ["x", "s"], ["q"], axis=1, block_size=2),
+                            N("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=2)],
+        {"x": ef(4, 6)}, {"s": sc(4, 3)}, ["y"])
     # NonZero of a constant (a mask stored in the model) folds; its indices
     # then gather from a run-time input.
     mask = np.array([[1, 0, 3], [0, 5, 0]], np.float32)
@@ -435,8 +446,7 @@ def write_op_models(cases, expected):
         save(m, path)
         names, res = run_ort(path, inputs)
         for nm, v in zip(names, res):
-            dt = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64",
-                  np.dtype(bool): "bool"}[v.dtype]
+            dt = str(v.dtype)  # float32, int64, bool, int8, uint8 ... as dtype_name() spells them
             lines.append("%s %s %s [%s]" % (case, nm, dt, ", ".join(str(s) for s in v.shape)))
         write_golden(os.path.join(GOLDEN, "ops", case), inputs, names, res)
     with open(os.path.join(folder, expected), "w") as fh:
