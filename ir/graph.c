@@ -88,40 +88,42 @@ DType dtype_compute(DType t)
 
 /* IEEE binary16 and bfloat16 from and to float, round to nearest even;
  * NaN stays NaN, overflow becomes infinity, halves keep subnormals. */
-float half_to_float(uint16_t h)
+static float bits_f32(uint32_t u)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    } else if (m) {
-        /* Subnormal: value m * 2^-24, exact in float. */
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    } else {
-        u = sign;
-    }
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-uint16_t float_to_half(float f)
+static uint32_t f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
+    return u;
+}
+
+float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f)
+        return bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e)
+        return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+    float v = (float)m * 0x1p-24f; /* a subnormal (or zero): m * 2^-24, exact */
+    return sign ? -v : v;
+}
+
+uint16_t float_to_half(float f)
+{
+    uint32_t u = f32_bits(f), au = u & 0x7fffffffu;
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t au = u & 0x7fffffffu;
     if (au >= 0x7f800000u) /* inf or NaN (quiet) */
         return (uint16_t)(sign | 0x7c00 | (au > 0x7f800000u ? 0x200 : 0));
     if (au >= 0x477ff000u) /* rounds to 65520 or more: infinity */
         return (uint16_t)(sign | 0x7c00);
     if (au < 0x38800000u) {
         /* Below the smallest normal half: a subnormal, m * 2^-24. */
-        float a;
-        memcpy(&a, &au, 4);
-        float q = a * 0x1p24f; /* exact; round to nearest even integer */
+        float q = bits_f32(au) * 0x1p24f; /* exact; round to nearest even integer */
         uint32_t m = (uint32_t)q;
         float frac = q - (float)m;
         if (frac > 0.5f || (frac == 0.5f && (m & 1)))
@@ -134,16 +136,12 @@ uint16_t float_to_half(float f)
 
 float bf16_to_float(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return bits_f32((uint32_t)h << 16);
 }
 
 uint16_t float_to_bf16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);

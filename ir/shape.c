@@ -138,17 +138,27 @@ int shape_unary_float(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], x->dtype, x->rank, x->dims);
 }
 
-int shape_cast(Graph *g, Node *n, Diag *d)
+/* Cast's and BitCast's target type, checked. */
+static int attr_to(Diag *d, const Node *n, DType *out)
 {
-    (void)g;
-    Tensor *x = in(n, 0);
     const Attr *to = node_attr(n, "to");
     if (!to || to->type != ATTR_INT)
         return shape_fail(d, n, "attribute \"to\" is missing");
     if (!dtype_supported((int)to->i))
         return shape_fail(d, n, "attribute \"to\" = %s is not supported (" DTYPE_SUPPORTED_LIST ")",
                           dtype_onnx_name((int)to->i));
-    return shape_set(d, n, n->outputs[0], (DType)to->i, x->rank, x->dims);
+    *out = (DType)to->i;
+    return 0;
+}
+
+int shape_cast(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    Tensor *x = in(n, 0);
+    DType to;
+    if (attr_to(d, n, &to))
+        return -1;
+    return shape_set(d, n, n->outputs[0], to, x->rank, x->dims);
 }
 
 /* BitCast: the same bytes read as another type of the same width. */
@@ -156,17 +166,13 @@ int shape_bitcast(Graph *g, Node *n, Diag *d)
 {
     (void)g;
     Tensor *x = in(n, 0);
-    const Attr *to = node_attr(n, "to");
-    if (!to || to->type != ATTR_INT)
-        return shape_fail(d, n, "attribute \"to\" is missing");
-    if (!dtype_supported((int)to->i))
-        return shape_fail(d, n, "attribute \"to\" = %s is not supported (" DTYPE_SUPPORTED_LIST ")",
-                          dtype_onnx_name((int)to->i));
-    if (dtype_size((DType)to->i) != dtype_size(x->dtype))
+    DType to;
+    if (attr_to(d, n, &to))
+        return -1;
+    if (dtype_size(to) != dtype_size(x->dtype))
         return shape_fail(d, n, "attribute \"to\" = %s is %zu bytes wide but input \"%s\" is %s (%zu bytes)",
-                          dtype_onnx_name((int)to->i), dtype_size((DType)to->i), x->name, dtype_name(x->dtype),
-                          dtype_size(x->dtype));
-    return shape_set(d, n, n->outputs[0], (DType)to->i, x->rank, x->dims);
+                          dtype_name(to), dtype_size(to), x->name, dtype_name(x->dtype), dtype_size(x->dtype));
+    return shape_set(d, n, n->outputs[0], to, x->rank, x->dims);
 }
 
 int shape_binary(Graph *g, Node *n, Diag *d)
