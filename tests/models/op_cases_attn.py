@@ -2,13 +2,15 @@
 
 cases(add) calls add(case, opset, nodes, inputs, initializers, outputs) for
 each model, as op_cases_reduce.py does. Every case name starts with at_.
-"""
-import numpy as np
-from onnx import helper, TensorProto
 
-N = helper.make_node
+There are no cases, on purpose: Attention and RotaryEmbedding are opset-23
+ops, and ONNX Runtime 1.22, which writes the goldens of these models, loads
+opsets up to 22 only (it refuses the model at load). The ops are checked
+instead by the ONNX backend node tests, which ship their own expected
+outputs (tests/conformance/run.py 'test_attention|test_rotary_embedding'),
+until an ONNX Runtime that loads opset 23 lets cases be added here.
+"""
 
 
 def cases(add):
-    r = np.random.default_rng(1240413)
-    del r
+    del add
