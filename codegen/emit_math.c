@@ -78,6 +78,24 @@ int emit_math_unary(const EmitCtx *c, Diag *d)
     case OP_HARD_SWISH: code = "K_MATH_HARD_SWISH"; break;
     case OP_SOFTPLUS: code = "K_MATH_SOFTPLUS"; break;
     case OP_SOFTSIGN: code = "K_MATH_SOFTSIGN"; break;
+    case OP_ACOS: code = "K_MATH_ACOS"; break;
+    case OP_ACOSH: code = "K_MATH_ACOSH"; break;
+    case OP_ASIN: code = "K_MATH_ASIN"; break;
+    case OP_ASINH: code = "K_MATH_ASINH"; break;
+    case OP_ATAN: code = "K_MATH_ATAN"; break;
+    case OP_ATANH: code = "K_MATH_ATANH"; break;
+    case OP_COSH: code = "K_MATH_COSH"; break;
+    case OP_SINH: code = "K_MATH_SINH"; break;
+    case OP_TAN: code = "K_MATH_TAN"; break;
+    case OP_THRESHOLDED_RELU: code = "K_MATH_THRESHOLDED_RELU"; fa = node_attr_float(n, "alpha", 1.0f); break;
+    case OP_SHRINK:
+        code = "K_MATH_SHRINK";
+        fa = node_attr_float(n, "lambd", 0.5f);
+        fb = node_attr_float(n, "bias", 0.0f);
+        break;
+    case OP_CELU: code = "K_MATH_CELU"; fa = node_attr_float(n, "alpha", 1.0f); break;
+    case OP_SWISH: code = "K_MATH_SWISH"; fa = node_attr_float(n, "alpha", 1.0f); break;
+    case OP_BITWISE_NOT: code = "K_MATH_BITWISE_NOT"; break;
     default: code = "K_MATH_MISH"; break;
     }
     if (y->dtype == DT_I64) {
@@ -124,6 +142,9 @@ int emit_math_nary(const EmitCtx *c, Diag *d)
     case OP_MAX: code = "K_MATH_MAX"; break;
     case OP_MEAN: case OP_SUM: code = "K_MATH_ADD"; break;
     case OP_MOD: code = node_attr_int(n, "fmod", 0) ? "K_MATH_FMOD" : "K_MATH_MOD"; break;
+    case OP_BITWISE_AND: code = "K_MATH_BITWISE_AND"; break;
+    case OP_BITWISE_OR: code = "K_MATH_BITWISE_OR"; break;
+    case OP_BITWISE_XOR: code = "K_MATH_BITWISE_XOR"; break;
     default: code = "K_MATH_PRELU"; break;
     }
     char kernel[40];

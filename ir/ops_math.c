@@ -1,10 +1,14 @@
 /* ops_math.c: shape and fold functions of the math family (ops_math.def).
  *
  * Two shapes of op cover the whole family. Unary ops (Neg ... Mish, Not,
- * IsNaN, IsInf, Clip) keep their input's shape; the dtype rules differ per
- * op and live in one table-like switch below. N-ary ops (comparisons,
- * And/Or/Xor, variadic Min/Max/Mean/Sum, Mod, PRelu) broadcast their inputs
- * numpy-style; comparisons and logic ops give bool. Clip's min and max are
+ * IsNaN, IsInf, Clip, the inverse and hyperbolic trigonometry, Celu,
+ * Shrink, Swish, BitwiseNot) keep their input's shape; the dtype rules
+ * differ per op and live in one table-like switch below. N-ary ops
+ * (comparisons, And/Or/Xor, variadic Min/Max/Mean/Sum, Mod, PRelu, the
+ * Bitwise ops) broadcast their inputs numpy-style; comparisons and logic
+ * ops give bool. The Bitwise ops take integers only: an int32 or uint8
+ * operand is computed widened to int64 and narrowed back by wrapping
+ * (codegen/program.c), which is exact for and, or, xor and not. Clip's min and max are
  * one-element tensors of x's dtype, read by the kernel at run time (so they
  * may be graph inputs as well as constants).
  *
@@ -71,6 +75,10 @@ int shape_math_unary(Graph *g, Node *n, Diag *d)
         if (need_dtype(d, n, x, 0, 0, 1))
             return -1;
         break;
+    case OP_BITWISE_NOT:
+        if (need_dtype(d, n, x, 0, 1, 0))
+            return -1;
+        break;
     case OP_ISNAN: case OP_ISINF:
         if (need_dtype(d, n, x, 1, 0, 0))
             return -1;
@@ -122,6 +130,7 @@ int shape_math_nary(Graph *g, Node *n, Diag *d)
     case OP_EQUAL: b = 1; out = DT_BOOL; break;
     case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL: out = DT_BOOL; break;
     case OP_AND: case OP_OR: case OP_XOR: f32 = i64 = 0; b = 1; break;
+    case OP_BITWISE_AND: case OP_BITWISE_OR: case OP_BITWISE_XOR: f32 = 0; break;
     case OP_MEAN: case OP_SUM: case OP_PRELU: i64 = 0; break;
     default: break; /* Min, Max, Mod */
     }
@@ -168,6 +177,21 @@ static int64_t i64_mod(int64_t a, int64_t b, int fmod_)
     return r;
 }
 
+/* An int64 result narrowed to dtype t by wrapping, as the generated code
+ * narrows (dtype_store would saturate): ~x of a uint8 x is 255 - x. */
+static int64_t int_wrap(DType t, int64_t v)
+{
+    switch (t) {
+    case DT_U8: return (uint8_t)(uint64_t)v;
+    case DT_I8: return (int8_t)(uint8_t)(uint64_t)v;
+    case DT_U16: return (uint16_t)(uint64_t)v;
+    case DT_I16: return (int16_t)(uint16_t)(uint64_t)v;
+    case DT_U32: return (uint32_t)(uint64_t)v;
+    case DT_I32: return (int32_t)(uint32_t)(uint64_t)v;
+    default: return v;
+    }
+}
+
 static double f_unary(const Node *n, double v, double lo, double hi)
 {
     double a = node_attr_float(n, "alpha", 0.0f), gm;
@@ -196,6 +220,24 @@ static double f_unary(const Node *n, double v, double lo, double hi)
     case OP_HARD_SWISH: a = v / 6.0 + 0.5; return v * (a < 0 ? 0 : a > 1 ? 1 : a);
     case OP_SOFTPLUS: return (v > 0 ? v : 0) + log1p(exp(-fabs(v)));
     case OP_SOFTSIGN: return v / (1.0 + fabs(v));
+    case OP_ACOS: return acos(v);
+    case OP_ACOSH: return acosh(v);
+    case OP_ASIN: return asin(v);
+    case OP_ASINH: return asinh(v);
+    case OP_ATAN: return atan(v);
+    case OP_ATANH: return atanh(v);
+    case OP_COSH: return cosh(v);
+    case OP_SINH: return sinh(v);
+    case OP_TAN: return tan(v);
+    case OP_THRESHOLDED_RELU: return v > node_attr_float(n, "alpha", 1.0f) ? v : 0.0;
+    case OP_SHRINK:
+        a = node_attr_float(n, "lambd", 0.5f);
+        gm = node_attr_float(n, "bias", 0.0f);
+        return v < -a ? v + gm : v > a ? v - gm : 0.0;
+    case OP_CELU:
+        a = node_attr_float(n, "alpha", 1.0f);
+        return (v > 0 ? v : 0.0) + fmin(0.0, a * (exp(v / a) - 1.0));
+    case OP_SWISH: return v / (1.0 + exp(-node_attr_float(n, "alpha", 1.0f) * v));
     default: return v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); /* Mish */
     }
 }
@@ -210,7 +252,13 @@ int fold_math_unary(Graph *g, Node *n, Diag *d)
     fold_alloc(g, y);
     int64_t count = tensor_numel(y);
     for (int64_t i = 0; i < count; i++) {
-        if (y->dtype == DT_BOOL) {
+        if (n->op == OP_BITWISE_NOT) {
+            int64_t r = (int64_t)~(uint64_t)fold_get_i64(x, i);
+            if (y->dtype == DT_I64)
+                memcpy((char *)(uintptr_t)y->data + 8 * i, &r, 8);
+            else
+                fold_set(y, i, (double)int_wrap(y->dtype, r));
+        } else if (y->dtype == DT_BOOL) {
             double v = fold_get(x, i);
             int r = n->op == OP_NOT ? v == 0
                   : n->op == OP_ISNAN ? isnan(v)
@@ -251,7 +299,8 @@ int fold_math_nary(Graph *g, Node *n, Diag *d)
     for (int64_t i = 0; i < count; i++) {
         const Tensor *a = n->inputs[0];
         int64_t ia = fold_bcast_index(y, a, i);
-        if (dt == DT_I64) {
+        int bitwise = n->op == OP_BITWISE_AND || n->op == OP_BITWISE_OR || n->op == OP_BITWISE_XOR;
+        if (dt == DT_I64 || bitwise) { /* and/or/xor of in-range values stay in range */
             int64_t r = fold_get_i64(a, ia);
             for (int k = 1; k < n->ninputs; k++) {
                 const Tensor *b = n->inputs[k];
@@ -264,6 +313,9 @@ int fold_math_nary(Graph *g, Node *n, Diag *d)
                 case OP_GREATER_EQUAL: r = x >= z; break;
                 case OP_MIN: r = z < x ? z : x; break;
                 case OP_MAX: r = z > x ? z : x; break;
+                case OP_BITWISE_AND: r = x & z; break;
+                case OP_BITWISE_OR: r = x | z; break;
+                case OP_BITWISE_XOR: r = x ^ z; break;
                 default: r = i64_mod(x, z, fm); break;
                 }
             }

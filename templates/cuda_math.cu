@@ -7,10 +7,15 @@
 enum {
     K_MATH_NEG, K_MATH_ABS, K_MATH_EXP, K_MATH_LOG, K_MATH_RECIPROCAL, K_MATH_SIN, K_MATH_COS, K_MATH_FLOOR,
     K_MATH_CEIL, K_MATH_ROUND, K_MATH_SIGN, K_MATH_LEAKY_RELU, K_MATH_ELU, K_MATH_SELU,
-    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY
+    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY,
+    K_MATH_ACOS, K_MATH_ACOSH, K_MATH_ASIN, K_MATH_ASINH, K_MATH_ATAN, K_MATH_ATANH, K_MATH_COSH, K_MATH_SINH,
+    K_MATH_TAN, K_MATH_THRESHOLDED_RELU, K_MATH_SHRINK, K_MATH_CELU, K_MATH_SWISH, K_MATH_BITWISE_NOT
 };
 enum { K_MATH_ISNAN, K_MATH_ISINF };
-enum { K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU };
+enum {
+    K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU, K_MATH_BITWISE_AND, K_MATH_BITWISE_OR,
+    K_MATH_BITWISE_XOR
+};
 enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
 enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
 
@@ -37,6 +42,19 @@ __device__ static inline float k_math_f32(int op, float v, float a, float b)
     case K_MATH_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
     case K_MATH_SOFTSIGN: return v / (1.0f + fabsf(v));
     case K_MATH_MISH: return v * tanhf((v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))));
+    case K_MATH_ACOS: return acosf(v);
+    case K_MATH_ACOSH: return acoshf(v);
+    case K_MATH_ASIN: return asinf(v);
+    case K_MATH_ASINH: return asinhf(v);
+    case K_MATH_ATAN: return atanf(v);
+    case K_MATH_ATANH: return atanhf(v);
+    case K_MATH_COSH: return coshf(v);
+    case K_MATH_SINH: return sinhf(v);
+    case K_MATH_TAN: return tanf(v);
+    case K_MATH_THRESHOLDED_RELU: return v > a ? v : 0.0f;
+    case K_MATH_SHRINK: return v < -a ? v + b : v > a ? v - b : 0.0f; /* a: lambd, b: bias */
+    case K_MATH_CELU: return (v > 0 ? v : 0.0f) + fminf(0.0f, a * (expf(v / a) - 1.0f));
+    case K_MATH_SWISH: return v / (1.0f + expf(-a * v));
     default: return v / a; /* K_MATH_DIV_BY */
     }
 }
@@ -52,7 +70,8 @@ static inline void k_math_unary_f32(int op, float *y, const float *x, int64_t n,
     CHECK_LAUNCH();
 }
 
-/* Neg, Abs, Sign on int64 (wrapping: -INT64_MIN is INT64_MIN). */
+/* Neg, Abs, Sign, BitwiseNot on int64 (wrapping: -INT64_MIN is
+ * INT64_MIN; ~x of a widened uint8 x narrows back to 255 - x). */
 __global__ void kk_math_unary_i64(int op, int64_t *y, const int64_t *x, int64_t n)
 {
     GRID_LOOP(i, n)
@@ -61,6 +80,7 @@ __global__ void kk_math_unary_i64(int op, int64_t *y, const int64_t *x, int64_t 
         switch (op) {
         case K_MATH_NEG: y[i] = neg; break;
         case K_MATH_ABS: y[i] = v < 0 ? neg : v; break;
+        case K_MATH_BITWISE_NOT: y[i] = (int64_t)~(uint64_t)v; break;
         default: y[i] = v > 0 ? 1 : v < 0 ? -1 : 0; break; /* K_MATH_SIGN */
         }
     }
@@ -172,6 +192,9 @@ __global__ void kk_math_binary_i64(int op, int64_t *y, const int64_t *a, const i
         case K_MATH_MIN: y[i] = z < x ? z : x; break;
         case K_MATH_MAX: y[i] = z > x ? z : x; break;
         case K_MATH_PRELU: y[i] = x < 0 ? (int64_t)((uint64_t)x * (uint64_t)z) : x; break;
+        case K_MATH_BITWISE_AND: y[i] = x & z; break;
+        case K_MATH_BITWISE_OR: y[i] = x | z; break;
+        case K_MATH_BITWISE_XOR: y[i] = x ^ z; break;
         default: y[i] = k_math_imod(op, x, z); break;
         }
     }

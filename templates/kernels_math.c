@@ -7,10 +7,15 @@
 enum {
     K_MATH_NEG, K_MATH_ABS, K_MATH_EXP, K_MATH_LOG, K_MATH_RECIPROCAL, K_MATH_SIN, K_MATH_COS, K_MATH_FLOOR,
     K_MATH_CEIL, K_MATH_ROUND, K_MATH_SIGN, K_MATH_LEAKY_RELU, K_MATH_ELU, K_MATH_SELU,
-    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY
+    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY,
+    K_MATH_ACOS, K_MATH_ACOSH, K_MATH_ASIN, K_MATH_ASINH, K_MATH_ATAN, K_MATH_ATANH, K_MATH_COSH, K_MATH_SINH,
+    K_MATH_TAN, K_MATH_THRESHOLDED_RELU, K_MATH_SHRINK, K_MATH_CELU, K_MATH_SWISH, K_MATH_BITWISE_NOT
 };
 enum { K_MATH_ISNAN, K_MATH_ISINF };
-enum { K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU };
+enum {
+    K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU, K_MATH_BITWISE_AND, K_MATH_BITWISE_OR,
+    K_MATH_BITWISE_XOR
+};
 enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
 enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
 
@@ -39,6 +44,19 @@ static inline float k_math_f32(int op, float v, float a, float b)
     case K_MATH_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
     case K_MATH_SOFTSIGN: return v / (1.0f + fabsf(v));
     case K_MATH_MISH: return v * tanhf((v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))));
+    case K_MATH_ACOS: return acosf(v);
+    case K_MATH_ACOSH: return acoshf(v);
+    case K_MATH_ASIN: return asinf(v);
+    case K_MATH_ASINH: return asinhf(v);
+    case K_MATH_ATAN: return atanf(v);
+    case K_MATH_ATANH: return atanhf(v);
+    case K_MATH_COSH: return coshf(v);
+    case K_MATH_SINH: return sinhf(v);
+    case K_MATH_TAN: return tanf(v);
+    case K_MATH_THRESHOLDED_RELU: return v > a ? v : 0.0f;
+    case K_MATH_SHRINK: return v < -a ? v + b : v > a ? v - b : 0.0f; /* a: lambd, b: bias */
+    case K_MATH_CELU: return (v > 0 ? v : 0.0f) + fminf(0.0f, a * (expf(v / a) - 1.0f));
+    case K_MATH_SWISH: return v / (1.0f + expf(-a * v));
     default: return v / a; /* K_MATH_DIV_BY */
     }
 }
@@ -61,7 +79,8 @@ static inline void k_math_unary_f32(int op, float *y, const float *x, int64_t n,
     }
 }
 
-/* Neg, Abs, Sign on int64 (wrapping: -INT64_MIN is INT64_MIN). */
+/* Neg, Abs, Sign, BitwiseNot on int64 (wrapping: -INT64_MIN is
+ * INT64_MIN; ~x of a widened uint8 x narrows back to 255 - x). */
 static inline void k_math_unary_i64(int op, int64_t *y, const int64_t *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -69,6 +88,7 @@ static inline void k_math_unary_i64(int op, int64_t *y, const int64_t *x, int64_
         switch (op) {
         case K_MATH_NEG: y[i] = neg; break;
         case K_MATH_ABS: y[i] = v < 0 ? neg : v; break;
+        case K_MATH_BITWISE_NOT: y[i] = (int64_t)~(uint64_t)v; break;
         default: y[i] = v > 0 ? 1 : v < 0 ? -1 : 0; break; /* K_MATH_SIGN */
         }
     }
@@ -173,6 +193,9 @@ static inline void k_math_binary_i64(int op, int64_t *y, const int64_t *a, const
         case K_MATH_MIN: y[k] = z < x ? z : x; break;
         case K_MATH_MAX: y[k] = z > x ? z : x; break;
         case K_MATH_PRELU: y[k] = x < 0 ? (int64_t)((uint64_t)x * (uint64_t)z) : x; break;
+        case K_MATH_BITWISE_AND: y[k] = x & z; break;
+        case K_MATH_BITWISE_OR: y[k] = x | z; break;
+        case K_MATH_BITWISE_XOR: y[k] = x ^ z; break;
         default: y[k] = k_math_imod(op, x, z); break;
         }
         k_math_next(rank, dims, sa, sb, idx, &oa, &ob);

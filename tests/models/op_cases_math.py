@@ -131,3 +131,34 @@ def cases(add):
         N("Reshape", ["x", "tgt"], ["y"]),
     ], {"x": f(4, 3)}, {"c35": i64c([3, 5]), "c44": i64c([4, 4]), "c50": i64c([5, 0]), "c00": i64c([0, 0]),
                         "c1": i64c(1), "c6": i64c(6)}, ["y"])
+
+    # Inverse and hyperbolic trigonometry, on inputs inside each domain.
+    u = lambda *s: r.uniform(-0.9, 0.9, s).astype(np.float32)
+    for op, x in (("Acos", u(4, 3)), ("Asin", u(4, 3)), ("Atanh", u(4, 3)), ("Atan", f(4, 3) * 3),
+                  ("Asinh", f(4, 3) * 3), ("Acosh", pos(4, 3) * 4 + 1), ("Cosh", f(4, 3) * 2),
+                  ("Sinh", f(4, 3) * 2), ("Tan", u(4, 3) * 1.5)):
+        add("m_" + op.lower(), 13, [N(op, ["x"], ["y"])], {"x": x}, {}, ["y"])
+    add("m_thresholdedrelu", 13, [N("ThresholdedRelu", ["x"], ["y"], alpha=0.4)], {"x": f(4, 6)}, {}, ["y"])
+    add("m_shrink", 13, [N("Shrink", ["x"], ["y"], lambd=0.6, bias=0.2)], {"x": f(4, 6) * 2}, {}, ["y"])
+    add("m_celu", 13, [N("Celu", ["x"], ["y"], alpha=0.7)], {"x": f(4, 6) * 2}, {}, ["y"])
+
+    # Bitwise ops on int64, and on int32 / uint8 through Casts (graph inputs
+    # are int64): the uint8 BitwiseNot must wrap to 255 - x when narrowed.
+    I32, U8 = TensorProto.INT32, TensorProto.UINT8
+    big = lambda *s: r.integers(-2**40, 2**40, s, dtype=np.int64)
+    add("m_bitwise_and", 18, [N("BitwiseAnd", ["a", "b"], ["y"])], {"a": big(4, 6), "b": big(6)}, {}, ["y"])
+    add("m_bitwise_or", 18, [N("BitwiseOr", ["a", "b"], ["y"])], {"a": big(4, 1), "b": big(4, 6)}, {}, ["y"])
+    add("m_bitwise_xor", 18, [N("BitwiseXor", ["a", "b"], ["y"])], {"a": big(4, 6), "b": big(4, 6)}, {}, ["y"])
+    add("m_bitwise_not", 18, [N("BitwiseNot", ["a"], ["y"])], {"a": big(4, 6)}, {}, ["y"])
+    add("m_bitwise_not_u8", 18, [N("Cast", ["a"], ["a8"], to=U8), N("BitwiseNot", ["a8"], ["y8"]),
+                                 N("Cast", ["y8"], ["y"], to=I64)], {"a": i64(0, 256, 4, 6)}, {}, ["y"])
+    add("m_bitwise_xor_i32", 18, [N("Cast", ["a"], ["a32"], to=I32), N("Cast", ["b"], ["b32"], to=I32),
+                                  N("BitwiseXor", ["a32", "b32"], ["y32"]), N("Cast", ["y32"], ["y"], to=I64)],
+        {"a": i64(-2**31, 2**31, 4, 6), "b": i64(-2**31, 2**31, 4, 6)}, {}, ["y"])
+    add("m_bitwise_and_u8", 18, [N("Cast", ["a"], ["a8"], to=U8), N("Cast", ["b"], ["b8"], to=U8),
+                                 N("BitwiseAnd", ["a8", "b8"], ["y8"]), N("Cast", ["y8"], ["y"], to=I64)],
+        {"a": i64(0, 256, 4, 6), "b": i64(0, 256, 4, 6)}, {}, ["y"])
+    # Folded: BitwiseNot of a constant uint8 vector wraps at compile time too.
+    add("m_fold_bitwise_not_u8", 18, [N("BitwiseNot", ["c"], ["n8"]), N("Cast", ["n8"], ["n"], to=I64),
+                                      N("Add", ["x", "n"], ["y"])],
+        {"x": i64(0, 9, 2, 3)}, {"c": np.array([0, 7, 255], np.uint8)}, ["y"])
