@@ -683,7 +683,7 @@ static DType widen_to(const Program *pr, const Node *n, int is_out, int k)
     switch (n->op) {
     case OP_CAST: case OP_CONSTANT: case OP_BITCAST:
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
-    case OP_TRANSPOSE: case OP_CONCAT: case OP_SPLIT: case OP_SLICE: case OP_WHERE:
+    case OP_TRANSPOSE: case OP_CONCAT: case OP_SPLIT: case OP_SLICE: case OP_WHERE: case OP_DROPOUT:
         return DT_UNDEFINED;
     case OP_GATHER: case OP_GATHER_ELEMENTS: case OP_GATHER_ND:
         return !is_out && k == 1 ? DT_I64 : DT_UNDEFINED; /* int32 indices; the data moves as is */

@@ -43,6 +43,7 @@ static const FoldRule fold_rules[] = {
     {OP_REDUCE_LOG_SUM_EXP, 1, {"axes"}},
     {OP_CUMSUM, 1, {"axis"}},
     {OP_CUMPROD, 1, {"axis"}},
+    {OP_REDUCE_LOG_SUM, 1, {"axes"}},
     {OP_TOPK, 1, {"k"}},
     {OP_EXPAND, 1, {"shape"}},
     {OP_TILE, 1, {"repeats"}},

@@ -95,7 +95,7 @@ typedef enum FactorKind {
 } FactorKind;
 
 #define RULE_MAX_FACTORS 24
-#define RULE_MAX_PER_DIM 4
+#define RULE_MAX_PER_DIM IR_MAX_RANK /* a Reshape may merge every dim into one */
 
 /* Shardy-style op sharding rule: every operand and result dim is a list of
  * factors (major to minor; a Reshape dim may hold several). Tensors are
