@@ -126,8 +126,8 @@ int emit_resize(const EmitCtx *c, Diag *d)
     emit_arr(c, "rd", dims, 3 * r);
     int mode = code_of(node_attr_str(n, "mode", "nearest"), modes, 3);
     char a[40], e[40];
-    fprintf(c->f, "        k_resize_f32(%s, %s, %lld, %d, rd, rs, %d, %d, %d, %d, %d, %s, %s); /* %s, %s */\n    }\n",
-            y->name, x->name, (long long)emit_prod(y->dims, 0, r), r, mode, coord,
+    fprintf(c->f, "        k_resize_%s(%s, %s, %lld, %d, rd, rs, %d, %d, %d, %d, %d, %s, %s); /* %s, %s */\n    }\n",
+            y->dtype == DT_F32 ? "f32" : "i64", y->name, x->name, (long long)emit_prod(y->dims, 0, r), r, mode, coord,
             code_of(node_attr_str(n, "nearest_mode", "round_prefer_floor"), nearests, 4),
             node_attr_int(n, "antialias", 0) != 0, node_attr_int(n, "exclude_outside", 0) != 0,
             double_lit(node_attr_float(n, "cubic_coeff_a", -0.75f), a),

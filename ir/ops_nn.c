@@ -236,11 +236,14 @@ int shape_resize(Graph *g, Node *n, Diag *d)
     static const char *const policies[] = {"stretch", "not_larger", "not_smaller"};
     Tensor *x = n->inputs[0];
     int r = x->rank;
-    if (need_float(d, n, x))
-        return -1;
+    const char *mode = node_attr_str(n, "mode", "nearest");
+    /* Integers only pick elements (nearest); interpolating them would need
+     * ONNX Runtime's rounding and saturation, which the kernels lack. */
+    if (!dtype_is_float(x->dtype) && !(dtype_is_int(x->dtype) && !strcmp(mode, "nearest")))
+        return shape_fail(d, n, "input \"%s\" has dtype %s; Resize needs a float type (or an integer type with mode nearest)",
+                          x->name, dtype_name(x->dtype));
     if (r < 1)
         return shape_fail(d, n, "input \"%s\" is a scalar", x->name);
-    const char *mode = node_attr_str(n, "mode", "nearest");
     const char *coord = node_attr_str(n, "coordinate_transformation_mode", "half_pixel");
     const char *nearest = node_attr_str(n, "nearest_mode", "round_prefer_floor");
     const char *policy = node_attr_str(n, "keep_aspect_ratio_policy", "stretch");

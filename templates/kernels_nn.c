@@ -296,6 +296,35 @@ static inline void k_resize_f32(float *y, const float *x, int64_t ny, int rank, 
         y[o] = k_resize_one(&r, x, o);
 }
 
+/* Mode nearest on integers: each output copies the one element its taps
+ * name (exact for any int64, unlike the weighted sum). */
+static inline int64_t k_resize_one_i64(const KResize *r, const int64_t *x, int64_t o)
+{
+    int64_t off = 0, st = 1, idx[K_RS_TAPS];
+    double w[K_RS_TAPS];
+    for (int i = r->rank - 1; i >= 0; i--) {
+        int64_t oc = o % r->d[i].yd;
+        o /= r->d[i].yd;
+        if (r->d[i].ident)
+            off += oc * st;
+        else if (k_rs_taps(r, &r->d[i], oc, idx, w))
+            off += idx[0] * st;
+        else
+            return (int64_t)r->extrap;
+        st *= r->d[i].xd;
+    }
+    return x[off];
+}
+
+static inline void k_resize_i64(int64_t *y, const int64_t *x, int64_t ny, int rank, const int64_t *dims,
+                                const double *f, int mode, int coord, int nearest, int antialias, int exclude,
+                                double a, double extrap)
+{
+    KResize r = k_resize_params(rank, dims, f, mode, coord, nearest, antialias, exclude, a, extrap);
+    for (int64_t o = 0; o < ny; o++)
+        y[o] = k_resize_one_i64(&r, x, o);
+}
+
 /* ---- ConvTranspose ---- */
 
 /* y[n, m, o] = b[m] + sum over the group's input channels c and the kernel
