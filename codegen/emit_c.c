@@ -20,9 +20,9 @@ extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
 /* The op families' kernels (templates/kernels_<family>.c, cuda_<family>.cu). */
 extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
-    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[];
+    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[];
 extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
-    template_cuda_loss_cu[], template_cuda_attn_cu[];
+    template_cuda_loss_cu[], template_cuda_attn_cu[], template_cuda_linalg_cu[];
 
 /* Which kernel family each op belongs to: 0 core (templates/kernels.c),
  * then the families in the order of the table below. */
@@ -44,6 +44,9 @@ static const unsigned char op_family[OP_COUNT] = {
 #undef OP
 #define OP(e, ...) [e] = 6,
 #include "../ir/ops_attn.def"
+#undef OP
+#define OP(e, ...) [e] = 7,
+#include "../ir/ops_linalg.def"
 #undef OP
 };
 
@@ -551,11 +554,12 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                                        {template_kernels_index_c, template_cuda_index_cu},
                                        {template_kernels_nn_c, template_cuda_nn_cu},
                                        {template_kernels_loss_c, template_cuda_loss_cu},
-                                       {template_kernels_attn_c, template_cuda_attn_cu}};
-    int used[7] = {0};
+                                       {template_kernels_attn_c, template_cuda_attn_cu},
+                                       {template_kernels_linalg_c, template_cuda_linalg_cu}};
+    int used[8] = {0};
     for (int i = 0; i < g->nnodes; i++)
         used[op_family[g->nodes[i]->op]] = 1;
-    for (int i = 1; i <= 6; i++)
+    for (int i = 1; i <= 7; i++)
         if (used[i]) {
             fputs("\n", f);
             fputs(families[i - 1][g_cuda], f);

@@ -174,7 +174,13 @@ static inline void *rt_alloc(size_t bytes)
 
 /* ---- tensor files ---- */
 
-enum { RT_F32 = 1, RT_I64 = 7, RT_BOOL = 9 };
+/* Element types, as ONNX's TensorProto codes. Kernels compute in float32,
+ * int64 or bool; a tensor stored in another type is widened into a
+ * compute-type buffer before a node and narrowed after it (k_cast). */
+enum {
+    RT_F32 = 1, RT_U8 = 2, RT_I8 = 3, RT_U16 = 4, RT_I16 = 5, RT_I32 = 6, RT_I64 = 7, RT_BOOL = 9,
+    RT_F16 = 10, RT_F64 = 11, RT_U32 = 12, RT_BF16 = 16
+};
 
 typedef struct RtTensor {
     int dtype;
@@ -184,14 +190,193 @@ typedef struct RtTensor {
     size_t bytes;
 } RtTensor;
 
-static inline size_t rt_dtype_size(int dt)
+#ifdef __CUDACC__
+#define RT_HD static inline __host__ __device__
+#else
+#define RT_HD static inline
+#endif
+
+RT_HD size_t rt_dtype_size(int dt)
 {
-    return dt == RT_F32 ? 4 : dt == RT_I64 ? 8 : 1;
+    return dt == RT_F32 || dt == RT_I32 || dt == RT_U32 ? 4
+         : dt == RT_I64 || dt == RT_F64                ? 8
+         : dt == RT_F16 || dt == RT_BF16 || dt == RT_I16 || dt == RT_U16 ? 2 : 1;
 }
 
 static inline const char *rt_dtype_name(int dt)
 {
-    return dt == RT_F32 ? "float32" : dt == RT_I64 ? "int64" : dt == RT_BOOL ? "bool" : "unsupported";
+    switch (dt) {
+    case RT_F32: return "float32";
+    case RT_U8: return "uint8";
+    case RT_I8: return "int8";
+    case RT_U16: return "uint16";
+    case RT_I16: return "int16";
+    case RT_U32: return "uint32";
+    case RT_I32: return "int32";
+    case RT_I64: return "int64";
+    case RT_BOOL: return "bool";
+    case RT_F16: return "float16";
+    case RT_F64: return "float64";
+    case RT_BF16: return "bfloat16";
+    default: return "unsupported";
+    }
+}
+
+/* .npy descriptors; bfloat16 is what ml_dtypes writes ('<V2'). */
+static inline const char *rt_npy_descr(int dt)
+{
+    switch (dt) {
+    case RT_F32: return "<f4";
+    case RT_U8: return "|u1";
+    case RT_I8: return "|i1";
+    case RT_U16: return "<u2";
+    case RT_I16: return "<i2";
+    case RT_U32: return "<u4";
+    case RT_I32: return "<i4";
+    case RT_I64: return "<i8";
+    case RT_BOOL: return "|b1";
+    case RT_F16: return "<f2";
+    case RT_F64: return "<f8";
+    case RT_BF16: return "<V2";
+    default: return NULL;
+    }
+}
+
+/* IEEE binary16 and bfloat16 to and from float32, rounding to nearest
+ * even; NaN stays NaN, overflow goes to infinity, subnormals are kept. */
+RT_HD float rt_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+RT_HD uint32_t rt_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+RT_HD float rt_h2f(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f)
+        return rt_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e)
+        return rt_bits_f32(sign | ((e + 112) << 23) | (m << 13));
+    float v = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -v : v;
+}
+
+RT_HD uint16_t rt_f2h(float f)
+{
+    uint32_t u = rt_f32_bits(f), au = u & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    if (au >= 0x7f800000u)
+        return (uint16_t)(sign | 0x7c00 | (au > 0x7f800000u ? 0x200 : 0));
+    if (au >= 0x477ff000u) /* rounds to 65520 or more */
+        return (uint16_t)(sign | 0x7c00);
+    if (au < 0x38800000u) { /* a subnormal half: m * 2^-24 */
+        float q = rt_bits_f32(au) * 16777216.0f;
+        uint32_t m = (uint32_t)q;
+        float frac = q - (float)m;
+        if (frac > 0.5f || (frac == 0.5f && (m & 1)))
+            m++;
+        return (uint16_t)(sign | m);
+    }
+    uint32_t r = au + 0xfff + ((au >> 13) & 1);
+    return (uint16_t)(sign | (((r >> 13) - (112u << 10)) & 0x7fff));
+}
+
+RT_HD float rt_bf2f(uint16_t h)
+{
+    return rt_bits_f32((uint32_t)h << 16);
+}
+
+RT_HD uint16_t rt_f2bf(float f)
+{
+    uint32_t u = rt_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+RT_HD int rt_dtype_is_float(int dt)
+{
+    return dt == RT_F32 || dt == RT_F16 || dt == RT_BF16 || dt == RT_F64;
+}
+
+/* Element i of x (dtype dt) as int64 or double, and back. Float to
+ * integer truncates toward zero and saturates (NaN is 0); integer stores
+ * wrap to the type's width, as C's conversions do. */
+RT_HD int64_t rt_load_i64(const void *x, int dt, int64_t i)
+{
+    switch (dt) {
+    case RT_I64: return ((const int64_t *)x)[i];
+    case RT_I32: return ((const int32_t *)x)[i];
+    case RT_U32: return ((const uint32_t *)x)[i];
+    case RT_I16: return ((const int16_t *)x)[i];
+    case RT_U16: return ((const uint16_t *)x)[i];
+    case RT_I8: return ((const int8_t *)x)[i];
+    case RT_U8: return ((const uint8_t *)x)[i];
+    default: return ((const unsigned char *)x)[i] != 0;
+    }
+}
+
+RT_HD double rt_load_f64(const void *x, int dt, int64_t i)
+{
+    switch (dt) {
+    case RT_F32: return ((const float *)x)[i];
+    case RT_F64: return ((const double *)x)[i];
+    case RT_F16: return rt_h2f(((const uint16_t *)x)[i]);
+    case RT_BF16: return rt_bf2f(((const uint16_t *)x)[i]);
+    default: return (double)rt_load_i64(x, dt, i);
+    }
+}
+
+RT_HD void rt_store_i64(void *y, int dt, int64_t i, int64_t v)
+{
+    switch (dt) {
+    case RT_I64: ((int64_t *)y)[i] = v; break;
+    case RT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case RT_U32: ((uint32_t *)y)[i] = (uint32_t)(uint64_t)v; break;
+    case RT_I16: ((int16_t *)y)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
+    case RT_U16: ((uint16_t *)y)[i] = (uint16_t)(uint64_t)v; break;
+    case RT_I8: ((int8_t *)y)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
+    case RT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; break;
+    case RT_F32: ((float *)y)[i] = (float)v; break;
+    case RT_F64: ((double *)y)[i] = (double)v; break;
+    case RT_F16: ((uint16_t *)y)[i] = rt_f2h((float)v); break;
+    case RT_BF16: ((uint16_t *)y)[i] = rt_f2bf((float)v); break;
+    default: ((unsigned char *)y)[i] = v != 0; break;
+    }
+}
+
+RT_HD void rt_store_f64(void *y, int dt, int64_t i, double v)
+{
+    switch (dt) {
+    case RT_F32: ((float *)y)[i] = (float)v; break;
+    case RT_F64: ((double *)y)[i] = v; break;
+    case RT_F16: ((uint16_t *)y)[i] = rt_f2h((float)v); break;
+    case RT_BF16: ((uint16_t *)y)[i] = rt_f2bf((float)v); break;
+    case RT_BOOL: ((unsigned char *)y)[i] = v != 0; break;
+    default:
+        rt_store_i64(y, dt, i, v != v ? 0 : v >= 9223372036854775807.0 ? INT64_MAX
+                               : v <= -9223372036854775808.0 ? INT64_MIN : (int64_t)v);
+        break;
+    }
+}
+
+/* Cast semantics between any two of the types above (ONNX Cast). */
+RT_HD void rt_convert(void *y, int to, const void *x, int from, int64_t i)
+{
+    if (!rt_dtype_is_float(from))
+        rt_store_i64(y, to, i, rt_load_i64(x, from, i)); /* exact for every integer */
+    else if (from == RT_F32 && to == RT_F16)
+        ((uint16_t *)y)[i] = rt_f2h(((const float *)x)[i]);
+    else
+        rt_store_f64(y, to, i, rt_load_f64(x, from, i));
 }
 
 /* Opens a regular file for reading: a FIFO, a device or a folder is
@@ -270,14 +455,18 @@ static inline void rt_parse_npy(const char *path, const unsigned char *buf, size
         ;
     if (strncmp(fo, "True", 4) == 0)
         rt_die("%s: Fortran-ordered arrays are not supported", path);
-    if (strstr(d, "'<f4'") == d + 9)
-        t->dtype = RT_F32;
-    else if (strstr(d, "'<i8'") == d + 9)
-        t->dtype = RT_I64;
-    else if (strstr(d, "'|b1'") == d + 9)
-        t->dtype = RT_BOOL;
-    else
-        rt_die("%s: dtype %.8s is not supported (float32 <f4, int64 <i8, bool |b1)", path, d + 9);
+    static const int types[] = {RT_F32, RT_U8, RT_I8, RT_U16, RT_I16, RT_U32, RT_I32, RT_I64, RT_BOOL, RT_F16, RT_F64, RT_BF16};
+    t->dtype = 0;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        char q[8];
+        snprintf(q, sizeof q, "'%s'", rt_npy_descr(types[k]));
+        if (strncmp(d + 9, q, 5) == 0)
+            t->dtype = types[k];
+    }
+    if (strncmp(d + 9, "'|V2'", 5) == 0) /* numpy's own spelling of ml_dtypes' bfloat16 */
+        t->dtype = RT_BF16;
+    if (!t->dtype)
+        rt_die("%s: dtype %.8s is not supported (<f4 <f2 <V2 (bfloat16) <f8 <i8 <i4 <i2 |i1 <u4 <u2 |u1 |b1)", path, d + 9);
     const char *p = strchr(sh, '(');
     t->rank = 0;
     for (p = p ? p + 1 : sh; *p && *p != ')';) {
@@ -333,7 +522,7 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
                 t->dims[t->rank++] = (int64_t)v;
             else if (field == 2)
                 t->dtype = (int)v;
-            else if ((field == 7 || field == 5) && npacked_ints < (1 << 12)) {
+            else if ((field == 7 || field == 5 || field == 11) && npacked_ints < (1 << 12)) { /* int64, int32, uint64 */
                 ints[npacked_ints++] = (int64_t)v;
                 typed_field = field;
             }
@@ -348,7 +537,8 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
             } else if (field == 9) {
                 raw = p;
                 raw_len = n;
-            } else if (field == 4 || field == 5 || field == 7) {
+            } else if (field == 4 || field == 5 || field == 7 || field == 10 || field == 11) {
+                /* float, int32, int64, double, uint64 */
                 typed = p;
                 typed_len = n;
                 typed_field = field;
@@ -358,12 +548,18 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
             size_t n = wire == 5 ? 4 : 8;
             if (n > (size_t)(end - p))
                 rt_die("%s: truncated protobuf", path);
+            if (!typed && ((field == 4 && wire == 5) || (field == 10 && wire == 1))) {
+                /* An unpacked float or double: rare; read as one element. */
+                typed = p;
+                typed_len = n;
+                typed_field = field;
+            }
             p += n;
         } else {
             rt_die("%s: unsupported protobuf wire type %d", path, wire);
         }
     }
-    if (t->dtype != RT_F32 && t->dtype != RT_I64 && t->dtype != RT_BOOL)
+    if (!rt_npy_descr(t->dtype))
         rt_die("%s: dtype %d is not supported", path, t->dtype);
     /* Every element must come from the file: the count is checked against
      * what the file holds before any buffer is sized from it. */
@@ -376,23 +572,27 @@ static inline void rt_parse_pb(const char *path, const unsigned char *buf, size_
         if (raw_len != t->bytes)
             rt_die("%s: raw_data holds %zu bytes, shape needs %zu", path, raw_len, t->bytes);
         memcpy(t->data, raw, raw_len);
-    } else if (typed && typed_field == 4 && t->dtype == RT_F32 && typed_len == t->bytes) {
+    } else if (typed && ((typed_field == 4 && t->dtype == RT_F32) || (typed_field == 10 && t->dtype == RT_F64)) &&
+               typed_len == t->bytes) {
         memcpy(t->data, typed, typed_len);
-    } else if (typed && (typed_field == 7 || typed_field == 5)) {
+    } else if (typed && (typed_field == 7 || typed_field == 5 || typed_field == 11)) {
+        /* int32_data holds int32, int16, uint16, int8, uint8 and bool
+         * values and the bit patterns of float16 and bfloat16; uint64_data
+         * (field 11) holds uint32. */
         const unsigned char *q = typed;
         for (size_t i = 0; i < numel; i++) {
             int64_t v = (int64_t)rt_varint(&q, typed + typed_len, path);
-            if (t->dtype == RT_I64)
-                ((int64_t *)t->data)[i] = v;
+            if (t->dtype == RT_F16 || t->dtype == RT_BF16)
+                ((uint16_t *)t->data)[i] = (uint16_t)v;
             else
-                ((unsigned char *)t->data)[i] = v != 0;
+                rt_store_i64(t->data, t->dtype, (int64_t)i, typed_field == 5 ? (int32_t)v : v);
         }
     } else if (npacked_ints == (int)numel) {
         for (size_t i = 0; i < numel; i++) {
-            if (t->dtype == RT_I64)
-                ((int64_t *)t->data)[i] = ints[i];
+            if (t->dtype == RT_F16 || t->dtype == RT_BF16)
+                ((uint16_t *)t->data)[i] = (uint16_t)ints[i];
             else
-                ((unsigned char *)t->data)[i] = ints[i] != 0;
+                rt_store_i64(t->data, t->dtype, (int64_t)i, typed_field == 5 ? (int32_t)ints[i] : ints[i]);
         }
     } else if (numel) {
         rt_die("%s: no data in a supported field", path);
@@ -438,7 +638,7 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
         n *= (size_t)dims[i];
     }
     int len = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                       dtype == RT_F32 ? "<f4" : dtype == RT_I64 ? "<i8" : "|b1", shape);
+                       rt_npy_descr(dtype), shape);
     int total = 10 + len + 1, pad = (64 - total % 64) % 64;
     /* A fresh temporary name (never through a symlink an attacker placed),
      * renamed over the final name, which replaces a link there rather than
@@ -555,6 +755,42 @@ static inline long rt_peak_rss_kib(void)
     return kib;
 }
 
+#if !defined(O2S_CUDA)
+/* MPI has no 16-bit float types: float16 and bfloat16 travel as 2-byte
+ * elements, and partial sums of them are added in float32 and rounded
+ * once per pairwise reduction step (as NCCL does for ncclHalf/ncclBfloat16). */
+static MPI_Datatype rt_mpi_f16 = MPI_DATATYPE_NULL, rt_mpi_bf16 = MPI_DATATYPE_NULL;
+static MPI_Op rt_sum_f16 = MPI_OP_NULL, rt_sum_bf16 = MPI_OP_NULL;
+
+static void rt_sum_f16_fn(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    const uint16_t *a = (const uint16_t *)in;
+    uint16_t *b = (uint16_t *)inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = rt_f2h(rt_h2f(a[i]) + rt_h2f(b[i]));
+}
+
+static void rt_sum_bf16_fn(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    const uint16_t *a = (const uint16_t *)in;
+    uint16_t *b = (uint16_t *)inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = rt_f2bf(rt_bf2f(a[i]) + rt_bf2f(b[i]));
+}
+
+static inline void rt_init_mpi_types(void)
+{
+    CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &rt_mpi_f16));
+    CHECK_MPI(MPI_Type_commit(&rt_mpi_f16));
+    CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &rt_mpi_bf16));
+    CHECK_MPI(MPI_Type_commit(&rt_mpi_bf16));
+    CHECK_MPI(MPI_Op_create(rt_sum_f16_fn, 1, &rt_sum_f16));
+    CHECK_MPI(MPI_Op_create(rt_sum_bf16_fn, 1, &rt_sum_bf16));
+}
+#endif
+
 /* Starts MPI with errors returned (so CHECK_MPI can name them) and checks
  * that this binary runs as the rank it was generated for. */
 #ifdef O2S_HAVE_MPI
@@ -569,6 +805,9 @@ static inline void rt_init_mpi(int *argc, char ***argv)
     if (world != WORLD || me != RANK)
         rt_die("launched as rank %d of %d, but this binary is rank %d of %d: use run.sh (mpirun -np %d)", me, world,
                RANK, WORLD, WORLD);
+#if !defined(O2S_CUDA)
+    rt_init_mpi_types();
+#endif
 }
 #endif
 
@@ -915,19 +1154,30 @@ static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
         y[i] = x[i] > 0 ? x[i] : 0;
 }
 
-/* Cast between float32 (1), int64 (7) and bool (9). */
+/* Cast between any two element types (ONNX codes, runtime.c). Also the
+ * widening of a float16/bfloat16/int32... operand into its compute type
+ * before a node and the narrowing of a result after it; the common pairs
+ * get their own loops. */
 static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double v = from == 1 ? (double)((const float *)x)[i]
-                 : from == 7 ? (double)((const int64_t *)x)[i] : (double)((const unsigned char *)x)[i];
-        if (to == 1)
-            ((float *)y)[i] = from == 7 ? (float)((const int64_t *)x)[i] : (float)v;
-        else if (to == 7)
-            ((int64_t *)y)[i] = from == 7 ? ((const int64_t *)x)[i] : (int64_t)v;
-        else
-            ((unsigned char *)y)[i] = v != 0;
-    }
+    if (from == RT_F16 && to == RT_F32)
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = rt_h2f(((const uint16_t *)x)[i]);
+    else if (from == RT_F32 && to == RT_F16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)y)[i] = rt_f2h(((const float *)x)[i]);
+    else if (from == RT_BF16 && to == RT_F32)
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = rt_bf2f(((const uint16_t *)x)[i]);
+    else if (from == RT_F32 && to == RT_BF16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)y)[i] = rt_f2bf(((const float *)x)[i]);
+    else if (from == RT_I64 && to == RT_F32) /* directly: no double rounding through double */
+        for (int64_t i = 0; i < n; i++)
+            ((float *)y)[i] = (float)((const int64_t *)x)[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            rt_convert(y, to, x, from, i);
 }
 
 /* Batched matmul: y[b] = a[b] @ w[b], with per-batch element offsets
