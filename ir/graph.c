@@ -340,8 +340,8 @@ const char *node_attr_str(const Node *n, const char *name, const char *dflt)
     return a && a->type == ATTR_STRING ? a->s : dflt;
 }
 
-void node_attr_set_ints(Graph *g, Node *n, const char *name,
-                        const int64_t *vals, int count)
+/* The attribute called name, added (empty) when the node has none. */
+static Attr *attr_get(Graph *g, Node *n, const char *name)
 {
     Attr *a = (Attr *)node_attr(n, name);
     if (!a) {
@@ -352,6 +352,23 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
         a = &na[n->nattrs++];
         a->name = arena_strdup(&g->arena, name);
     }
+    return a;
+}
+
+void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals, int count)
+{
+    Attr *a = attr_get(g, n, name);
+    a->type = ATTR_FLOATS;
+    a->n = count;
+    a->floats = arena_alloc(&g->arena, (size_t)(count ? count : 1) * sizeof(float));
+    if (count)
+        memcpy(a->floats, vals, (size_t)count * sizeof(float));
+}
+
+void node_attr_set_ints(Graph *g, Node *n, const char *name,
+                        const int64_t *vals, int count)
+{
+    Attr *a = attr_get(g, n, name);
     a->type = ATTR_INTS;
     a->n = count;
     a->ints = arena_alloc(&g->arena, (size_t)(count ? count : 1) * sizeof(int64_t));

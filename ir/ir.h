@@ -266,6 +266,8 @@ const char *node_attr_str(const Node *n, const char *name, const char *dflt);
 /* Adds or replaces an INTS attribute (copies vals into the arena). */
 void node_attr_set_ints(Graph *g, Node *n, const char *name,
                         const int64_t *vals, int count);
+/* The same for a FLOATS attribute. */
+void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals, int count);
 
 /* Formats dims as "[2, 16, 64]" into buf; returns buf. */
 char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap);

@@ -128,45 +128,6 @@ int shape_loss_axis(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], x->dtype, x->rank, x->dims);
 }
 
-/* ReduceLogSum: log of the sum over axes. From opset 18 the axes are an
- * input; a constant one becomes the axes attribute here, so that the rule
- * and the emitter read the same place as for earlier opsets. */
-int shape_reduce_log_sum(Graph *g, Node *n, Diag *d)
-{
-    const Tensor *x = n->inputs[0], *ax = n->ninputs > 1 ? n->inputs[1] : NULL;
-    if (need_float(d, n, x, "data"))
-        return -1;
-    if (ax) {
-        if (!ax->data && tensor_numel(ax) != 0)
-            return shape_fail(d, n, "input \"%s\" (axes) must be a constant: dynamic values are not supported%s",
-                              ax->name, const_hint(ax));
-        if (ax->dtype != DT_I64 || ax->rank != 1 || ax->dims[0] > IR_MAX_RANK)
-            return shape_fail(d, n, "input \"%s\" (axes) must be a 1-D int64 constant of at most %d entries",
-                              ax->name, IR_MAX_RANK);
-        int64_t v[IR_MAX_RANK];
-        for (int64_t i = 0; i < ax->dims[0]; i++)
-            v[i] = fold_get_i64(ax, i);
-        node_attr_set_ints(g, n, "axes", v, (int)ax->dims[0]);
-    }
-    unsigned mask = 0;
-    const Attr *axes = node_attr(n, "axes");
-    if (axes && axes->n > 0) {
-        if (shape_axes_mask(d, n, axes, x->rank, &mask))
-            return -1;
-    } else if (!node_attr_int(n, "noop_with_empty_axes", 0)) {
-        mask = (1u << x->rank) - 1;
-    }
-    int keep = node_attr_int(n, "keepdims", 1) != 0, r = 0;
-    int64_t out[IR_MAX_RANK];
-    for (int i = 0; i < x->rank; i++) {
-        if (!(mask & (1u << i)))
-            out[r++] = x->dims[i];
-        else if (keep)
-            out[r++] = 1;
-    }
-    return shape_set(d, n, n->outputs[0], x->dtype, r, out);
-}
-
 /* MeanVarianceNormalization: statistics over axes (default N, H, W of
  * NCHW), the output x's shape. */
 int shape_loss_mvn(Graph *g, Node *n, Diag *d)

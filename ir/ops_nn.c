@@ -58,25 +58,6 @@ static int ints_or(Diag *d, const Node *n, const char *name, int count, int64_t 
     return 0;
 }
 
-/* Adds or replaces a FLOATS attribute (node_attr_set_ints for floats). */
-static void set_floats(Graph *g, Node *n, const char *name, const float *vals, int count)
-{
-    Attr *a = (Attr *)node_attr(n, name);
-    if (!a) {
-        Attr *na = arena_alloc(&g->arena, (size_t)(n->nattrs + 1) * sizeof(Attr));
-        if (n->nattrs)
-            memcpy(na, n->attrs, (size_t)n->nattrs * sizeof(Attr));
-        n->attrs = na;
-        a = &na[n->nattrs++];
-        a->name = arena_strdup(&g->arena, name);
-    }
-    a->type = ATTR_FLOATS;
-    a->n = count;
-    a->floats = arena_alloc(&g->arena, (size_t)(count ? count : 1) * sizeof(float));
-    if (count)
-        memcpy(a->floats, vals, (size_t)count * sizeof(float));
-}
-
 /* auto_pad as 0 NOTSET, 1 SAME_UPPER, 2 SAME_LOWER, 3 VALID. */
 static int auto_pad(Diag *d, const Node *n, int *mode)
 {
@@ -348,8 +329,8 @@ int shape_resize(Graph *g, Node *n, Diag *d)
             if (sc[i] < 1.0f && aa_taps(m == 1 ? 1.0 : 2.0, sc[i]) > RESIZE_MAX_TAPS)
                 return shape_fail(d, n, "antialiased %s resize of dim %d by %g reads more than %d inputs per output",
                                   mode, i, (double)sc[i], RESIZE_MAX_TAPS);
-    set_floats(g, n, "scales", sc, r);
-    set_floats(g, n, "roi", rv, 2 * r);
+    node_attr_set_floats(g, n, "scales", sc, r);
+    node_attr_set_floats(g, n, "roi", rv, 2 * r);
     return shape_set(d, n, n->outputs[0], x->dtype, r, out);
 }
 

@@ -57,7 +57,7 @@ int shape_reduce_op(Graph *g, Node *n, Diag *d)
 {
     (void)g;
     Tensor *x = n->inputs[0];
-    int float_only = n->op == OP_REDUCE_L2 || n->op == OP_REDUCE_LOG_SUM_EXP;
+    int float_only = n->op == OP_REDUCE_L2 || n->op == OP_REDUCE_LOG_SUM_EXP || n->op == OP_REDUCE_LOG_SUM;
     unsigned mask;
     if (need_types(d, n, x, !float_only) || reduce_mask(d, n, x->rank, &mask))
         return -1;
