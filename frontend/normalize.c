@@ -56,7 +56,7 @@ static int fold_input(Graph *g, Node *n, int idx, const char *attr, Diag *d)
         return 0; /* an omitted optional input keeps the default */
     if (!t->data && (t->rank < 0 || tensor_numel(t) != 0)) {
         diag_add(d, "node \"%s\" (%s): input \"%s\" (%s) must be a constant: dynamic values are not supported%s",
-                 n->name, node_op_name(n), t->name, attr, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+                 n->name, node_op_name(n), t->name, attr, shape_const_hint(t));
         return -1;
     }
     if ((t->dtype != DT_I64 && t->dtype != DT_I32) || t->rank > 1) {

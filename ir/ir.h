@@ -338,6 +338,10 @@ typedef struct EinsumSpec {
 int einsum_parse(const char *eq, int nin, const int *ranks, const int64_t (*dims)[IR_MAX_RANK], EinsumSpec *s,
                  char *err, size_t cap);
 
+/* The end of a "must be a constant" error: how to fix t when it is a
+ * graph input (--const NAME=FILE), else "". */
+const char *shape_const_hint(const Tensor *t);
+
 /* Shape and fold functions, referenced from ops.def. */
 #define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold)              \
     int fn(Graph *g, Node *n, Diag *d); int fold(Graph *g, Node *n, Diag *d);

@@ -342,7 +342,7 @@ static int need_const(Diag *d, const Node *n, const Tensor *t, const char *what)
 {
     if (!t->data && tensor_numel(t) != 0)
         return shape_fail(d, n, "input \"%s\" (%s) must be a constant: dynamic values are not supported%s",
-                          t->name, what, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+                          t->name, what, shape_const_hint(t));
     return 0;
 }
 

@@ -26,12 +26,6 @@ static int need_float(Diag *d, const Node *n, const Tensor *t, const char *what)
                       node_op_name(n));
 }
 
-/* The end of a "must be a constant" error: how to fix a graph input. */
-static const char *const_hint(const Tensor *t)
-{
-    return t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "";
-}
-
 /* NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss. */
 int shape_loss(Graph *g, Node *n, Diag *d)
 {
@@ -82,7 +76,7 @@ int shape_dropout(Graph *g, Node *n, Diag *d)
             return shape_fail(d, n, "training_mode \"%s\" must be one bool", train->name);
         if (!train->data)
             return shape_fail(d, n, "input \"%s\" (training_mode) must be a constant: a run-time training switch is "
-                                    "not supported%s", train->name, const_hint(train));
+                                    "not supported%s", train->name, shape_const_hint(train));
         training = dtype_load(DT_BOOL, train->data, 0) != 0;
     }
     if (ratio && (!dtype_is_float(ratio->dtype) || tensor_numel(ratio) != 1))
@@ -91,7 +85,7 @@ int shape_dropout(Graph *g, Node *n, Diag *d)
         /* Training with ratio 0 keeps every element: still the identity. */
         if (ratio && !ratio->data)
             return shape_fail(d, n, "input \"%s\" (ratio) must be a constant when training_mode is true: random "
-                                    "dropout is not supported%s", ratio->name, const_hint(ratio));
+                                    "dropout is not supported%s", ratio->name, shape_const_hint(ratio));
         double r = ratio ? dtype_load(ratio->dtype, ratio->data, 0) : 0.5;
         if (r != 0.0)
             return shape_fail(d, n, "training_mode is true with ratio %g: random dropout is not supported "

@@ -194,7 +194,7 @@ static int const_input(Diag *d, const Node *n, int k, const char *what, const Te
         return 0;
     if (!t->data)
         return shape_fail(d, n, "input \"%s\" (%s) must be a constant: dynamic values are not supported%s", t->name,
-                          what, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+                          what, shape_const_hint(t));
     if (t->rank != 1)
         return shape_fail(d, n, "input \"%s\" (%s) must be 1-D", t->name, what);
     *out = t;

@@ -68,7 +68,7 @@ static int need_const(Diag *d, const Node *n, int k)
     if (t->data || tensor_numel(t) == 0)
         return 0;
     return shape_fail(d, n, "input \"%s\" must be a constant (computed from shapes or stored in the model): "
-                      "its value decides the output shape%s", t->name, t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+                      "its value decides the output shape%s", t->name, shape_const_hint(t));
 }
 
 /* Range(start, limit, delta): max(ceil((limit - start) / delta), 0)
@@ -173,7 +173,7 @@ int shape_nonzero(Graph *g, Node *n, Diag *d)
     const Tensor *x = n->inputs[0];
     if (!x->data && tensor_numel(x) != 0)
         return shape_fail(d, n, "input \"%s\" is not a constant: NonZero's output size would depend on run-time "
-                          "values%s", x->name, x->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "");
+                          "values%s", x->name, shape_const_hint(x));
     int64_t count = 0, numel = tensor_numel(x);
     for (int64_t i = 0; i < numel; i++)
         count += fold_get(x, i) != 0;

@@ -13,6 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *shape_const_hint(const Tensor *t)
+{
+    return t->is_input ? "; it is a graph input: fix its value with --const NAME=FILE" : "";
+}
+
 int shape_fail(Diag *d, const Node *n, const char *fmt, ...)
 {
     char msg[768];
