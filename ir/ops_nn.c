@@ -202,10 +202,12 @@ static int const_input(Diag *d, const Node *n, int k, const char *what, const Te
 }
 
 /* Taps per output element of an antialiased filter with half-width
- * support at scale s < 1, as the reference implementation counts them. */
-static int64_t aa_taps(double support, double s)
+ * support at scale s < 1, as the reference implementation counts them.
+ * Kept in double: a tiny scale from the model gives a count far past
+ * int64 (converting that would be undefined behaviour). */
+static double aa_taps(double support, double s)
 {
-    return -2 * (int64_t)floor(-support / s);
+    return -2.0 * floor(-support / s);
 }
 
 int shape_resize(Graph *g, Node *n, Diag *d)
@@ -326,7 +328,7 @@ int shape_resize(Graph *g, Node *n, Diag *d)
     /* Antialiased downsampling reads 1/scale times as many taps. */
     if (node_attr_int(n, "antialias", 0) && m > 0)
         for (int i = 0; i < r; i++)
-            if (sc[i] < 1.0f && aa_taps(m == 1 ? 1.0 : 2.0, sc[i]) > RESIZE_MAX_TAPS)
+            if (sc[i] < 1.0f && !(aa_taps(m == 1 ? 1.0 : 2.0, sc[i]) <= RESIZE_MAX_TAPS))
                 return shape_fail(d, n, "antialiased %s resize of dim %d by %g reads more than %d inputs per output",
                                   mode, i, (double)sc[i], RESIZE_MAX_TAPS);
     node_attr_set_floats(g, n, "scales", sc, r);
