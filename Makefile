@@ -7,9 +7,11 @@ CLANG    ?= clang
 CFLAGS   ?= -O2 -g
 WARN     := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE
 INC      := -I. -Ibuild/gen
-# protobuf-c linked statically: the compiler then needs only libc, so it can be
-# carried to a machine without protobuf-c (the GPU machine of tests/gpu).
-LDLIBS   := -l:libprotobuf-c.a -lm
+# protobuf-c and GLPK (the MILP solver behind --auto, with the libraries it
+# needs) linked statically: the compiler then needs only libc, so it can be
+# carried to a machine without them (the GPU machine of tests/gpu).
+GLPK_LIBS := -l:libglpk.a -l:libcolamd.a -l:libamd.a -l:libsuitesparseconfig.a -l:libgmp.a -l:libltdl.a -l:libz.a -ldl
+LDLIBS   := -l:libprotobuf-c.a $(GLPK_LIBS) -lm
 VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60

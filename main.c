@@ -54,6 +54,11 @@ static const char usage_text[] =
     "  --json            print the plan as JSON\n"
     "  --explain TENSOR  print the chain of decisions behind one tensor\n"
     "  --dot FILE        write a Graphviz drawing of the plan\n"
+    "  --auto            choose every layout by an integer program over the cost\n"
+    "                    model (annotations, if any, are hard constraints)\n"
+    "  --auto-time-limit S  the solver's time limit in seconds (default 60)\n"
+    "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
+    "                    and live values under it; compile backs prefetch off\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
     "  --const NAME=FILE fix a graph input to a file's value (repeatable)\n"
     "\n"
@@ -68,7 +73,6 @@ static const char usage_text[] =
     "                    over it (ZeRO-3/FSDP); gather each before use\n"
     "  --prefetch K      start each weight gather K weight-reading nodes ahead\n"
     "                    (default 1), backing off to fit --mem-limit\n"
-    "  --mem-limit N     bytes per rank (suffix K, M, G)\n"
     "  --fuse-bytes N    fuse all-reduces on one group that are ready together\n"
     "                    and smaller than N bytes into one call (default 65536; 0 off)\n"
     "\n"
@@ -274,7 +278,7 @@ static void inspect_json(const Graph *g, int nodes)
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
-       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH };
+       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -419,6 +423,43 @@ static int write_dot(const Plan *p, const char *path, Diag *d)
     return 0;
 }
 
+/* --auto under --mem-limit: the integer program bounds weights and live
+ * values; the per-rank programs also hold reshard buffers, scratch and
+ * alignment. Build every rank's program and, while one is over the limit,
+ * solve again with the limit lowered by the largest overshoot (a few
+ * rounds), so plan and compile agree on what fits. */
+static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationList *ann, AutoOptions aopt,
+                              const ProgramOptions *popt, Diag *d)
+{
+    Plan *p = partition_auto(g, m, ann, &aopt, d);
+    for (int round = 0; p && aopt.mem_limit > 0 && round < 6; round++) {
+        ProgramOptions po = *popt;
+        po.mem_limit = 0;
+        int64_t over = 0;
+        for (int r = 0; r < m->nranks; r++) {
+            Program *pr = program_build(p, r, &po, d);
+            if (!pr) {
+                plan_free(p);
+                return NULL;
+            }
+            int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+            if (total - popt->mem_limit > over)
+                over = total - popt->mem_limit;
+            program_free(pr);
+        }
+        if (over <= 0)
+            break;
+        aopt.mem_limit -= over;
+        plan_free(p);
+        if (aopt.mem_limit <= 0) {
+            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)popt->mem_limit);
+            return NULL;
+        }
+        p = partition_auto(g, m, ann, &aopt, d);
+    }
+    return p;
+}
+
 static int cmd_plan(int argc, char **argv, int compile)
 {
     static const struct option longopts[] = {
@@ -436,6 +477,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"shard-weights", required_argument, 0, OPT_SHARD_WEIGHTS},
         {"prefetch", required_argument, 0, OPT_PREFETCH},
         {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
+        {"auto", no_argument, 0, OPT_AUTO},
+        {"auto-time-limit", required_argument, 0, OPT_AUTO_TIME},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -443,7 +486,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         {0, 0, 0, 0},
     };
     const char *target = "c", *out_dir = NULL, *shard_weights = NULL, *cuda_arch = "sm_90";
-    int tf32 = 0;
+    int tf32 = 0, use_auto = 0;
+    AutoOptions aopt = {.mem_limit = 0, .time_limit_s = 60};
     ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
@@ -479,6 +523,15 @@ static int cmd_plan(int argc, char **argv, int compile)
             if ((popt.fuse_bytes = parse_bytes(optarg)) < 0)
                 return usage_error("--fuse-bytes %s: expected bytes, e.g. 64K", optarg);
             break;
+        case OPT_AUTO: use_auto = 1; break;
+        case OPT_AUTO_TIME: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v > 0 && v <= 86400))
+                return usage_error("--auto-time-limit %s: expected seconds, from 0 to 86400", optarg);
+            aopt.time_limit_s = v;
+            break;
+        }
         case 'o': out_dir = optarg; break;
         case OPT_MESH: mesh_spec = optarg; break;
         case OPT_LINK: links = optarg; break;
@@ -559,7 +612,9 @@ static int cmd_plan(int argc, char **argv, int compile)
     if (shardings && annotate_add_file(&ann, &arena, g, &mesh, shardings, &d))
         goto cleanup;
     d.context = path;
-    if (!(p = partition_propagate(g, &mesh, &ann, &d)))
+    aopt.mem_limit = popt.mem_limit;
+    popt.cuda = strcmp(target, "cuda") == 0;
+    if (!(p = use_auto ? auto_plan_fitted(g, &mesh, &ann, aopt, &popt, &d) : partition_propagate(g, &mesh, &ann, &d)))
         goto cleanup;
     d.context = NULL;
     if (shard_weights && partition_shard_weights(p, shard_weights, &d))

@@ -139,6 +139,7 @@ typedef enum Origin {
     ORIGIN_MODEL,         /* the model's own ONNX sharding spec */
     ORIGIN_PROPAGATED,    /* from a neighbour through a node's rule */
     ORIGIN_OUTPUT,        /* graph output: replicated by contract */
+    ORIGIN_AUTO,          /* chosen by the --auto search */
 } Origin;
 
 typedef struct TensorPlan {
@@ -218,6 +219,26 @@ typedef struct Annotation {
     Origin origin;
 } Annotation;
 
+/* What --auto decided and why (auto.c), for reports and --explain. */
+#define AUTO_ALTS 3
+typedef struct AutoNodeInfo {
+    int nstrategies, pick;
+    double cost_s;                  /* the chosen strategy's compute time */
+    int nalt;                       /* the cheapest alternatives, best first */
+    double alt_delta_s[AUTO_ALTS];  /* what switching this node alone adds */
+    unsigned char alt_fn[AUTO_ALTS][RULE_MAX_FACTORS];
+    unsigned char alt_fa[AUTO_ALTS][RULE_MAX_FACTORS][MESH_MAX_AXES];
+} AutoNodeInfo;
+
+typedef struct AutoReport {
+    int nchoices, noptions, nedges;
+    int rows, cols, nonzeros;       /* the integer program's size */
+    int optimal;                    /* proven optimal (else: best found in the time limit) */
+    double objective_s;             /* estimated seconds: compute + reshards, no overlap */
+    double time_limit_s, solve_s;
+    AutoNodeInfo *nodes;            /* by node index */
+} AutoReport;
+
 typedef struct Plan {
     Arena arena;
     const Graph *g;
@@ -230,6 +251,7 @@ typedef struct Plan {
                               next_of_tensor); NULL until the first reshard */
     int *out_reshard;      /* per graph output: index into reshards, or -1 */
     int iterations;        /* propagation node visits */
+    AutoReport *auto_report; /* --auto: the search's decisions, else NULL */
 } Plan;
 
 /* ---- annotate.c --------------------------------------------------------- */
@@ -255,10 +277,37 @@ int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *
 /* Runs propagation to a fixed point and lowers every requirement to
  * reshards. Returns NULL with a diagnostic on failure. */
 Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d);
+/* The pieces partition_auto shares: an empty plan (every tensor
+ * replicated), every node's rule, and phase 2 (lowering). With
+ * keep_factors, each NodePlan's factor axes are taken as given (a search
+ * chose them) instead of merged from the tensors' layouts. */
+Plan *plan_new(const Graph *g, const Mesh *m);
+int plan_build_rules(Plan *p, Diag *d);
+int plan_lower(Plan *p, int keep_factors, Diag *d);
+/* Tensor t's layout (partial not set) under factor shardings fn/fa. */
+void rule_project(const FactorRule *r, int t, const unsigned char *fn,
+                  const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m, Sharding *out);
+int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
+                       const unsigned char (*fa)[MESH_MAX_AXES]);
 /* Records (or reuses) the reshard of t from src to dst for a consumer. */
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
                      const Sharding *src, const Sharding *dst);
 void plan_free(Plan *p);
+
+/* ---- auto.c ------------------------------------------------------------ */
+
+typedef struct AutoOptions {
+    int64_t mem_limit;     /* bytes per rank, 0 for none */
+    double time_limit_s;   /* for the MILP solver */
+} AutoOptions;
+
+/* --auto: every layout chosen by an integer program over the cost model;
+ * annotations in ann are hard constraints. NULL with a diagnostic when
+ * nothing fits or an annotation cannot hold. */
+Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, const AutoOptions *opt, Diag *d);
+/* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
+double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
+                         const unsigned char (*fa)[MESH_MAX_AXES]);
 
 /* ---- fsdp.c ------------------------------------------------------------- */
 

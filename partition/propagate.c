@@ -65,7 +65,7 @@ static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors 
 }
 
 /* Projects factor shardings onto tensor t of the rule. */
-static void factors_to_tensor(const FactorRule *r, int t, const unsigned char *fn,
+void rule_project(const FactorRule *r, int t, const unsigned char *fn,
                               const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m,
                               Sharding *out)
 {
@@ -192,7 +192,7 @@ static int refines(const Sharding *a, const Sharding *b)
     return more;
 }
 
-static Plan *plan_new(const Graph *g, const Mesh *m)
+Plan *plan_new(const Graph *g, const Mesh *m)
 {
     Plan *p = calloc(1, sizeof(Plan));
     if (!p)
@@ -204,6 +204,14 @@ static Plan *plan_new(const Graph *g, const Mesh *m)
     for (int i = 0; i < g->ntensors; i++)
         sharding_replicated(&p->tensors[i].sharding, g->tensors[i]->rank < 0 ? 0 : g->tensors[i]->rank);
     return p;
+}
+
+int plan_build_rules(Plan *p, Diag *d)
+{
+    for (int i = 0; i < p->g->nnodes; i++)
+        if (rule_build(&p->arena, p->g->nodes[i], &p->nodes[i].rule, d))
+            return -1;
+    return 0;
 }
 
 void plan_free(Plan *p)
@@ -269,7 +277,7 @@ static int propagate(Plan *p, Diag *d)
             if (tp->fixed)
                 continue;
             Sharding proj;
-            factors_to_tensor(&np->rule, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
+            rule_project(&np->rule, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
                               &p->mesh, &proj);
             if (!refines(&proj, &tp->sharding))
                 continue;
@@ -379,6 +387,33 @@ int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand
     return p->nreshards - 1;
 }
 
+/* Can every tensor of the rule hold the factor sharding (fn, fa) exactly?
+ * A minor factor of a dim is split only once the dim's major factors are
+ * fully split; projecting onto each tensor and reading the factors back
+ * must give the same axes. */
+int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
+                       const unsigned char (*fa)[MESH_MAX_AXES])
+{
+    for (int t = 0; t < r->ntensors; t++) {
+        const Tensor *tt = r->tensors[t];
+        if (!tt)
+            continue;
+        Sharding proj;
+        rule_project(r, t, fn, fa, m, &proj);
+        Candidate back[RULE_MAX_FACTORS];
+        memset(back, 0, sizeof back);
+        for (int i = 0; i < tt->rank; i++)
+            dim_to_factors(m, r, &r->dims[t][i], &proj, i, back);
+        for (int i = 0; i < tt->rank; i++)
+            for (int fi = 0; fi < r->dims[t][i].n; fi++) {
+                int f = r->dims[t][i].f[fi];
+                if (fn[f] && (back[f].n != fn[f] || memcmp(back[f].axes, fa[f], fn[f]) != 0))
+                    return 0;
+            }
+    }
+    return 1;
+}
+
 /* Drops the split of any factor that some tensor of the rule cannot
  * represent (a minor factor of a dim whose major factor is not fully
  * split), so every tensor's local block is exactly what the node computes
@@ -393,7 +428,7 @@ static void make_representable(const Plan *p, NodePlan *np)
             if (!tt)
                 continue;
             Sharding proj;
-            factors_to_tensor(r, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
+            rule_project(r, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
                               &p->mesh, &proj);
             Candidate back[RULE_MAX_FACTORS];
             memset(back, 0, sizeof back);
@@ -446,16 +481,18 @@ static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, i
     return "layout differs";
 }
 
-static int lower(Plan *p, Diag *d)
+int plan_lower(Plan *p, int keep_factors, Diag *d)
 {
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Node *n = g->nodes[ni];
         NodePlan *np = &p->nodes[ni];
-        Candidate win[RULE_MAX_FACTORS];
-        merge_factors(p, &np->rule, np, win);
-        make_representable(p, np);
+        if (!keep_factors) {
+            Candidate win[RULE_MAX_FACTORS];
+            merge_factors(p, &np->rule, np, win);
+            make_representable(p, np);
+        }
         np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
         /* Axes this node splits any factor over. A value cannot be both
          * split and partial over one axis (each rank would hold a different
@@ -474,7 +511,7 @@ static int lower(Plan *p, Diag *d)
             if (!t)
                 continue;
             Sharding need, have = p->tensors[t->id].sharding;
-            factors_to_tensor(&np->rule, k, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &need);
+            rule_project(&np->rule, k, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &need);
             if (have.partial && linear_in(n, k, p)) {
                 need.partial = have.partial & ~split_axes;
                 carried |= need.partial;
@@ -494,7 +531,7 @@ static int lower(Plan *p, Diag *d)
                 continue;
             TensorPlan *tp = &p->tensors[t->id];
             Sharding out;
-            factors_to_tensor(&np->rule, n->ninputs + k, np->fnaxes,
+            rule_project(&np->rule, n->ninputs + k, np->fnaxes,
                               (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &out);
             out.partial = reduced | carried;
             IR_ASSERT(!(sharding_used_axes(&out) & out.partial));
@@ -524,11 +561,10 @@ static int lower(Plan *p, Diag *d)
 Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d)
 {
     Plan *p = plan_new(g, m);
-    for (int i = 0; i < g->nnodes; i++)
-        if (rule_build(&p->arena, g->nodes[i], &p->nodes[i].rule, d))
-            goto fail;
+    if (plan_build_rules(p, d))
+        goto fail;
     apply_annotations(p, ann);
-    if (propagate(p, d) || lower(p, d))
+    if (propagate(p, d) || plan_lower(p, 0, d))
         goto fail;
     return p;
 fail:

@@ -30,6 +30,7 @@ static const char *origin_name(Origin o)
     case ORIGIN_MODEL: return "model";
     case ORIGIN_PROPAGATED: return "propagated";
     case ORIGIN_OUTPUT: return "output";
+    case ORIGIN_AUTO: return "auto";
     default: return "default";
     }
 }
@@ -48,6 +49,15 @@ static void origin_str(const Plan *p, const Tensor *t, char *buf, size_t cap)
     case ORIGIN_PROPAGATED:
         snprintf(buf, cap, "from %s via %s (%s)", tp->from ? tp->from->label : "-", tp->via->label,
                  node_op_name(tp->via));
+        break;
+    case ORIGIN_AUTO:
+        if (t->producer)
+            snprintf(buf, cap, "--auto: %s (%s), strategy %d of %d", t->producer->label, node_op_name(t->producer),
+                     p->auto_report->nodes[t->producer->id].pick + 1,
+                     p->auto_report->nodes[t->producer->id].nstrategies);
+        else
+            snprintf(buf, cap, "--auto: %s as %s (%s) reads it", t->is_input ? "graph input" : "weight",
+                     t->consumers[0]->label, node_op_name(t->consumers[0]));
         break;
     default:
         snprintf(buf, cap, t->is_input ? "graph input, replicated by default" : "replicated by default");

@@ -1,0 +1,902 @@
+/* auto.c: --auto, layouts chosen by an integer program over the cost model.
+ *
+ * The intra-operator half of Alpa (OSDI'22), on the factor rules:
+ *
+ * 1. Strategies. For every node, each mesh axis goes to one of the node's
+ *    shardable factors (or to none) when the product of the axes a factor
+ *    gets divides it; strategies some tensor could not hold (rules.c's
+ *    representability) are dropped, and so are duplicates. A strategy fixes
+ *    the layout of every operand and result, and its compute time: the
+ *    roofline max(FLOPs / peak, bytes / memory bandwidth) of the device
+ *    preset on the local shard.
+ * 2. Choices. Each node is one choice among its strategies. A weight or
+ *    input read by one operand only takes the layout that operand needs
+ *    (stored that way, no reshard); one read by several operands is a
+ *    choice of its own among its layouts. User annotations are hard: an
+ *    annotated source has one layout, an annotated result keeps only the
+ *    strategies that produce it exactly.
+ * 3. Edges. Every value crossing two choices costs the reshard (reshard.c,
+ *    under the link model) from the layout its producer's strategy gives it
+ *    to the layout its consumer's strategy needs; graph outputs are
+ *    gathered. Strategies are grouped by the layout they give or need, and
+ *    an edge is a transport between the two groups: continuous variables
+ *    y[i][j] whose row sums are the producer's group indicators and column
+ *    sums the consumer's, so y is the product of two one-hot vectors
+ *    without the quadratic term.
+ * 4. Memory. With --mem-limit, one row per program step: weights (every
+ *    weight's local bytes) plus the values live at that step, at the local
+ *    size their producer's strategy gives them, stay under the limit.
+ * 5. The program is solved exactly by GLPK's branch and cut (glp_intopt)
+ *    under a time limit; the chosen factor shardings go to propagate.c's
+ *    lowering, which records the reshards as for an annotated plan.
+ *
+ * Every decision is kept for --explain: a node's chosen strategy, its
+ * cost, and the best alternatives with what switching that node alone
+ * would add to the plan's cost.
+ */
+#include "partition.h"
+
+#include <glpk.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AUTO_MAX_STRATS 512 /* per node, after pruning duplicates */
+
+typedef struct Strat {
+    unsigned char fn[RULE_MAX_FACTORS];
+    unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
+    double compute;   /* seconds, local shard */
+    int64_t weights;  /* bytes of the single-use sources it stores */
+} Strat;
+
+/* A choice of the integer program: a node's strategies or a shared
+ * source's layouts. col0 is the first GLPK column (1-based). */
+typedef struct Choice {
+    int node;           /* node index, or -1 for a source */
+    const Tensor *src;  /* the shared source, else NULL */
+    int nopts;
+    int col0;
+    double *cost;       /* per option, seconds: compute + edges inside */
+    int64_t *weights;   /* per option: weight bytes held */
+    Sharding *layouts;  /* source choice: its candidate layouts */
+    int pick;           /* the solution */
+} Choice;
+
+typedef struct Edge {
+    const Tensor *t;
+    int from, from_out; /* choice, and result index of its node (-1: a source choice) */
+    int to, operand;    /* consumer choice and operand; to = -1: graph output */
+} Edge;
+
+/* A cache of reshard costs: many edges repeat the same shapes and layouts
+ * (a model's layers), and the search is the expensive part of an edge. */
+typedef struct CostKey {
+    int64_t dims[IR_MAX_RANK];
+    int rank, esize;
+    Sharding src, dst;
+} CostKey;
+
+typedef struct CostCache {
+    CostKey *keys;
+    double *vals;
+    int cap, n;
+} CostCache;
+
+typedef struct Search {
+    Plan *p;
+    const Mesh *m;
+    const AnnotationList *ann;
+    Strat **strats;     /* per node */
+    int *nstrats;
+    Choice *choices;
+    int nchoices;
+    int *node_choice;   /* node index -> choice */
+    int *src_choice;    /* tensor id -> choice, or -1 (a single-use source) */
+    Edge *edges;
+    int nedges, edges_cap;
+    CostCache cache;
+    AutoReport *rep;
+} Search;
+
+/* ---- strategies --------------------------------------------------------- */
+
+static uint64_t key_hash(const CostKey *k)
+{
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, const Sharding *dst)
+{
+    if (sharding_equal(src, dst))
+        return 0;
+    CostKey k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    k.rank = t->rank;
+    k.esize = (int)dtype_size(t->dtype);
+    k.src = *src;
+    k.dst = *dst;
+    CostCache *c = &s->cache;
+    if (c->n * 2 >= c->cap) {
+        CostCache old = *c;
+        c->cap = old.cap ? old.cap * 2 : 1024;
+        c->keys = calloc((size_t)c->cap, sizeof(CostKey));
+        c->vals = malloc(sizeof(double) * (size_t)c->cap);
+        if (!c->keys || !c->vals)
+            abort();
+        for (int i = 0; i < c->cap; i++)
+            c->vals[i] = -1;
+        c->n = 0;
+        for (int i = 0; i < old.cap; i++)
+            if (old.vals[i] >= 0) {
+                size_t h = (size_t)(key_hash(&old.keys[i]) & (uint64_t)(c->cap - 1));
+                while (c->vals[h] >= 0)
+                    h = (h + 1) & (size_t)(c->cap - 1);
+                c->keys[h] = old.keys[i];
+                c->vals[h] = old.vals[i];
+                c->n++;
+            }
+        free(old.keys);
+        free(old.vals);
+    }
+    size_t h = (size_t)(key_hash(&k) & (uint64_t)(c->cap - 1));
+    while (c->vals[h] >= 0) {
+        if (!memcmp(&c->keys[h], &k, sizeof k))
+            return c->vals[h];
+        h = (h + 1) & (size_t)(c->cap - 1);
+    }
+    Reshard r;
+    reshard_lower(s->m, t, src, dst, &r);
+    c->keys[h] = k;
+    c->vals[h] = r.seconds;
+    c->n++;
+    return r.seconds;
+}
+
+/* Does the op contract its reduction factors with multiply-adds (so its
+ * FLOPs are twice its iteration space), rather than move or map values? */
+static int op_is_contraction(OpKind op)
+{
+    switch (op) {
+    case OP_MATMUL: case OP_GEMM: case OP_CONV: case OP_CONV_TRANSPOSE: case OP_EINSUM: case OP_ATTENTION:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Roofline time of node n on its local shard under factor sharding fn/fa. */
+double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
+                         const unsigned char (*fa)[MESH_MAX_AXES])
+{
+    const Mesh *m = &p->mesh;
+    double flops = 0, bytes = 0;
+    if (op_is_contraction(n->op)) {
+        flops = 2;
+        for (int f = 0; f < r->nfactors; f++) {
+            double split = 1;
+            for (int k = 0; k < fn[f]; k++)
+                split *= m->axes[fa[f][k]].size;
+            flops *= (double)r->size[f] / split;
+        }
+    }
+    for (int t = 0; t < r->ntensors; t++) {
+        const Tensor *tt = r->tensors[t];
+        if (!tt || tt->rank < 0)
+            continue;
+        Sharding s;
+        rule_project(r, t, fn, fa, m, &s);
+        double b = (double)sharding_local_bytes(&s, m, tt);
+        if (t >= n->ninputs && !op_is_contraction(n->op))
+            flops += b / (double)dtype_size(tt->dtype);
+        /* A gather reads the rows it picks, not its whole table. */
+        if (n->op == OP_GATHER && t == 0)
+            continue;
+        bytes += b;
+    }
+    if (n->op == OP_GATHER && n->noutputs)
+        bytes += bytes; /* the picked rows: as many bytes as the result */
+    double tc = flops / m->device->flops, tm = bytes / m->device->mem_Bps;
+    return tc > tm ? tc : tm;
+}
+
+/* Number of operand slots reading t over the whole graph. */
+static int source_uses(const Tensor *t)
+{
+    int uses = 0;
+    for (int c = 0; c < t->nconsumers; c++) {
+        const Node *u = t->consumers[c];
+        if (c && u == t->consumers[c - 1])
+            continue; /* a node listed once per use: counted below */
+        for (int k = 0; k < u->ninputs; k++)
+            uses += u->inputs[k] == t;
+    }
+    return uses;
+}
+
+static int is_source(const Tensor *t)
+{
+    return t && !t->producer && t->rank >= 0;
+}
+
+static const Annotation *annotation_of(const Search *s, const Tensor *t)
+{
+    const AnnotationList *l = s->ann;
+    for (int i = 0; l && i < l->n; i++)
+        if (!strcmp(l->items[i].tensor, t->name))
+            return &l->items[i];
+    return NULL;
+}
+
+/* Recursively gives mesh axes a = 0.. to factors (or none). */
+static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cur, int64_t *left, int *overflow)
+{
+    const Mesh *m = s->m;
+    if (a == m->naxes) {
+        if (!rule_representable(m, r, cur->fn, (const unsigned char (*)[MESH_MAX_AXES])cur->fa))
+            return;
+        if (s->nstrats[ni] == AUTO_MAX_STRATS) {
+            *overflow = 1;
+            return;
+        }
+        s->strats[ni][s->nstrats[ni]++] = *cur;
+        return;
+    }
+    enum_strats(s, ni, r, a + 1, cur, left, overflow); /* axis a unused */
+    for (int f = 0; f < r->nfactors; f++) {
+        if (r->kind[f] == FK_NEED_REPL || left[f] % m->axes[a].size)
+            continue;
+        cur->fa[f][cur->fn[f]++] = (unsigned char)a;
+        left[f] /= m->axes[a].size;
+        enum_strats(s, ni, r, a + 1, cur, left, overflow);
+        left[f] *= m->axes[a].size;
+        cur->fn[f]--;
+    }
+}
+
+/* Layout a strategy gives tensor t of node n's rule; results carry the
+ * partial axes of the split reduction factors. */
+static void strat_layout(const Search *s, const FactorRule *r, const Node *n, const Strat *st, int t, Sharding *out)
+{
+    rule_project(r, t, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa, s->m, out);
+    if (t >= n->ninputs)
+        for (int f = 0; f < r->nfactors; f++)
+            if (r->kind[f] == FK_REDUCTION)
+                for (int k = 0; k < st->fn[f]; k++)
+                    out->partial |= 1u << st->fa[f][k];
+}
+
+static int build_strats(Search *s, Diag *d)
+{
+    const Graph *g = s->p->g;
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
+        const FactorRule *r = &s->p->nodes[ni].rule;
+        s->strats[ni] = malloc(sizeof(Strat) * AUTO_MAX_STRATS);
+        if (!s->strats[ni])
+            abort();
+        Strat cur;
+        memset(&cur, 0, sizeof cur);
+        int64_t left[RULE_MAX_FACTORS];
+        for (int f = 0; f < r->nfactors; f++)
+            left[f] = r->size[f];
+        int overflow = 0;
+        enum_strats(s, ni, r, 0, &cur, left, &overflow);
+        if (overflow) {
+            diag_add(d, "node \"%s\" (%s): more than %d sharding strategies on this mesh; annotate it or use "
+                     "fewer mesh axes", n->name, node_op_name(n), AUTO_MAX_STRATS);
+            return -1;
+        }
+        /* Drop duplicates (same layout of every tensor) and those against
+         * an annotated result; then cost the rest. */
+        int kept = 0;
+        for (int i = 0; i < s->nstrats[ni]; i++) {
+            Strat *st = &s->strats[ni][i];
+            int ok = 1;
+            for (int k = 0; k < n->noutputs && ok; k++) {
+                const Tensor *t = n->outputs[k];
+                const Annotation *a = t ? annotation_of(s, t) : NULL;
+                if (a) {
+                    Sharding l;
+                    strat_layout(s, r, n, st, n->ninputs + k, &l);
+                    ok = sharding_equal(&l, &a->sharding);
+                }
+            }
+            for (int j = 0; j < kept && ok; j++) {
+                int same = 1;
+                for (int t = 0; t < r->ntensors && same; t++) {
+                    if (!r->tensors[t] || r->tensors[t]->rank < 0)
+                        continue;
+                    Sharding l1, l2;
+                    strat_layout(s, r, n, st, t, &l1);
+                    strat_layout(s, r, n, &s->strats[ni][j], t, &l2);
+                    same = sharding_equal(&l1, &l2);
+                }
+                ok = !same;
+            }
+            if (ok)
+                s->strats[ni][kept++] = *st;
+        }
+        s->nstrats[ni] = kept;
+        if (!kept) {
+            for (int k = 0; k < n->noutputs; k++)
+                if (n->outputs[k] && annotation_of(s, n->outputs[k])) {
+                    const Annotation *a = annotation_of(s, n->outputs[k]);
+                    diag_add(d, "annotation %s=%s: node \"%s\" (%s) cannot produce that layout (no strategy of "
+                             "its sharding rule gives it)", n->outputs[k]->name, a->spec, n->name,
+                             node_op_name(n));
+                    return -1;
+                }
+            diag_add(d, "node \"%s\" (%s): no sharding strategy", n->name, node_op_name(n));
+            return -1;
+        }
+        for (int i = 0; i < kept; i++) {
+            Strat *st = &s->strats[ni][i];
+            st->compute = plan_node_seconds(s->p, n, r, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa);
+            st->weights = 0;
+            for (int k = 0; k < n->ninputs; k++) {
+                const Tensor *t = n->inputs[k];
+                if (is_source(t) && t->is_initializer && s->src_choice[t->id] < 0) {
+                    Sharding l;
+                    strat_layout(s, r, n, st, k, &l);
+                    st->weights += sharding_local_bytes(&l, s->m, t);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Every layout of a source: each axis on one dim it divides, or on none. */
+static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, int64_t *left, Sharding *out,
+                         int *n, int cap)
+{
+    if (a == m->naxes) {
+        if (*n < cap)
+            out[(*n)++] = *cur;
+        return;
+    }
+    enum_layouts(m, t, a + 1, cur, left, out, n, cap);
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] <= 1 || left[i] % m->axes[a].size)
+            continue;
+        cur->axes[i][cur->naxes[i]++] = (unsigned char)a;
+        left[i] /= m->axes[a].size;
+        enum_layouts(m, t, a + 1, cur, left, out, n, cap);
+        left[i] *= m->axes[a].size;
+        cur->naxes[i]--;
+    }
+}
+
+/* ---- choices and edges -------------------------------------------------- */
+
+static void add_edge(Search *s, const Tensor *t, int from, int from_out, int to, int operand)
+{
+    if (s->nedges == s->edges_cap) {
+        s->edges_cap = s->edges_cap ? 2 * s->edges_cap : 256;
+        s->edges = realloc(s->edges, sizeof(Edge) * (size_t)s->edges_cap);
+        if (!s->edges)
+            abort();
+    }
+    s->edges[s->nedges++] = (Edge){t, from, from_out, to, operand};
+}
+
+/* The layout option `opt` of choice c gives (or, as consumer, needs) for t. */
+static void choice_layout(const Search *s, const Choice *c, int opt, int tensor_idx, Sharding *out)
+{
+    if (c->src) {
+        *out = c->layouts[opt];
+        return;
+    }
+    const Node *n = s->p->g->nodes[c->node];
+    strat_layout(s, &s->p->nodes[c->node].rule, n, &s->strats[c->node][opt], tensor_idx, out);
+    if (tensor_idx < n->ninputs)
+        out->partial = 0;
+}
+
+static int build_choices(Search *s, Diag *d)
+{
+    const Graph *g = s->p->g;
+    const Mesh *m = s->m;
+    s->choices = calloc((size_t)(g->nnodes + g->ntensors + 1), sizeof(Choice));
+    if (!s->choices)
+        abort();
+    /* Shared sources first: their own choice. */
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        s->src_choice[t->id] = -1;
+        if (!is_source(t) || !t->nconsumers || source_uses(t) < 2)
+            continue;
+        Choice *c = &s->choices[s->nchoices];
+        c->node = -1;
+        c->src = t;
+        int cap = 256;
+        c->layouts = malloc(sizeof(Sharding) * (size_t)cap);
+        if (!c->layouts)
+            abort();
+        const Annotation *a = annotation_of(s, t);
+        if (a) {
+            c->layouts[0] = a->sharding;
+            c->nopts = 1;
+        } else if (t->is_input || t->is_initializer) {
+            Sharding cur;
+            sharding_replicated(&cur, t->rank);
+            int64_t left[IR_MAX_RANK];
+            memcpy(left, t->dims, sizeof left);
+            enum_layouts(m, t, 0, &cur, left, c->layouts, &c->nopts, cap);
+        } else {
+            sharding_replicated(&c->layouts[0], t->rank);
+            c->nopts = 1;
+        }
+        c->cost = calloc((size_t)c->nopts, sizeof(double));
+        c->weights = calloc((size_t)c->nopts, sizeof(int64_t));
+        if (!c->cost || !c->weights)
+            abort();
+        for (int o = 0; t->is_initializer && o < c->nopts; o++)
+            c->weights[o] = sharding_local_bytes(&c->layouts[o], m, t);
+        s->src_choice[t->id] = s->nchoices++;
+    }
+    if (build_strats(s, d))
+        return -1;
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        Choice *c = &s->choices[s->nchoices];
+        c->node = ni;
+        c->nopts = s->nstrats[ni];
+        c->cost = calloc((size_t)c->nopts, sizeof(double));
+        c->weights = calloc((size_t)c->nopts, sizeof(int64_t));
+        if (!c->cost || !c->weights)
+            abort();
+        for (int o = 0; o < c->nopts; o++) {
+            c->cost[o] = s->strats[ni][o].compute;
+            c->weights[o] = s->strats[ni][o].weights;
+        }
+        s->node_choice[ni] = s->nchoices++;
+    }
+    /* An annotated single-use source pins its consumer's strategies. */
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
+        Choice *c = &s->choices[s->node_choice[ni]];
+        for (int k = 0; k < n->ninputs; k++) {
+            const Tensor *t = n->inputs[k];
+            if (!is_source(t))
+                continue;
+            int sc = s->src_choice[t->id];
+            if (sc >= 0) {
+                add_edge(s, t, sc, -1, s->node_choice[ni], k);
+                continue;
+            }
+            const Annotation *a = annotation_of(s, t);
+            int kept = 0;
+            for (int o = 0; o < c->nopts; o++) {
+                Sharding l;
+                choice_layout(s, c, o, k, &l);
+                /* Unannotated graph inputs and weights take what the
+                 * consumer needs; other sources (none today) stay whole. */
+                int ok = a ? sharding_equal(&l, &a->sharding)
+                           : (t->is_input || t->is_initializer) ? 1 : sharding_is_replicated(&l);
+                if (ok) {
+                    s->strats[ni][kept] = s->strats[ni][o];
+                    c->cost[kept] = c->cost[o];
+                    c->weights[kept] = c->weights[o];
+                    kept++;
+                }
+            }
+            if (!kept) {
+                if (a)
+                    diag_add(d, "annotation %s=%s: node \"%s\" (%s) has no strategy that reads it that way",
+                             t->name, a->spec, n->name, node_op_name(n));
+                else
+                    diag_add(d, "node \"%s\" (%s): no strategy keeps input \"%s\" whole", n->name,
+                             node_op_name(n), t->name);
+                return -1;
+            }
+            c->nopts = s->nstrats[ni] = kept;
+        }
+        for (int k = 0; k < n->ninputs; k++) {
+            const Tensor *t = n->inputs[k];
+            if (!t || is_source(t) || t->rank < 0)
+                continue;
+            const Node *pn = t->producer;
+            int out = 0;
+            while (pn->outputs[out] != t)
+                out++;
+            add_edge(s, t, s->node_choice[pn->id], out, s->node_choice[ni], k);
+        }
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        if (t->producer) {
+            int out = 0;
+            while (t->producer->outputs[out] != t)
+                out++;
+            add_edge(s, t, s->node_choice[t->producer->id], out, -1, i);
+        } else if (is_source(t) && s->src_choice[t->id] >= 0) {
+            add_edge(s, t, s->src_choice[t->id], -1, -1, i);
+        }
+    }
+    return 0;
+}
+
+/* Cost of edge e when its ends take options a and b. */
+static double edge_cost(Search *s, const Edge *e, int a, int b)
+{
+    const Choice *cf = &s->choices[e->from];
+    Sharding have, need;
+    choice_layout(s, cf, a, cf->src ? 0 : s->p->g->nodes[cf->node]->ninputs + e->from_out, &have);
+    if (e->to < 0)
+        sharding_replicated(&need, e->t->rank);
+    else
+        choice_layout(s, &s->choices[e->to], b, e->operand, &need);
+    return reshard_cost(s, e->t, &have, &need);
+}
+
+/* Groups the options of choice c by the layout they give/need for a
+ * tensor: group[o] is the group of option o; returns the group count. */
+static int group_options(const Search *s, const Choice *c, int tensor_idx, int *group, Sharding *rep)
+{
+    int ng = 0;
+    for (int o = 0; o < c->nopts; o++) {
+        Sharding l;
+        choice_layout(s, c, o, tensor_idx, &l);
+        int gi = 0;
+        while (gi < ng && !sharding_equal(&rep[gi], &l))
+            gi++;
+        if (gi == ng)
+            rep[ng++] = l;
+        group[o] = gi;
+    }
+    return ng;
+}
+
+/* ---- the integer program ------------------------------------------------ */
+
+typedef struct Matrix {
+    int *ia, *ja;
+    double *ar;
+    int n, cap;
+} Matrix;
+
+static void mat_add(Matrix *mx, int row, int col, double v)
+{
+    if (mx->n + 1 >= mx->cap) {
+        mx->cap = mx->cap ? 2 * mx->cap : 4096;
+        mx->ia = realloc(mx->ia, sizeof(int) * (size_t)mx->cap);
+        mx->ja = realloc(mx->ja, sizeof(int) * (size_t)mx->cap);
+        mx->ar = realloc(mx->ar, sizeof(double) * (size_t)mx->cap);
+        if (!mx->ia || !mx->ja || !mx->ar)
+            abort();
+    }
+    mx->n++;
+    mx->ia[mx->n] = row;
+    mx->ja[mx->n] = col;
+    mx->ar[mx->n] = v;
+}
+
+#define US 1e6 /* the objective in microseconds keeps coefficients near 1 */
+
+static int solve(Search *s, const AutoOptions *opt, Diag *d)
+{
+    const Graph *g = s->p->g;
+    glp_term_out(GLP_OFF);
+    glp_prob *lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    Matrix mx = {0};
+    int ncols = 0;
+    /* One-hot rows per choice. */
+    glp_add_rows(lp, s->nchoices);
+    for (int ci = 0; ci < s->nchoices; ci++) {
+        Choice *c = &s->choices[ci];
+        c->col0 = ncols + 1;
+        glp_add_cols(lp, c->nopts);
+        for (int o = 0; o < c->nopts; o++) {
+            int col = c->col0 + o;
+            glp_set_col_kind(lp, col, GLP_BV);
+            mat_add(&mx, ci + 1, col, 1.0);
+        }
+        ncols += c->nopts;
+        glp_set_row_bnds(lp, ci + 1, GLP_FX, 1.0, 1.0);
+    }
+    int nrows = s->nchoices;
+    /* Objective: option costs, then edges. */
+    double *obj = calloc((size_t)ncols + 1, sizeof(double));
+    if (!obj)
+        abort();
+    for (int ci = 0; ci < s->nchoices; ci++)
+        for (int o = 0; o < s->choices[ci].nopts; o++)
+            obj[s->choices[ci].col0 + o] += s->choices[ci].cost[o] * US;
+    int *ga = malloc(sizeof(int) * AUTO_MAX_STRATS * 2), *gb = ga + AUTO_MAX_STRATS;
+    Sharding *ra = malloc(sizeof(Sharding) * AUTO_MAX_STRATS * 2), *rb = ra + AUTO_MAX_STRATS;
+    int *ia = malloc(sizeof(int) * AUTO_MAX_STRATS), *ib = malloc(sizeof(int) * AUTO_MAX_STRATS);
+    if (!ga || !ra || !ia || !ib)
+        abort();
+    for (int ei = 0; ei < s->nedges; ei++) {
+        const Edge *e = &s->edges[ei];
+        const Choice *cf = &s->choices[e->from];
+        int tf = cf->src ? 0 : g->nodes[cf->node]->ninputs + e->from_out;
+        int na = group_options(s, cf, tf, ga, ra);
+        int nb = 1;
+        gb[0] = 0;
+        const Choice *ct = e->to >= 0 ? &s->choices[e->to] : NULL;
+        if (ct)
+            nb = group_options(s, ct, e->operand, gb, rb);
+        /* A representative option per group, for the costs. */
+        for (int o = cf->nopts - 1; o >= 0; o--)
+            ia[ga[o]] = o;
+        for (int o = ct ? ct->nopts - 1 : 0; o >= 0; o--)
+            ib[gb[o]] = o;
+        if (na == 1 || nb == 1) {
+            /* Linear in the other end's options. */
+            if (na == 1) {
+                /* (With no consumer choice the cost is a constant.) */
+                for (int o = 0; ct && o < ct->nopts; o++)
+                    obj[ct->col0 + o] += edge_cost(s, e, ia[0], o) * US;
+            } else {
+                for (int o = 0; o < cf->nopts; o++)
+                    obj[cf->col0 + o] += edge_cost(s, e, o, ct ? ib[0] : 0) * US;
+            }
+            continue;
+        }
+        /* Transport: y[i][j] >= 0, row sums = producer groups, column
+         * sums = consumer groups. */
+        int rows0 = nrows;
+        glp_add_rows(lp, na + nb);
+        for (int i = 0; i < na + nb; i++)
+            glp_set_row_bnds(lp, rows0 + 1 + i, GLP_FX, 0.0, 0.0);
+        nrows += na + nb;
+        for (int o = 0; o < cf->nopts; o++)
+            mat_add(&mx, rows0 + 1 + ga[o], cf->col0 + o, -1.0);
+        for (int o = 0; o < ct->nopts; o++)
+            mat_add(&mx, rows0 + 1 + na + gb[o], ct->col0 + o, -1.0);
+        int y0 = ncols + 1;
+        glp_add_cols(lp, na * nb);
+        ncols += na * nb;
+        obj = realloc(obj, sizeof(double) * ((size_t)ncols + 1));
+        if (!obj)
+            abort();
+        for (int i = 0; i < na; i++)
+            for (int j = 0; j < nb; j++) {
+                int col = y0 + i * nb + j;
+                glp_set_col_bnds(lp, col, GLP_DB, 0.0, 1.0);
+                obj[col] = edge_cost(s, e, ia[i], ib[j]) * US;
+                mat_add(&mx, rows0 + 1 + i, col, 1.0);
+                mat_add(&mx, rows0 + 1 + na + j, col, 1.0);
+            }
+    }
+    /* Memory rows: weights + live values at each step. */
+    if (opt->mem_limit > 0) {
+        int nn = g->nnodes;
+        int *last = malloc(sizeof(int) * (size_t)(g->ntensors + 1));
+        if (!last)
+            abort();
+        for (int i = 0; i < g->ntensors; i++)
+            last[i] = -1;
+        for (int ni = 0; ni < nn; ni++)
+            for (int k = 0; k < g->nodes[ni]->ninputs; k++)
+                if (g->nodes[ni]->inputs[k])
+                    last[g->nodes[ni]->inputs[k]->id] = ni;
+        for (int i = 0; i < g->noutputs; i++)
+            last[g->outputs[i]->id] = nn;
+        int r0 = nrows;
+        glp_add_rows(lp, nn);
+        nrows += nn;
+        for (int step = 0; step < nn; step++) {
+            int row = r0 + 1 + step;
+            glp_set_row_bnds(lp, row, GLP_UP, 0.0, (double)opt->mem_limit / 1e6);
+            for (int ci = 0; ci < s->nchoices; ci++) {
+                const Choice *c = &s->choices[ci];
+                for (int o = 0; o < c->nopts; o++) {
+                    double mb = (double)c->weights[o];
+                    if (c->node >= 0) {
+                        const Node *n = g->nodes[c->node];
+                        if (c->node <= step)
+                            for (int k = 0; k < n->noutputs; k++) {
+                                const Tensor *t = n->outputs[k];
+                                if (t && t->rank >= 0 && last[t->id] >= step) {
+                                    Sharding l;
+                                    choice_layout(s, c, o, n->ninputs + k, &l);
+                                    mb += (double)sharding_local_bytes(&l, s->m, t);
+                                }
+                            }
+                    }
+                    if (mb > 0)
+                        mat_add(&mx, row, c->col0 + o, mb / 1e6);
+                }
+            }
+        }
+        free(last);
+    }
+    for (int col = 1; col <= ncols; col++)
+        glp_set_obj_coef(lp, col, obj[col]);
+    glp_load_matrix(lp, mx.n, mx.ia, mx.ja, mx.ar);
+    s->rep->rows = nrows;
+    s->rep->cols = ncols;
+    s->rep->nonzeros = mx.n;
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = (int)(opt->time_limit_s * 1000);
+    int ret = glp_intopt(lp, &parm);
+    int st = glp_mip_status(lp);
+    int rc = 0;
+    if (ret == GLP_ENOPFS || ret == GLP_ENODFS || st == GLP_NOFEAS) {
+        diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)opt->mem_limit);
+        rc = -1;
+    } else if (st != GLP_OPT && st != GLP_FEAS) {
+        diag_add(d, "--auto: the integer program found no solution within %g s (GLPK code %d)", opt->time_limit_s,
+                 ret);
+        rc = -1;
+    } else {
+        s->rep->optimal = st == GLP_OPT;
+        s->rep->objective_s = glp_mip_obj_val(lp) / US;
+        for (int ci = 0; ci < s->nchoices; ci++) {
+            Choice *c = &s->choices[ci];
+            c->pick = 0;
+            for (int o = 0; o < c->nopts; o++)
+                if (glp_mip_col_val(lp, c->col0 + o) > 0.5)
+                    c->pick = o;
+        }
+    }
+    glp_delete_prob(lp);
+    glp_free_env();
+    free(mx.ia);
+    free(mx.ja);
+    free(mx.ar);
+    free(obj);
+    free(ga);
+    free(ra);
+    free(ia);
+    free(ib);
+    return rc;
+}
+
+/* ---- from the solution to a plan ---------------------------------------- */
+
+/* What switching choice ci alone to option o would add to the plan. */
+static double switch_delta(Search *s, int ci, int o)
+{
+    const Choice *c = &s->choices[ci];
+    double delta = c->cost[o] - c->cost[c->pick];
+    for (int ei = 0; ei < s->nedges; ei++) {
+        const Edge *e = &s->edges[ei];
+        if (e->from != ci && e->to != ci)
+            continue;
+        int a = s->choices[e->from].pick, b = e->to >= 0 ? s->choices[e->to].pick : 0;
+        double now = edge_cost(s, e, a, b);
+        double then = edge_cost(s, e, e->from == ci ? o : a, e->to == ci ? o : b);
+        delta += then - now;
+    }
+    return delta;
+}
+
+static void record_explanations(Search *s)
+{
+    const Graph *g = s->p->g;
+    AutoReport *rep = s->rep;
+    rep->nodes = arena_alloc(&s->p->arena, sizeof(AutoNodeInfo) * (size_t)(g->nnodes + 1));
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Choice *c = &s->choices[s->node_choice[ni]];
+        AutoNodeInfo *info = &rep->nodes[ni];
+        info->nstrategies = c->nopts;
+        info->pick = c->pick;
+        info->cost_s = c->cost[c->pick];
+        info->nalt = 0;
+        for (int o = 0; o < c->nopts; o++) {
+            if (o == c->pick)
+                continue;
+            double dl = switch_delta(s, s->node_choice[ni], o);
+            /* Keep the AUTO_ALTS cheapest, in order. */
+            int at = info->nalt;
+            while (at > 0 && dl < info->alt_delta_s[at - 1])
+                at--;
+            if (at >= AUTO_ALTS)
+                continue;
+            int end = info->nalt < AUTO_ALTS ? info->nalt : AUTO_ALTS - 1;
+            for (int j = end; j > at; j--) {
+                info->alt_delta_s[j] = info->alt_delta_s[j - 1];
+                memcpy(info->alt_fn[j], info->alt_fn[j - 1], sizeof info->alt_fn[j]);
+                memcpy(info->alt_fa[j], info->alt_fa[j - 1], sizeof info->alt_fa[j]);
+            }
+            info->alt_delta_s[at] = dl;
+            memcpy(info->alt_fn[at], s->strats[ni][o].fn, sizeof info->alt_fn[at]);
+            memcpy(info->alt_fa[at], s->strats[ni][o].fa, sizeof info->alt_fa[at]);
+            if (info->nalt < AUTO_ALTS)
+                info->nalt++;
+        }
+    }
+}
+
+static void apply_solution(Search *s)
+{
+    Plan *p = s->p;
+    const Graph *g = p->g;
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Strat *st = &s->strats[ni][s->choices[s->node_choice[ni]].pick];
+        memcpy(p->nodes[ni].fnaxes, st->fn, sizeof st->fn);
+        memcpy(p->nodes[ni].faxes, st->fa, sizeof st->fa);
+    }
+    /* Sources: a shared one as chosen, a single-use one as its reader needs. */
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (!is_source(t) || !t->nconsumers)
+            continue;
+        TensorPlan *tp = &p->tensors[t->id];
+        const Annotation *a = annotation_of(s, t);
+        int sc = s->src_choice[t->id];
+        if (sc >= 0) {
+            tp->sharding = s->choices[sc].layouts[s->choices[sc].pick];
+        } else {
+            const Node *u = t->consumers[0];
+            int k = 0;
+            while (u->inputs[k] != t)
+                k++;
+            const Choice *c = &s->choices[s->node_choice[u->id]];
+            choice_layout(s, c, c->pick, k, &tp->sharding);
+        }
+        tp->fixed = 1;
+        tp->origin = a ? a->origin : ORIGIN_AUTO;
+        tp->source = a ? a->spec : NULL;
+    }
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i]->producer)
+            p->tensors[i].origin = ORIGIN_AUTO;
+}
+
+Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, const AutoOptions *opt, Diag *d)
+{
+    Search s;
+    memset(&s, 0, sizeof s);
+    s.p = plan_new(g, m);
+    s.m = &s.p->mesh;
+    s.ann = ann;
+    Plan *p = s.p;
+    p->auto_report = arena_alloc(&p->arena, sizeof(AutoReport));
+    s.rep = p->auto_report;
+    s.strats = calloc((size_t)g->nnodes + 1, sizeof(Strat *));
+    s.nstrats = calloc((size_t)g->nnodes + 1, sizeof(int));
+    s.node_choice = calloc((size_t)g->nnodes + 1, sizeof(int));
+    s.src_choice = calloc((size_t)g->ntensors + 1, sizeof(int));
+    if (!s.strats || !s.nstrats || !s.node_choice || !s.src_choice)
+        abort();
+    int rc = -1;
+    if (plan_build_rules(p, d) || build_choices(&s, d))
+        goto cleanup;
+    s.rep->nchoices = s.nchoices;
+    for (int ci = 0; ci < s.nchoices; ci++)
+        s.rep->noptions += s.choices[ci].nopts;
+    s.rep->nedges = s.nedges;
+    s.rep->time_limit_s = opt->time_limit_s;
+    if (solve(&s, opt, d))
+        goto cleanup;
+    record_explanations(&s);
+    apply_solution(&s);
+    if (plan_lower(p, 1, d))
+        goto cleanup;
+    rc = 0;
+cleanup:
+    for (int ni = 0; ni < g->nnodes; ni++)
+        free(s.strats[ni]);
+    for (int ci = 0; ci < s.nchoices; ci++) {
+        free(s.choices[ci].cost);
+        free(s.choices[ci].weights);
+        free(s.choices[ci].layouts);
+    }
+    free(s.choices);
+    free(s.strats);
+    free(s.nstrats);
+    free(s.node_choice);
+    free(s.src_choice);
+    free(s.edges);
+    free(s.cache.keys);
+    free(s.cache.vals);
+    if (rc) {
+        plan_free(p);
+        return NULL;
+    }
+    return p;
+}
