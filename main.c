@@ -57,6 +57,7 @@ static const char usage_text[] =
     "  --auto            choose every layout by an integer program over the cost\n"
     "                    model (annotations, if any, are hard constraints)\n"
     "  --auto-time-limit S  the solver's time limit in seconds (default 60)\n"
+    "  --auto-mps FILE   also write --auto's integer program to FILE (MPS)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
     "                    and live values under it; compile backs prefetch off\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
@@ -278,7 +279,7 @@ static void inspect_json(const Graph *g, int nodes)
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
-       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME };
+       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -479,6 +480,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
         {"auto", no_argument, 0, OPT_AUTO},
         {"auto-time-limit", required_argument, 0, OPT_AUTO_TIME},
+        {"auto-mps", required_argument, 0, OPT_AUTO_MPS},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -524,6 +526,7 @@ static int cmd_plan(int argc, char **argv, int compile)
                 return usage_error("--fuse-bytes %s: expected bytes, e.g. 64K", optarg);
             break;
         case OPT_AUTO: use_auto = 1; break;
+        case OPT_AUTO_MPS: aopt.mps_path = optarg; break;
         case OPT_AUTO_TIME: {
             char *end;
             double v = strtod(optarg, &end);

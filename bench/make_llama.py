@@ -20,6 +20,8 @@ D, F, H, V, B, S = 4096, 11008, 32, 32000, 4, 128
 def main():
     out = sys.argv[1]
     layers = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+    global B
+    B = int(sys.argv[3]) if len(sys.argv) > 3 else B  # batch: 8 or more for dp=8
     os.makedirs(out, exist_ok=True)
     data_name = "llama.weights"
     inits, nodes, ann = [], [], ["tokens=[dp,_]"]

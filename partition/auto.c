@@ -40,6 +40,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define AUTO_MAX_STRATS 512 /* per node, after pruning duplicates */
 
@@ -53,7 +54,7 @@ typedef struct Strat {
 /* A choice of the integer program: a node's strategies or a shared
  * source's layouts. col0 is the first GLPK column (1-based). */
 typedef struct Choice {
-    int node;           /* node index, or -1 for a source */
+    int leader;         /* the node whose strategies are the options, or -1 for a source */
     const Tensor *src;  /* the shared source, else NULL */
     int nopts;
     int col0;
@@ -63,10 +64,13 @@ typedef struct Choice {
     int pick;           /* the solution */
 } Choice;
 
+/* A value crossing two choices: from its producer (a node, or a shared
+ * source when pnode is -1) to a consumer node's operand (or, with to = -1,
+ * to the graph outputs). pidx/cidx are tensor indices in the nodes' rules. */
 typedef struct Edge {
     const Tensor *t;
-    int from, from_out; /* choice, and result index of its node (-1: a source choice) */
-    int to, operand;    /* consumer choice and operand; to = -1: graph output */
+    int from, pnode, pidx;
+    int to, cnode, cidx;
 } Edge;
 
 /* A cache of reshard costs: many edges repeat the same shapes and layouts
@@ -87,7 +91,7 @@ typedef struct Search {
     Plan *p;
     const Mesh *m;
     const AnnotationList *ann;
-    Strat **strats;     /* per node */
+    Strat **strats;     /* per node: its strategy under each option of its choice */
     int *nstrats;
     Choice *choices;
     int nchoices;
@@ -271,85 +275,137 @@ static void strat_layout(const Search *s, const FactorRule *r, const Node *n, co
                     out->partial |= 1u << st->fa[f][k];
 }
 
-static int build_strats(Search *s, Diag *d)
+/* Layout of tensor index t of node ni under option o of its choice; an
+ * operand's (what the node needs) is never partial. */
+static void node_layout(const Search *s, int ni, int o, int t, Sharding *out)
 {
-    const Graph *g = s->p->g;
-    for (int ni = 0; ni < g->nnodes; ni++) {
-        const Node *n = g->nodes[ni];
-        const FactorRule *r = &s->p->nodes[ni].rule;
-        s->strats[ni] = malloc(sizeof(Strat) * AUTO_MAX_STRATS);
-        if (!s->strats[ni])
-            abort();
-        Strat cur;
-        memset(&cur, 0, sizeof cur);
-        int64_t left[RULE_MAX_FACTORS];
+    const Node *n = s->p->g->nodes[ni];
+    strat_layout(s, &s->p->nodes[ni].rule, n, &s->strats[ni][o], t, out);
+    if (t < n->ninputs)
+        out->partial = 0;
+}
+
+static int out_index(const Tensor *t)
+{
+    int k = 0;
+    while (t->producer->outputs[k] != t)
+        k++;
+    return t->producer->ninputs + k;
+}
+
+/* A node that only maps or moves values follows the choice of the node
+ * producing its main operand (Alpa's operator clustering): no reduction or
+ * must-be-whole factor, and every factor appears in that operand, so the
+ * operand's layout decides the node's whole factor sharding. Returns the
+ * operand, or -1 for a node with a choice of its own. */
+static int follower_operand(const Search *s, int ni)
+{
+    const Node *n = s->p->g->nodes[ni];
+    const FactorRule *r = &s->p->nodes[ni].rule;
+    if (n->noutputs != 1)
+        return -1;
+    for (int f = 0; f < r->nfactors; f++)
+        if (r->kind[f] != FK_PASS)
+            return -1;
+    for (int k = 0; k < n->ninputs; k++) {
+        const Tensor *t = n->inputs[k];
+        if (!t || !t->producer || t->rank < 0)
+            continue;
+        unsigned char seen[RULE_MAX_FACTORS] = {0};
+        for (int i = 0; i < t->rank; i++)
+            for (int fi = 0; fi < r->dims[k][i].n; fi++)
+                seen[r->dims[k][i].f[fi]] = 1;
+        int all = 1;
         for (int f = 0; f < r->nfactors; f++)
-            left[f] = r->size[f];
-        int overflow = 0;
-        enum_strats(s, ni, r, 0, &cur, left, &overflow);
-        if (overflow) {
-            diag_add(d, "node \"%s\" (%s): more than %d sharding strategies on this mesh; annotate it or use "
-                     "fewer mesh axes", n->name, node_op_name(n), AUTO_MAX_STRATS);
-            return -1;
-        }
-        /* Drop duplicates (same layout of every tensor) and those against
-         * an annotated result; then cost the rest. */
-        int kept = 0;
-        for (int i = 0; i < s->nstrats[ni]; i++) {
-            Strat *st = &s->strats[ni][i];
-            int ok = 1;
-            for (int k = 0; k < n->noutputs && ok; k++) {
-                const Tensor *t = n->outputs[k];
-                const Annotation *a = t ? annotation_of(s, t) : NULL;
-                if (a) {
-                    Sharding l;
-                    strat_layout(s, r, n, st, n->ninputs + k, &l);
-                    ok = sharding_equal(&l, &a->sharding);
-                }
-            }
-            for (int j = 0; j < kept && ok; j++) {
-                int same = 1;
-                for (int t = 0; t < r->ntensors && same; t++) {
-                    if (!r->tensors[t] || r->tensors[t]->rank < 0)
-                        continue;
-                    Sharding l1, l2;
-                    strat_layout(s, r, n, st, t, &l1);
-                    strat_layout(s, r, n, &s->strats[ni][j], t, &l2);
-                    same = sharding_equal(&l1, &l2);
-                }
-                ok = !same;
-            }
-            if (ok)
-                s->strats[ni][kept++] = *st;
-        }
-        s->nstrats[ni] = kept;
-        if (!kept) {
-            for (int k = 0; k < n->noutputs; k++)
-                if (n->outputs[k] && annotation_of(s, n->outputs[k])) {
-                    const Annotation *a = annotation_of(s, n->outputs[k]);
-                    diag_add(d, "annotation %s=%s: node \"%s\" (%s) cannot produce that layout (no strategy of "
-                             "its sharding rule gives it)", n->outputs[k]->name, a->spec, n->name,
-                             node_op_name(n));
-                    return -1;
-                }
-            diag_add(d, "node \"%s\" (%s): no sharding strategy", n->name, node_op_name(n));
-            return -1;
-        }
-        for (int i = 0; i < kept; i++) {
-            Strat *st = &s->strats[ni][i];
-            st->compute = plan_node_seconds(s->p, n, r, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa);
-            st->weights = 0;
-            for (int k = 0; k < n->ninputs; k++) {
-                const Tensor *t = n->inputs[k];
-                if (is_source(t) && t->is_initializer && s->src_choice[t->id] < 0) {
-                    Sharding l;
-                    strat_layout(s, r, n, st, k, &l);
-                    st->weights += sharding_local_bytes(&l, s->m, t);
-                }
-            }
-        }
+            all &= seen[f];
+        if (all)
+            return k;
     }
+    return -1;
+}
+
+static Strat *strat_array(int n)
+{
+    Strat *a = calloc((size_t)(n ? n : 1), sizeof(Strat));
+    if (!a)
+        abort();
+    return a;
+}
+
+static Choice *new_choice(Search *s, int leader, const Tensor *src, int nopts)
+{
+    Choice *c = &s->choices[s->nchoices++];
+    c->leader = leader;
+    c->src = src;
+    c->nopts = nopts;
+    c->cost = calloc((size_t)nopts + 1, sizeof(double));
+    c->weights = calloc((size_t)nopts + 1, sizeof(int64_t));
+    if (!c->cost || !c->weights)
+        abort();
+    return c;
+}
+
+/* A node with a choice of its own: every strategy of its rule, without
+ * duplicates (the same layout of every tensor). */
+static int leader_strats(Search *s, int ni, Diag *d)
+{
+    const Node *n = s->p->g->nodes[ni];
+    const FactorRule *r = &s->p->nodes[ni].rule;
+    s->strats[ni] = strat_array(AUTO_MAX_STRATS);
+    Strat cur;
+    memset(&cur, 0, sizeof cur);
+    int64_t left[RULE_MAX_FACTORS];
+    for (int f = 0; f < r->nfactors; f++)
+        left[f] = r->size[f];
+    int overflow = 0;
+    enum_strats(s, ni, r, 0, &cur, left, &overflow);
+    if (overflow) {
+        diag_add(d, "node \"%s\" (%s): more than %d sharding strategies on this mesh; annotate it or use "
+                 "fewer mesh axes", n->name, node_op_name(n), AUTO_MAX_STRATS);
+        return -1;
+    }
+    int kept = 0;
+    for (int i = 0; i < s->nstrats[ni]; i++) {
+        const Strat *st = &s->strats[ni][i];
+        int dup = 0;
+        for (int j = 0; j < kept && !dup; j++) {
+            int same = 1;
+            for (int t = 0; t < r->ntensors && same; t++) {
+                if (!r->tensors[t] || r->tensors[t]->rank < 0)
+                    continue;
+                Sharding l1, l2;
+                strat_layout(s, r, n, st, t, &l1);
+                strat_layout(s, r, n, &s->strats[ni][j], t, &l2);
+                same = sharding_equal(&l1, &l2);
+            }
+            dup = same;
+        }
+        if (!dup)
+            s->strats[ni][kept++] = *st;
+    }
+    s->nstrats[ni] = kept;
     return 0;
+}
+
+/* A follower's strategy under each option of its leader's choice: the
+ * factor sharding its main operand's layout implies there. */
+static void follower_strats(Search *s, int ni, int k0)
+{
+    const Node *n = s->p->g->nodes[ni];
+    const FactorRule *r = &s->p->nodes[ni].rule;
+    const Tensor *t = n->inputs[k0];
+    int pn = t->producer->id, pidx = out_index(t);
+    const Choice *c = &s->choices[s->node_choice[pn]];
+    s->strats[ni] = strat_array(c->nopts);
+    s->nstrats[ni] = c->nopts;
+    for (int o = 0; o < c->nopts; o++) {
+        Sharding l;
+        node_layout(s, pn, o, pidx, &l);
+        Strat *st = &s->strats[ni][o];
+        rule_factors_of(s->m, r, k0, &l, st->fn, st->fa);
+        if (!rule_representable(s->m, r, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa))
+            memset(st, 0, sizeof *st);
+    }
 }
 
 /* Every layout of a source: each axis on one dim it divides, or on none. */
@@ -375,7 +431,7 @@ static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, i
 
 /* ---- choices and edges -------------------------------------------------- */
 
-static void add_edge(Search *s, const Tensor *t, int from, int from_out, int to, int operand)
+static void add_edge(Search *s, Edge e)
 {
     if (s->nedges == s->edges_cap) {
         s->edges_cap = s->edges_cap ? 2 * s->edges_cap : 256;
@@ -383,20 +439,65 @@ static void add_edge(Search *s, const Tensor *t, int from, int from_out, int to,
         if (!s->edges)
             abort();
     }
-    s->edges[s->nedges++] = (Edge){t, from, from_out, to, operand};
+    s->edges[s->nedges++] = e;
 }
 
-/* The layout option `opt` of choice c gives (or, as consumer, needs) for t. */
-static void choice_layout(const Search *s, const Choice *c, int opt, int tensor_idx, Sharding *out)
+/* Layout of the value on edge e under option o of its producer's choice,
+ * and under option o of its consumer's (what the consumer needs). */
+static void edge_have(const Search *s, const Edge *e, int o, Sharding *out)
 {
-    if (c->src) {
-        *out = c->layouts[opt];
-        return;
+    if (e->pnode < 0)
+        *out = s->choices[e->from].layouts[o];
+    else
+        node_layout(s, e->pnode, o, e->pidx, out);
+}
+
+static void edge_need(const Search *s, const Edge *e, int o, Sharding *out)
+{
+    if (e->to < 0)
+        sharding_replicated(out, e->t->rank);
+    else
+        node_layout(s, e->cnode, o, e->cidx, out);
+}
+
+static double edge_cost(Search *s, const Edge *e, int a, int b)
+{
+    Sharding have, need;
+    edge_have(s, e, a, &have);
+    edge_need(s, e, b, &need);
+    return reshard_cost(s, e->t, &have, &need);
+}
+
+/* Is option o of node ni's choice allowed by the annotations on the node's
+ * results and on the single-use sources it reads? */
+static int option_allowed(const Search *s, int ni, int o, const Annotation **why)
+{
+    const Node *n = s->p->g->nodes[ni];
+    for (int k = 0; k < n->noutputs; k++) {
+        const Tensor *t = n->outputs[k];
+        const Annotation *a = t ? annotation_of(s, t) : NULL;
+        Sharding l;
+        if (a) {
+            node_layout(s, ni, o, n->ninputs + k, &l);
+            if (!sharding_equal(&l, &a->sharding)) {
+                *why = a;
+                return 0;
+            }
+        }
     }
-    const Node *n = s->p->g->nodes[c->node];
-    strat_layout(s, &s->p->nodes[c->node].rule, n, &s->strats[c->node][opt], tensor_idx, out);
-    if (tensor_idx < n->ninputs)
-        out->partial = 0;
+    for (int k = 0; k < n->ninputs; k++) {
+        const Tensor *t = n->inputs[k];
+        if (!is_source(t) || s->src_choice[t->id] >= 0)
+            continue;
+        const Annotation *a = annotation_of(s, t);
+        Sharding l;
+        node_layout(s, ni, o, k, &l);
+        if (a ? !sharding_equal(&l, &a->sharding) : !(t->is_input || t->is_initializer) && !sharding_is_replicated(&l)) {
+            *why = a;
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static int build_choices(Search *s, Diag *d)
@@ -406,143 +507,166 @@ static int build_choices(Search *s, Diag *d)
     s->choices = calloc((size_t)(g->nnodes + g->ntensors + 1), sizeof(Choice));
     if (!s->choices)
         abort();
-    /* Shared sources first: their own choice. */
+    /* Shared sources: a choice among their layouts. */
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
         s->src_choice[t->id] = -1;
         if (!is_source(t) || !t->nconsumers || source_uses(t) < 2)
             continue;
-        Choice *c = &s->choices[s->nchoices];
-        c->node = -1;
-        c->src = t;
-        int cap = 256;
-        c->layouts = malloc(sizeof(Sharding) * (size_t)cap);
-        if (!c->layouts)
+        Sharding *lay = malloc(sizeof(Sharding) * 256);
+        if (!lay)
             abort();
+        int nl = 0;
         const Annotation *a = annotation_of(s, t);
         if (a) {
-            c->layouts[0] = a->sharding;
-            c->nopts = 1;
+            lay[nl++] = a->sharding;
         } else if (t->is_input || t->is_initializer) {
             Sharding cur;
             sharding_replicated(&cur, t->rank);
             int64_t left[IR_MAX_RANK];
             memcpy(left, t->dims, sizeof left);
-            enum_layouts(m, t, 0, &cur, left, c->layouts, &c->nopts, cap);
+            enum_layouts(m, t, 0, &cur, left, lay, &nl, 256);
         } else {
-            sharding_replicated(&c->layouts[0], t->rank);
-            c->nopts = 1;
+            sharding_replicated(&lay[nl++], t->rank);
         }
-        c->cost = calloc((size_t)c->nopts, sizeof(double));
-        c->weights = calloc((size_t)c->nopts, sizeof(int64_t));
-        if (!c->cost || !c->weights)
-            abort();
-        for (int o = 0; t->is_initializer && o < c->nopts; o++)
-            c->weights[o] = sharding_local_bytes(&c->layouts[o], m, t);
-        s->src_choice[t->id] = s->nchoices++;
+        Choice *c = new_choice(s, -1, t, nl);
+        c->layouts = lay;
+        for (int o = 0; t->is_initializer && o < nl; o++)
+            c->weights[o] = sharding_local_bytes(&lay[o], m, t);
+        s->src_choice[t->id] = (int)(c - s->choices);
     }
-    if (build_strats(s, d))
-        return -1;
+    /* Nodes, in order: a follower joins its main operand's choice. */
     for (int ni = 0; ni < g->nnodes; ni++) {
-        Choice *c = &s->choices[s->nchoices];
-        c->node = ni;
-        c->nopts = s->nstrats[ni];
-        c->cost = calloc((size_t)c->nopts, sizeof(double));
-        c->weights = calloc((size_t)c->nopts, sizeof(int64_t));
-        if (!c->cost || !c->weights)
-            abort();
-        for (int o = 0; o < c->nopts; o++) {
-            c->cost[o] = s->strats[ni][o].compute;
-            c->weights[o] = s->strats[ni][o].weights;
+        int k0 = follower_operand(s, ni);
+        if (k0 >= 0) {
+            s->node_choice[ni] = s->node_choice[g->nodes[ni]->inputs[k0]->producer->id];
+            follower_strats(s, ni, k0);
+            continue;
         }
-        s->node_choice[ni] = s->nchoices++;
+        if (leader_strats(s, ni, d))
+            return -1;
+        s->node_choice[ni] = (int)(new_choice(s, ni, NULL, s->nstrats[ni]) - s->choices);
     }
-    /* An annotated single-use source pins its consumer's strategies. */
+    /* Annotations are hard: drop the options of a choice that any member
+     * node contradicts, compacting every member's strategies alike. */
+    char *ok = malloc(AUTO_MAX_STRATS + 1);
+    if (!ok)
+        abort();
+    for (int ci = 0; ci < s->nchoices; ci++) {
+        Choice *c = &s->choices[ci];
+        if (c->src)
+            continue;
+        const Annotation *why = NULL;
+        memset(ok, 1, (size_t)c->nopts);
+        for (int ni = 0; ni < g->nnodes; ni++)
+            if (s->node_choice[ni] == ci)
+                for (int o = 0; o < c->nopts; o++)
+                    if (ok[o] && !option_allowed(s, ni, o, &why))
+                        ok[o] = 0;
+        int kept = 0;
+        for (int o = 0; o < c->nopts; o++)
+            if (ok[o]) {
+                for (int ni = 0; ni < g->nnodes; ni++)
+                    if (s->node_choice[ni] == ci)
+                        s->strats[ni][kept] = s->strats[ni][o];
+                kept++;
+            }
+        if (!kept) {
+            const Node *n = g->nodes[c->leader];
+            if (why)
+                diag_add(d, "annotation %s=%s cannot hold: no sharding strategy of node \"%s\" (%s) and the nodes "
+                         "that follow it gives or reads that layout", why->tensor, why->spec, n->name,
+                         node_op_name(n));
+            else
+                diag_add(d, "node \"%s\" (%s): no sharding strategy keeps its inputs whole", n->name,
+                         node_op_name(n));
+            free(ok);
+            return -1;
+        }
+        c->nopts = kept;
+        for (int ni = 0; ni < g->nnodes; ni++)
+            if (s->node_choice[ni] == ci)
+                s->nstrats[ni] = kept;
+    }
+    free(ok);
+    /* Option costs: every member's compute and the single-use weights it
+     * stores. */
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Node *n = g->nodes[ni];
+        const FactorRule *r = &s->p->nodes[ni].rule;
         Choice *c = &s->choices[s->node_choice[ni]];
-        for (int k = 0; k < n->ninputs; k++) {
-            const Tensor *t = n->inputs[k];
-            if (!is_source(t))
-                continue;
-            int sc = s->src_choice[t->id];
-            if (sc >= 0) {
-                add_edge(s, t, sc, -1, s->node_choice[ni], k);
-                continue;
-            }
-            const Annotation *a = annotation_of(s, t);
-            int kept = 0;
-            for (int o = 0; o < c->nopts; o++) {
-                Sharding l;
-                choice_layout(s, c, o, k, &l);
-                /* Unannotated graph inputs and weights take what the
-                 * consumer needs; other sources (none today) stay whole. */
-                int ok = a ? sharding_equal(&l, &a->sharding)
-                           : (t->is_input || t->is_initializer) ? 1 : sharding_is_replicated(&l);
-                if (ok) {
-                    s->strats[ni][kept] = s->strats[ni][o];
-                    c->cost[kept] = c->cost[o];
-                    c->weights[kept] = c->weights[o];
-                    kept++;
+        for (int o = 0; o < c->nopts; o++) {
+            Strat *st = &s->strats[ni][o];
+            st->compute = plan_node_seconds(s->p, n, r, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa);
+            st->weights = 0;
+            for (int k = 0; k < n->ninputs; k++) {
+                const Tensor *t = n->inputs[k];
+                if (is_source(t) && t->is_initializer && s->src_choice[t->id] < 0) {
+                    Sharding l;
+                    node_layout(s, ni, o, k, &l);
+                    st->weights += sharding_local_bytes(&l, m, t);
                 }
             }
-            if (!kept) {
-                if (a)
-                    diag_add(d, "annotation %s=%s: node \"%s\" (%s) has no strategy that reads it that way",
-                             t->name, a->spec, n->name, node_op_name(n));
-                else
-                    diag_add(d, "node \"%s\" (%s): no strategy keeps input \"%s\" whole", n->name,
-                             node_op_name(n), t->name);
-                return -1;
-            }
-            c->nopts = s->nstrats[ni] = kept;
+            c->cost[o] += st->compute;
+            c->weights[o] += st->weights;
         }
+    }
+    /* Edges: every value crossing two choices; one inside a choice is a
+     * cost of each of its options. */
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
         for (int k = 0; k < n->ninputs; k++) {
             const Tensor *t = n->inputs[k];
-            if (!t || is_source(t) || t->rank < 0)
+            if (!t || t->rank < 0)
                 continue;
-            const Node *pn = t->producer;
-            int out = 0;
-            while (pn->outputs[out] != t)
-                out++;
-            add_edge(s, t, s->node_choice[pn->id], out, s->node_choice[ni], k);
+            Edge e = {t, -1, -1, 0, s->node_choice[ni], ni, k};
+            if (t->producer) {
+                e.from = s->node_choice[t->producer->id];
+                e.pnode = t->producer->id;
+                e.pidx = out_index(t);
+            } else if (s->src_choice[t->id] >= 0) {
+                e.from = s->src_choice[t->id];
+            } else {
+                continue; /* a single-use source: stored as this node needs */
+            }
+            if (e.from == e.to) {
+                Choice *c = &s->choices[e.to];
+                for (int o = 0; o < c->nopts; o++)
+                    c->cost[o] += edge_cost(s, &e, o, o);
+            } else {
+                add_edge(s, e);
+            }
         }
     }
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
+        Edge e = {t, -1, -1, 0, -1, -1, i};
         if (t->producer) {
-            int out = 0;
-            while (t->producer->outputs[out] != t)
-                out++;
-            add_edge(s, t, s->node_choice[t->producer->id], out, -1, i);
+            e.from = s->node_choice[t->producer->id];
+            e.pnode = t->producer->id;
+            e.pidx = out_index(t);
         } else if (is_source(t) && s->src_choice[t->id] >= 0) {
-            add_edge(s, t, s->src_choice[t->id], -1, -1, i);
+            e.from = s->src_choice[t->id];
+        } else {
+            continue;
         }
+        add_edge(s, e);
     }
     return 0;
 }
 
-/* Cost of edge e when its ends take options a and b. */
-static double edge_cost(Search *s, const Edge *e, int a, int b)
+/* Groups the options of one end of an edge by the layout they give (or
+ * need): group[o] is option o's group; returns the group count. */
+static int group_options(const Search *s, const Edge *e, int consumer, int *group, Sharding *rep)
 {
-    const Choice *cf = &s->choices[e->from];
-    Sharding have, need;
-    choice_layout(s, cf, a, cf->src ? 0 : s->p->g->nodes[cf->node]->ninputs + e->from_out, &have);
-    if (e->to < 0)
-        sharding_replicated(&need, e->t->rank);
-    else
-        choice_layout(s, &s->choices[e->to], b, e->operand, &need);
-    return reshard_cost(s, e->t, &have, &need);
-}
-
-/* Groups the options of choice c by the layout they give/need for a
- * tensor: group[o] is the group of option o; returns the group count. */
-static int group_options(const Search *s, const Choice *c, int tensor_idx, int *group, Sharding *rep)
-{
+    const Choice *c = &s->choices[consumer ? e->to : e->from];
     int ng = 0;
     for (int o = 0; o < c->nopts; o++) {
         Sharding l;
-        choice_layout(s, c, o, tensor_idx, &l);
+        if (consumer)
+            edge_need(s, e, o, &l);
+        else
+            edge_have(s, e, o, &l);
         int gi = 0;
         while (gi < ng && !sharding_equal(&rep[gi], &l))
             gi++;
@@ -617,13 +741,12 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     for (int ei = 0; ei < s->nedges; ei++) {
         const Edge *e = &s->edges[ei];
         const Choice *cf = &s->choices[e->from];
-        int tf = cf->src ? 0 : g->nodes[cf->node]->ninputs + e->from_out;
-        int na = group_options(s, cf, tf, ga, ra);
+        int na = group_options(s, e, 0, ga, ra);
         int nb = 1;
         gb[0] = 0;
         const Choice *ct = e->to >= 0 ? &s->choices[e->to] : NULL;
         if (ct)
-            nb = group_options(s, ct, e->operand, gb, rb);
+            nb = group_options(s, e, 1, gb, rb);
         /* A representative option per group, for the costs. */
         for (int o = cf->nopts - 1; o >= 0; o--)
             ia[ga[o]] = o;
@@ -667,11 +790,13 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
                 mat_add(&mx, rows0 + 1 + na + j, col, 1.0);
             }
     }
-    /* Memory rows: weights + live values at each step. */
+    /* Memory rows: weights + live values at each step, in MB. Several
+     * nodes of one choice add to the same column: summed per row first. */
     if (opt->mem_limit > 0) {
         int nn = g->nnodes;
         int *last = malloc(sizeof(int) * (size_t)(g->ntensors + 1));
-        if (!last)
+        double *acc = calloc((size_t)ncols + 1, sizeof(double));
+        if (!last || !acc)
             abort();
         for (int i = 0; i < g->ntensors; i++)
             last[i] = -1;
@@ -687,28 +812,33 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
         for (int step = 0; step < nn; step++) {
             int row = r0 + 1 + step;
             glp_set_row_bnds(lp, row, GLP_UP, 0.0, (double)opt->mem_limit / 1e6);
-            for (int ci = 0; ci < s->nchoices; ci++) {
-                const Choice *c = &s->choices[ci];
-                for (int o = 0; o < c->nopts; o++) {
-                    double mb = (double)c->weights[o];
-                    if (c->node >= 0) {
-                        const Node *n = g->nodes[c->node];
-                        if (c->node <= step)
-                            for (int k = 0; k < n->noutputs; k++) {
-                                const Tensor *t = n->outputs[k];
-                                if (t && t->rank >= 0 && last[t->id] >= step) {
-                                    Sharding l;
-                                    choice_layout(s, c, o, n->ninputs + k, &l);
-                                    mb += (double)sharding_local_bytes(&l, s->m, t);
-                                }
-                            }
+            for (int ci = 0; ci < s->nchoices; ci++)
+                for (int o = 0; o < s->choices[ci].nopts; o++)
+                    acc[s->choices[ci].col0 + o] = (double)s->choices[ci].weights[o];
+            for (int ni = 0; ni <= step; ni++) {
+                const Node *n = g->nodes[ni];
+                const Choice *c = &s->choices[s->node_choice[ni]];
+                for (int k = 0; k < n->noutputs; k++) {
+                    const Tensor *t = n->outputs[k];
+                    if (!t || t->rank < 0 || last[t->id] < step)
+                        continue;
+                    for (int o = 0; o < c->nopts; o++) {
+                        Sharding l;
+                        node_layout(s, ni, o, n->ninputs + k, &l);
+                        acc[c->col0 + o] += (double)sharding_local_bytes(&l, s->m, t);
                     }
-                    if (mb > 0)
-                        mat_add(&mx, row, c->col0 + o, mb / 1e6);
                 }
             }
+            for (int ci = 0; ci < s->nchoices; ci++)
+                for (int o = 0; o < s->choices[ci].nopts; o++) {
+                    int col = s->choices[ci].col0 + o;
+                    if (acc[col] > 0)
+                        mat_add(&mx, row, col, acc[col] / 1e6);
+                    acc[col] = 0;
+                }
         }
         free(last);
+        free(acc);
     }
     for (int col = 1; col <= ncols; col++)
         glp_set_obj_coef(lp, col, obj[col]);
@@ -716,12 +846,35 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     s->rep->rows = nrows;
     s->rep->cols = ncols;
     s->rep->nonzeros = mx.n;
+    /* The program as a free MPS file, to try another solver on it
+     * (bench/auto_bench.sh times COIN-OR CBC on the same file). */
+    if (opt->mps_path && glp_write_mps(lp, GLP_MPS_FILE, NULL, opt->mps_path)) {
+        diag_add(d, "--auto-mps %s: cannot write the file", opt->mps_path);
+        glp_delete_prob(lp);
+        glp_free_env();
+        return -1;
+    }
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;
-    parm.msg_lev = GLP_MSG_OFF;
+    parm.msg_lev = getenv("O2S_AUTO_VERBOSE") ? GLP_MSG_ALL : GLP_MSG_OFF;
+    if (getenv("O2S_AUTO_VERBOSE"))
+        glp_term_out(GLP_ON);
     parm.tm_lim = (int)(opt->time_limit_s * 1000);
-    int ret = glp_intopt(lp, &parm);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    glp_smcp sp;
+    glp_init_smcp(&sp);
+    sp.msg_lev = parm.msg_lev;
+    sp.meth = getenv("O2S_PRIMAL") ? GLP_PRIMAL : GLP_DUALP;
+    sp.presolve = GLP_OFF;
+    sp.tm_lim = parm.tm_lim;
+    int ret = glp_simplex(lp, &sp);
+    parm.presolve = GLP_OFF;
+    if (ret == 0)
+        ret = glp_intopt(lp, &parm);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s->rep->solve_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     int st = glp_mip_status(lp);
     int rc = 0;
     if (ret == GLP_ENOPFS || ret == GLP_ENODFS || st == GLP_NOFEAS) {
@@ -757,15 +910,14 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
 
 /* ---- from the solution to a plan ---------------------------------------- */
 
-/* What switching choice ci alone to option o would add to the plan. */
-static double switch_delta(Search *s, int ci, int o)
+/* What switching choice ci alone to option o would add to the plan;
+ * adj lists the edges touching ci. */
+static double switch_delta(Search *s, int ci, int o, const int *adj, int nadj)
 {
     const Choice *c = &s->choices[ci];
     double delta = c->cost[o] - c->cost[c->pick];
-    for (int ei = 0; ei < s->nedges; ei++) {
-        const Edge *e = &s->edges[ei];
-        if (e->from != ci && e->to != ci)
-            continue;
+    for (int i = 0; i < nadj; i++) {
+        const Edge *e = &s->edges[adj[i]];
         int a = s->choices[e->from].pick, b = e->to >= 0 ? s->choices[e->to].pick : 0;
         double now = edge_cost(s, e, a, b);
         double then = edge_cost(s, e, e->from == ci ? o : a, e->to == ci ? o : b);
@@ -774,23 +926,35 @@ static double switch_delta(Search *s, int ci, int o)
     return delta;
 }
 
+/* For --explain: each node's choice, and for a choice's leader the
+ * AUTO_ALTS cheapest other options by what switching to them would add. */
 static void record_explanations(Search *s)
 {
     const Graph *g = s->p->g;
     AutoReport *rep = s->rep;
     rep->nodes = arena_alloc(&s->p->arena, sizeof(AutoNodeInfo) * (size_t)(g->nnodes + 1));
+    int *adj = malloc(sizeof(int) * (size_t)(s->nedges + 1));
+    if (!adj)
+        abort();
     for (int ni = 0; ni < g->nnodes; ni++) {
-        const Choice *c = &s->choices[s->node_choice[ni]];
+        int ci = s->node_choice[ni];
+        const Choice *c = &s->choices[ci];
         AutoNodeInfo *info = &rep->nodes[ni];
         info->nstrategies = c->nopts;
         info->pick = c->pick;
+        info->leader = c->leader;
         info->cost_s = c->cost[c->pick];
         info->nalt = 0;
+        if (c->leader != ni)
+            continue;
+        int nadj = 0;
+        for (int ei = 0; ei < s->nedges; ei++)
+            if (s->edges[ei].from == ci || s->edges[ei].to == ci)
+                adj[nadj++] = ei;
         for (int o = 0; o < c->nopts; o++) {
             if (o == c->pick)
                 continue;
-            double dl = switch_delta(s, s->node_choice[ni], o);
-            /* Keep the AUTO_ALTS cheapest, in order. */
+            double dl = switch_delta(s, ci, o, adj, nadj);
             int at = info->nalt;
             while (at > 0 && dl < info->alt_delta_s[at - 1])
                 at--;
@@ -809,6 +973,7 @@ static void record_explanations(Search *s)
                 info->nalt++;
         }
     }
+    free(adj);
 }
 
 static void apply_solution(Search *s)
@@ -835,8 +1000,7 @@ static void apply_solution(Search *s)
             int k = 0;
             while (u->inputs[k] != t)
                 k++;
-            const Choice *c = &s->choices[s->node_choice[u->id]];
-            choice_layout(s, c, c->pick, k, &tp->sharding);
+            node_layout(s, u->id, s->choices[s->node_choice[u->id]].pick, k, &tp->sharding);
         }
         tp->fixed = 1;
         tp->origin = a ? a->origin : ORIGIN_AUTO;

@@ -222,8 +222,9 @@ typedef struct Annotation {
 /* What --auto decided and why (auto.c), for reports and --explain. */
 #define AUTO_ALTS 3
 typedef struct AutoNodeInfo {
-    int nstrategies, pick;
-    double cost_s;                  /* the chosen strategy's compute time */
+    int nstrategies, pick;          /* of the node's choice */
+    int leader;                     /* the node whose choice this node follows (itself if none) */
+    double cost_s;                  /* the choice's option cost: compute + reshards inside it */
     int nalt;                       /* the cheapest alternatives, best first */
     double alt_delta_s[AUTO_ALTS];  /* what switching this node alone adds */
     unsigned char alt_fn[AUTO_ALTS][RULE_MAX_FACTORS];
@@ -289,6 +290,9 @@ void rule_project(const FactorRule *r, int t, const unsigned char *fn,
                   const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m, Sharding *out);
 int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
                        const unsigned char (*fa)[MESH_MAX_AXES]);
+/* The factor sharding implied by tensor t of the rule having layout s. */
+void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *s, unsigned char *fn,
+                     unsigned char (*fa)[MESH_MAX_AXES]);
 /* Records (or reuses) the reshard of t from src to dst for a consumer. */
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
                      const Sharding *src, const Sharding *dst);
@@ -299,6 +303,7 @@ void plan_free(Plan *p);
 typedef struct AutoOptions {
     int64_t mem_limit;     /* bytes per rank, 0 for none */
     double time_limit_s;   /* for the MILP solver */
+    const char *mps_path;  /* also write the integer program there (MPS), or NULL */
 } AutoOptions;
 
 /* --auto: every layout chosen by an integer program over the cost model;

@@ -387,6 +387,21 @@ int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand
     return p->nreshards - 1;
 }
 
+/* The factor sharding that tensor t's layout s implies (only the factors
+ * t holds get axes). */
+void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *s, unsigned char *fn,
+                     unsigned char (*fa)[MESH_MAX_AXES])
+{
+    Candidate per[RULE_MAX_FACTORS];
+    memset(per, 0, sizeof per);
+    for (int i = 0; i < r->tensors[t]->rank; i++)
+        dim_to_factors(m, r, &r->dims[t][i], s, i, per);
+    for (int f = 0; f < r->nfactors; f++) {
+        fn[f] = per[f].n;
+        memcpy(fa[f], per[f].axes, MESH_MAX_AXES);
+    }
+}
+
 /* Can every tensor of the rule hold the factor sharding (fn, fa) exactly?
  * A minor factor of a dim is split only once the dim's major factors are
  * fully split; projecting onto each tensor and reading the factors back

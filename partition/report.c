@@ -113,6 +113,13 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
     const Mesh *m = &p->mesh;
     char a[128], b[128], c[128], o[256];
     print_header(p, f);
+    if (p->auto_report) {
+        const AutoReport *ar = p->auto_report;
+        fprintf(f, "\nauto     %d choices (%d options), %d edges; integer program %d rows x %d columns, "
+                   "%d nonzeros\n         GLPK: %s, estimated %.6g s (compute + reshards)\n",
+                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
+                ar->optimal ? "optimal" : "best found within the time limit", ar->objective_s);
+    }
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
