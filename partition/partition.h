@@ -329,6 +329,16 @@ typedef struct PlanTotals {
 } PlanTotals;
 
 void plan_totals(const Plan *p, PlanTotals *t);
+
+/* ---- estimate.c --------------------------------------------------------- */
+
+/* The cost model's view of a plan, per rank (see estimate.c). */
+typedef struct PlanEstimate {
+    double compute_s, comm_s, exposed_s, overlapped_s, step_s;
+    int64_t weight_bytes, peak_activation_bytes, memory_bytes;
+} PlanEstimate;
+
+void plan_estimate(const Plan *p, PlanEstimate *e);
 /* Where each reshard starts and is waited on (from the program schedule):
  * node names, NULL meaning the start of forward() or the outputs. */
 typedef struct PlanSchedule {

@@ -23,6 +23,18 @@ static void axes_str(const Mesh *m, unsigned axes, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+/* Seconds in the unit that reads best: "12.3 us", "4.56 ms", "1.2 s". */
+static const char *time_str(double sec, char *buf, size_t cap)
+{
+    if (sec < 1e-3)
+        snprintf(buf, cap, "%.3g us", sec * 1e6);
+    else if (sec < 1)
+        snprintf(buf, cap, "%.3g ms", sec * 1e3);
+    else
+        snprintf(buf, cap, "%.3g s", sec);
+    return buf;
+}
+
 static const char *origin_name(Origin o)
 {
     switch (o) {
@@ -115,10 +127,12 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
     print_header(p, f);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
+        char t0[32];
         fprintf(f, "\nauto     %d choices (%d options), %d edges; integer program %d rows x %d columns, "
-                   "%d nonzeros\n         GLPK: %s, estimated %.6g s (compute + reshards)\n",
+                   "%d nonzeros\n         GLPK: %s, objective %s (compute + reshards, no overlap)\n",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
-                ar->optimal ? "optimal" : "best found within the time limit", ar->objective_s);
+                ar->optimal ? "optimal" : "best found within the time limit",
+                time_str(ar->objective_s, t0, sizeof t0));
     }
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
     for (int i = 0; i < g->ntensors; i++) {
@@ -172,6 +186,18 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             fprintf(f, ", %d %s", t.count[k], coll_name((CollKind)k));
     fprintf(f, "\n  weights       %lld bytes\n  activations   %lld bytes (all values, before liveness)\n",
             (long long)t.weight_bytes, (long long)t.activation_bytes);
+    PlanEstimate e;
+    plan_estimate(p, &e);
+    char t1[32], t2[32], t3[32], t4[32], t5[32];
+    fprintf(f, "\nestimate (cost model, device %s)\n"
+               "  compute       %s per rank\n"
+               "  communication %s: %s exposed, %s overlapped with compute\n"
+               "  step          %s (two-stream schedule)\n"
+               "  memory        %lld bytes per rank: weights %lld + peak activations %lld\n",
+            p->mesh.device->name, time_str(e.compute_s, t1, sizeof t1), time_str(e.comm_s, t2, sizeof t2),
+            time_str(e.exposed_s, t3, sizeof t3), time_str(e.overlapped_s, t4, sizeof t4),
+            time_str(e.step_s, t5, sizeof t5), (long long)e.memory_bytes, (long long)e.weight_bytes,
+            (long long)e.peak_activation_bytes);
 }
 
 void plan_print_json(const Plan *p, FILE *f)
@@ -247,10 +273,25 @@ void plan_print_json(const Plan *p, FILE *f)
     }
     PlanTotals t;
     plan_totals(p, &t);
+    PlanEstimate e;
+    plan_estimate(p, &e);
     fprintf(f, "\n  ],\n  \"per_rank\": {\"communication_bytes\": %lld, \"collectives\": %d, "
-               "\"weight_bytes\": %lld, \"activation_bytes\": %lld}\n}\n",
+               "\"weight_bytes\": %lld, \"activation_bytes\": %lld},\n",
             (long long)t.comm_bytes, t.ncollectives, (long long)t.weight_bytes,
             (long long)t.activation_bytes);
+    fprintf(f, "  \"estimate\": {\"device\": \"%s\", \"compute_s\": %.9g, \"communication_s\": %.9g, "
+               "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
+               "\"peak_activation_bytes\": %lld}",
+            p->mesh.device->name, e.compute_s, e.comm_s, e.exposed_s, e.overlapped_s, e.step_s,
+            (long long)e.memory_bytes, (long long)e.peak_activation_bytes);
+    if (p->auto_report) {
+        const AutoReport *ar = p->auto_report;
+        fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
+                   "\"columns\": %d, \"nonzeros\": %d, \"optimal\": %s, \"objective_s\": %.9g}",
+                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
+                ar->optimal ? "true" : "false", ar->objective_s);
+    }
+    fprintf(f, "\n}\n");
 }
 
 int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
