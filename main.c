@@ -456,7 +456,15 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
             diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)popt->mem_limit);
             return NULL;
         }
-        p = partition_auto(g, m, ann, &aopt, d);
+        Diag again;
+        diag_init(&again, NULL);
+        p = partition_auto(g, m, ann, &aopt, &again);
+        diag_free(&again);
+        if (!p) {
+            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank (with the reshard buffers and "
+                     "scratch the per-rank programs need)", (long long)popt->mem_limit);
+            return NULL;
+        }
     }
     return p;
 }

@@ -870,14 +870,21 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     sp.presolve = GLP_OFF;
     sp.tm_lim = parm.tm_lim;
     int ret = glp_simplex(lp, &sp);
+    /* The relaxation bounds the search; infeasible there, nothing fits. */
+    int lp_st = ret == 0 ? glp_get_status(lp) : GLP_UNDEF;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double spent = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     parm.presolve = GLP_OFF;
-    if (ret == 0)
+    parm.tm_lim = (int)((opt->time_limit_s - spent) * 1000);
+    if (parm.tm_lim < 1)
+        parm.tm_lim = 1;
+    if (lp_st == GLP_OPT)
         ret = glp_intopt(lp, &parm);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     s->rep->solve_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    int st = glp_mip_status(lp);
+    int st = lp_st == GLP_OPT ? glp_mip_status(lp) : GLP_UNDEF;
     int rc = 0;
-    if (ret == GLP_ENOPFS || ret == GLP_ENODFS || st == GLP_NOFEAS) {
+    if (lp_st == GLP_NOFEAS || ret == GLP_ENOPFS || ret == GLP_ENODFS || st == GLP_NOFEAS) {
         diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)opt->mem_limit);
         rc = -1;
     } else if (st != GLP_OPT && st != GLP_FEAS) {
