@@ -430,9 +430,13 @@ static int write_dot(const Plan *p, const char *path, Diag *d)
  * solve again with the limit lowered by the largest overshoot (a few
  * rounds), so plan and compile agree on what fits. */
 static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationList *ann, AutoOptions aopt,
-                              const ProgramOptions *popt, Diag *d)
+                              const ProgramOptions *popt, const char *shard_weights, Diag *d)
 {
     Plan *p = partition_auto(g, m, ann, &aopt, d);
+    if (p && shard_weights && partition_shard_weights(p, shard_weights, d)) {
+        plan_free(p);
+        return NULL;
+    }
     for (int round = 0; p && aopt.mem_limit > 0 && round < 6; round++) {
         ProgramOptions po = *popt;
         po.mem_limit = 0;
@@ -459,6 +463,10 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
         Diag again;
         diag_init(&again, NULL);
         p = partition_auto(g, m, ann, &aopt, &again);
+        if (p && shard_weights && partition_shard_weights(p, shard_weights, &again)) {
+            plan_free(p);
+            p = NULL;
+        }
         diag_free(&again);
         if (!p) {
             diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank (with the reshard buffers and "
@@ -625,10 +633,17 @@ static int cmd_plan(int argc, char **argv, int compile)
     d.context = path;
     aopt.mem_limit = popt.mem_limit;
     popt.cuda = strcmp(target, "cuda") == 0;
-    if (!(p = use_auto ? auto_plan_fitted(g, &mesh, &ann, aopt, &popt, &d) : partition_propagate(g, &mesh, &ann, &d)))
+    if (!(p = use_auto ? auto_plan_fitted(g, &mesh, &ann, aopt, &popt, shard_weights, &d)
+                       : partition_propagate(g, &mesh, &ann, &d)))
         goto cleanup;
+    if (use_auto) {
+        /* Solve time on stderr: it varies from run to run, the plan does not. */
+        const AutoReport *ar = p->auto_report;
+        fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by GLPK in %.3f s (%s)\n", ar->rows,
+                ar->cols, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
+    }
     d.context = NULL;
-    if (shard_weights && partition_shard_weights(p, shard_weights, &d))
+    if (!use_auto && shard_weights && partition_shard_weights(p, shard_weights, &d))
         goto cleanup;
     if (dot && write_dot(p, dot, &d))
         goto cleanup;

@@ -511,13 +511,15 @@ static int build_choices(Search *s, Diag *d)
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
         s->src_choice[t->id] = -1;
-        if (!is_source(t) || !t->nconsumers || source_uses(t) < 2)
+        /* An annotated one is stored as annotated, whatever its reader
+         * needs: a choice of one layout, resharded on an edge. */
+        const Annotation *a = is_source(t) ? annotation_of(s, t) : NULL;
+        if (!is_source(t) || !t->nconsumers || (source_uses(t) < 2 && !a))
             continue;
         Sharding *lay = malloc(sizeof(Sharding) * 256);
         if (!lay)
             abort();
         int nl = 0;
-        const Annotation *a = annotation_of(s, t);
         if (a) {
             lay[nl++] = a->sharding;
         } else if (t->is_input || t->is_initializer) {

@@ -96,6 +96,7 @@ LINKS = ("nvlink", "pcie", "ib", "ethernet", "shm")
 # Constructs that can be switched off while a known compiler bug makes most
 # cases fail (all on by default; --exclude OP[,OP...] names builders below).
 EXCLUDE = set()
+USE_AUTO = [False]           # --auto: the search picks layouts (annotations kept as constraints)
 USE_EXTENDED = [False]       # --extended: the exporter op set too (EXTENDED below)
 
 
@@ -1193,7 +1194,7 @@ EXTENDED = {
 
 class Case:
     def __init__(self, seed, index, model, feeds, mesh, shards, links=None, fsdp=None, prefetch=None,
-                 fuse=None, shard_file=False, dims=None):
+                 fuse=None, shard_file=False, dims=None, auto=None):
         self.seed, self.index = seed, index
         self.model = model        # onnx.ModelProto
         self.feeds = feeds        # name -> array
@@ -1205,9 +1206,10 @@ class Case:
         self.fuse = fuse          # --fuse-bytes N, or None
         self.shard_file = shard_file  # annotations through --shardings FILE, not --shard
         self.dims = dims or {}    # symbolic input dims -> value (--dim)
+        self.auto = auto          # --auto flags (device, memory limit), or None
 
     FIELDS = ("seed", "index", "model", "feeds", "mesh", "shards", "links", "fsdp", "prefetch", "fuse",
-              "shard_file", "dims")
+              "shard_file", "dims", "auto")
 
     def but(self, **kw):
         """A copy with some fields replaced."""
@@ -1226,6 +1228,8 @@ class Case:
             f += ["--fuse-bytes", self.fuse]
         for k, v in sorted(self.dims.items()):
             f += ["--dim", "%s=%d" % (k, v)]
+        if self.auto:
+            f += list(self.auto)
         return f
 
     @property
@@ -1359,7 +1363,18 @@ def generate(seed, index):
                 d = v.type.tensor_type.shape.dim
                 if len(d) and d[0].dim_value == b[0]:
                     d[0].dim_param = "batch"
-    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, rng.random() < 0.25, dims)
+    auto = None
+    if USE_AUTO[0]:
+        # --auto keeps the annotations as hard constraints and picks the rest:
+        # the CPU preset (slow compute, so splits pay) or H100 (fast), and a
+        # memory limit from generous to below the replicated weights.
+        auto = ["--auto", "--device", str(rng.choice(["cpu", "H100"]))]
+        wbytes = sum(v.nbytes for k, v in g.inits.items() if k in used)
+        if rng.random() < 0.6 and wbytes:
+            auto += ["--mem-limit", str(int(wbytes * rng.uniform(0.7, 3.0)) + 16384)]
+        if rng.random() < 0.5:
+            shards = shards[:1]  # few or no annotations: the search decides
+    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, rng.random() < 0.25, dims, auto)
 
 
 # ---- running a case ------------------------------------------------------------
@@ -1592,7 +1607,7 @@ def save_failure(case, golden, kind, detail, folder):
     with open(os.path.join(folder, "case.json"), "w") as fh:
         json.dump({"seed": case.seed, "index": case.index, "mesh": case.mesh, "shards": case.shards,
                    "links": case.links, "fsdp": case.fsdp, "prefetch": case.prefetch, "fuse": case.fuse,
-                   "shard_file": case.shard_file, "dims": case.dims, "kind": kind}, fh)
+                   "shard_file": case.shard_file, "dims": case.dims, "auto": case.auto, "kind": kind}, fh)
     with open(os.path.join(folder, "case.txt"), "w") as fh:
         fh.write("case %s: %s\n%s\n\n%s\n" % (case.tag, kind, detail, describe(case)))
 
@@ -1757,7 +1772,7 @@ def load_case(folder):
         meta = json.load(fh)
     return Case(meta["seed"], meta["index"], m, feeds, [tuple(a) for a in meta["mesh"]],
                 [tuple(a) for a in meta["shards"]], meta.get("links"), meta.get("fsdp"), meta.get("prefetch"),
-                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"))
+                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"))
 
 
 # ---- driver --------------------------------------------------------------------
@@ -1857,6 +1872,8 @@ def main():
     ap.add_argument("--exclude", default="", help="builders to leave out: " + ",".join(BUILDERS))
     ap.add_argument("--extended", action="store_true",
                     help="also the exporter ops of issue 9: " + ",".join(EXTENDED))
+    ap.add_argument("--auto", action="store_true",
+                    help="compile with --auto (random device preset and memory limit)")
     ap.add_argument("--replay", metavar="DIR", help="rerun a saved failure folder")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -1865,6 +1882,7 @@ def main():
             ap.error("--exclude %s: no such builder" % x)
         EXCLUDE.add(x)
     USE_EXTENDED[0] = args.extended
+    USE_AUTO[0] = args.auto
     if not os.access(BIN, os.X_OK):
         print("fuzz_plans: %s is not built (run make)" % BIN)
         return 2
@@ -1882,7 +1900,8 @@ def main():
         args.seed = int(time.time()) % 1000000 if args.seconds is not None else 1
     print("fuzz_plans: seed %d, %s%s" % (args.seed, "%d cases" % (args.count or 50) if args.seconds is None
                                          else "seeds from it for %g s" % args.seconds,
-                                         ", extended op set" if args.extended else ""), flush=True)
+                                         (", extended op set" if args.extended else "") +
+                                         (", --auto" if args.auto else "")), flush=True)
     os.makedirs(os.path.join(OUT, "work"), exist_ok=True)
     tally = Tally()
     t0 = time.time()
