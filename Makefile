@@ -150,6 +150,7 @@ e2e: all
 	@$(PY) tests/e2e/attn_sharded.py
 	@$(PY) tests/e2e/test_hostile_names.py
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
+	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto
 
 # Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass
 # (`fuzz_plans.py --replay DIR --minimize` shrinks a saved failure).
@@ -170,6 +171,7 @@ bench: deps all
 	@bash bench/plan_bench.sh
 	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
+	@$(PY) bench/auto_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps all unit cli

@@ -56,7 +56,7 @@ static const char usage_text[] =
     "  --dot FILE        write a Graphviz drawing of the plan\n"
     "  --auto            choose every layout by an integer program over the cost\n"
     "                    model (annotations, if any, are hard constraints)\n"
-    "  --auto-time-limit S  the solver's time limit in seconds (default 60)\n"
+    "  --auto-time-limit S  the solver's time limit in seconds (default 30)\n"
     "  --auto-mps FILE   also write --auto's integer program to FILE (MPS)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
     "                    and live values under it; compile backs prefetch off\n"
@@ -437,7 +437,7 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
         plan_free(p);
         return NULL;
     }
-    for (int round = 0; p && aopt.mem_limit > 0 && round < 6; round++) {
+    for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
         ProgramOptions po = *popt;
         po.mem_limit = 0;
         int64_t over = 0;
@@ -505,7 +505,7 @@ static int cmd_plan(int argc, char **argv, int compile)
     };
     const char *target = "c", *out_dir = NULL, *shard_weights = NULL, *cuda_arch = "sm_90";
     int tf32 = 0, use_auto = 0;
-    AutoOptions aopt = {.mem_limit = 0, .time_limit_s = 60};
+    AutoOptions aopt = {.mem_limit = 0, .time_limit_s = 30};
     ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
@@ -641,6 +641,9 @@ static int cmd_plan(int argc, char **argv, int compile)
         const AutoReport *ar = p->auto_report;
         fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by GLPK in %.3f s (%s)\n", ar->rows,
                 ar->cols, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
+        if (!ar->optimal)
+            fprintf(stderr, "onnx2spmd: --auto: the plan is within %.1f%% of the optimum (raise --auto-time-limit "
+                    "to close the gap)\n", 100 * ar->gap);
     }
     d.context = NULL;
     if (!use_auto && shard_weights && partition_shard_weights(p, shard_weights, &d))

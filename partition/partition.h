@@ -235,6 +235,7 @@ typedef struct AutoReport {
     int nchoices, noptions, nedges;
     int rows, cols, nonzeros;       /* the integer program's size */
     int optimal;                    /* proven optimal (else: best found in the time limit) */
+    double gap;                     /* then: relative gap to the best bound */
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
     double time_limit_s, solve_s;
     AutoNodeInfo *nodes;            /* by node index */

@@ -133,6 +133,9 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
                 ar->optimal ? "optimal" : "best found within the time limit",
                 time_str(ar->objective_s, t0, sizeof t0));
+        if (!ar->optimal)
+            fprintf(f, "         (at most %.1f%% above the optimum: the gap to the best bound when the time ran out)\n",
+                    100 * ar->gap);
     }
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
     for (int i = 0; i < g->ntensors; i++) {

@@ -11,6 +11,7 @@ check=0
 examples=(
     "mlp_tp2|tests/models/mlp.onnx --mesh tp=2 --shard W1=[_,tp]"
     "tiny_gpt_dp2_tp2|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt"
+    "mlp_auto_tp2|tests/models/mlp.onnx --mesh tp=2 --auto --mem-limit 100K"
     "tiny_gpt_dp2_tp2_cuda_fsdp|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --shard-weights dp --target cuda"
 )
 fail=0
