@@ -429,6 +429,25 @@ static int write_dot(const Plan *p, const char *path, Diag *d)
  * alignment. Build every rank's program and, while one is over the limit,
  * solve again with the limit lowered by the largest overshoot (a few
  * rounds), so plan and compile agree on what fits. */
+/* The most any rank's program holds (arena + weights + inputs), from the
+ * programs' own memory plan; -1 with a diagnostic if one cannot be built. */
+static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag *d)
+{
+    ProgramOptions po = *popt;
+    po.mem_limit = 0;
+    int64_t most = 0;
+    for (int r = 0; r < p->mesh.nranks; r++) {
+        Program *pr = program_build(p, r, &po, d);
+        if (!pr)
+            return -1;
+        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+        if (total > most)
+            most = total;
+        program_free(pr);
+    }
+    return most;
+}
+
 static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationList *ann, AutoOptions aopt,
                               const ProgramOptions *popt, const char *shard_weights, Diag *d)
 {
@@ -438,20 +457,12 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
         return NULL;
     }
     for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
-        ProgramOptions po = *popt;
-        po.mem_limit = 0;
-        int64_t over = 0;
-        for (int r = 0; r < m->nranks; r++) {
-            Program *pr = program_build(p, r, &po, d);
-            if (!pr) {
-                plan_free(p);
-                return NULL;
-            }
-            int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
-            if (total - popt->mem_limit > over)
-                over = total - popt->mem_limit;
-            program_free(pr);
+        int64_t most = program_bytes_max(p, popt, d);
+        if (most < 0) {
+            plan_free(p);
+            return NULL;
         }
+        int64_t over = most - popt->mem_limit;
         if (over <= 0)
             break;
         aopt.mem_limit -= over;
@@ -649,6 +660,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     if (!use_auto && shard_weights && partition_shard_weights(p, shard_weights, &d))
         goto cleanup;
     if (dot && write_dot(p, dot, &d))
+        goto cleanup;
+    if (!compile && (p->program_bytes = program_bytes_max(p, &popt, &d)) < 0)
         goto cleanup;
     if (compile) {
         /* The command line as typed, for the generated files' front matter. */

@@ -77,7 +77,7 @@ def quality(models):
                 continue
             he = h["estimate"]
             a, _, aerr = plan_json(model, mesh, ["--auto", "--shard", "tokens=[dp,_]", "--auto-time-limit", "20",
-                                                 "--mem-limit", str(he["memory_bytes"])])
+                                                 "--mem-limit", str(he["program_bytes"])])
             if a is None:
                 print("%-30s %-10s %s" % (name, mesh, "--auto failed: " + aerr[:90]))
                 total += 1
@@ -89,7 +89,7 @@ def quality(models):
             gap = "" if a["auto"]["optimal"] else " (gap)"
             print("%-30s %-10s %12d %12d %10s %10s %7.2f %9.1f %9.1f %6.2fs%s" % (
                 name, mesh, hb, ab, fmt_time(he["step_s"]), fmt_time(ae["step_s"]), ae["step_s"] / he["step_s"],
-                he["memory_bytes"] / 2**20, ae["memory_bytes"] / 2**20, a["_solve_s"] or 0, gap))
+                he["program_bytes"] / 2**20, ae["program_bytes"] / 2**20, a["_solve_s"] or 0, gap))
     print("auto no worse than the hand plan in both bytes and step time: %d of %d" % (met, total))
 
 

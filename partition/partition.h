@@ -254,6 +254,7 @@ typedef struct Plan {
     int *out_reshard;      /* per graph output: index into reshards, or -1 */
     int iterations;        /* propagation node visits */
     AutoReport *auto_report; /* --auto: the search's decisions, else NULL */
+    int64_t program_bytes; /* most any rank's program holds, when the driver built them; else 0 */
 } Plan;
 
 /* ---- annotate.c --------------------------------------------------------- */

@@ -201,6 +201,9 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             time_str(e.exposed_s, t3, sizeof t3), time_str(e.overlapped_s, t4, sizeof t4),
             time_str(e.step_s, t5, sizeof t5), (long long)e.memory_bytes, (long long)e.weight_bytes,
             (long long)e.peak_activation_bytes);
+    if (p->program_bytes > 0)
+        fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
+                (long long)p->program_bytes);
 }
 
 void plan_print_json(const Plan *p, FILE *f)
@@ -284,9 +287,9 @@ void plan_print_json(const Plan *p, FILE *f)
             (long long)t.activation_bytes);
     fprintf(f, "  \"estimate\": {\"device\": \"%s\", \"compute_s\": %.9g, \"communication_s\": %.9g, "
                "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
-               "\"peak_activation_bytes\": %lld}",
+               "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld}",
             p->mesh.device->name, e.compute_s, e.comm_s, e.exposed_s, e.overlapped_s, e.step_s,
-            (long long)e.memory_bytes, (long long)e.peak_activation_bytes);
+            (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)p->program_bytes);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
@@ -295,6 +298,71 @@ void plan_print_json(const Plan *p, FILE *f)
                 ar->optimal ? "true" : "false", ar->objective_s);
     }
     fprintf(f, "\n}\n");
+}
+
+/* The layouts a factor sharding gives a node's tensors, as "x [_,tp], W
+ * [tp,_] -> y [_,_] partial(tp)". */
+static void strategy_str(const Plan *p, const Node *n, const unsigned char *fn,
+                         const unsigned char (*fa)[MESH_MAX_AXES], char *buf, size_t cap)
+{
+    const FactorRule *r = &p->nodes[n->id].rule;
+    size_t off = 0;
+    buf[0] = 0;
+    for (int t = 0; t < r->ntensors && off < cap; t++) {
+        const Tensor *tt = r->tensors[t];
+        if (!tt || tt->rank < 0 || (t < n->ninputs && tt->rank == 0))
+            continue;
+        Sharding l;
+        rule_project(r, t, fn, fa, &p->mesh, &l);
+        if (t >= n->ninputs)
+            for (int f = 0; f < r->nfactors; f++)
+                if (r->kind[f] == FK_REDUCTION)
+                    for (int k = 0; k < fn[f]; k++)
+                        l.partial |= 1u << fa[f][k];
+        char sb[96];
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s %s", t == n->ninputs ? " -> " : off ? ", " : "",
+                                tt->label, sharding_str(&l, &p->mesh, sb, sizeof sb));
+    }
+}
+
+/* --explain for a layout --auto chose: the node's choice, its cost, and
+ * the cheapest alternatives with what switching to them would add. */
+static void explain_auto(const Plan *p, const Tensor *t, FILE *f)
+{
+    char b[128], buf[512], tm[32];
+    sharding_str(&p->tensors[t->id].sharding, &p->mesh, b, sizeof b);
+    if (!t->producer) {
+        fprintf(f, "  %s is %s: chosen by --auto: this %s is stored as node \"%s\" (%s) reads it\n", t->label, b,
+                t->is_input ? "graph input" : "weight", t->consumers[0]->label, node_op_name(t->consumers[0]));
+        const Tensor *y = t->consumers[0]->outputs[0];
+        if (y && y->producer && p->tensors[y->id].origin == ORIGIN_AUTO)
+            explain_auto(p, y, f);
+        return;
+    }
+    const Node *n = t->producer;
+    const AutoNodeInfo *info = &p->auto_report->nodes[n->id];
+    const NodePlan *np = &p->nodes[n->id];
+    strategy_str(p, n, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, buf, sizeof buf);
+    fprintf(f, "  %s is %s: chosen by --auto for node \"%s\" (%s): %s\n", t->label, b, n->label, node_op_name(n),
+            buf);
+    if (info->leader != n->id) {
+        const Node *l = p->g->nodes[info->leader];
+        fprintf(f, "    it only maps or moves values, so it follows the choice of \"%s\" (%s)\n", l->label,
+                node_op_name(l));
+        n = l;
+        info = &p->auto_report->nodes[n->id];
+    }
+    fprintf(f, "    strategy %d of %d, its cost %s (compute and the reshards inside its group)\n", info->pick + 1,
+            info->nstrategies, time_str(info->cost_s, tm, sizeof tm));
+    for (int k = 0; k < info->nalt; k++) {
+        strategy_str(p, n, info->alt_fn[k], (const unsigned char (*)[MESH_MAX_AXES])info->alt_fa[k], buf,
+                     sizeof buf);
+        double dl = info->alt_delta_s[k];
+        fprintf(f, "    alternative: %s: %s%s if \"%s\" alone switched%s\n", buf, dl < 0 ? "-" : "+",
+                time_str(dl < 0 ? -dl : dl, tm, sizeof tm), n->label,
+                dl >= 0 ? "" : p->auto_report->optimal ? " (cheaper alone, but the plan would break --mem-limit)"
+                                                        : " (cheaper alone: the search stopped at its time limit)");
+    }
 }
 
 int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
@@ -322,6 +390,9 @@ int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
             break;
         case ORIGIN_MODEL:
             fprintf(f, "  %s is %s: the model's own ONNX sharding spec\n", cur->label, b);
+            break;
+        case ORIGIN_AUTO:
+            explain_auto(p, cur, f);
             break;
         default:
             fprintf(f, "  %s is %s: %s\n", cur->label, b,
