@@ -83,7 +83,8 @@ typedef struct CostKey {
 
 typedef struct CostCache {
     CostKey *keys;
-    double *vals;
+    double *vals;       /* seconds, -1 for an empty slot */
+    int64_t *bufs;      /* bytes of the buffers the reshard's steps write */
     int cap, n;
 } CostCache;
 
@@ -99,6 +100,8 @@ typedef struct Search {
     int *src_choice;    /* tensor id -> choice, or -1 (a single-use source) */
     Edge *edges;
     int nedges, edges_cap;
+    Edge *inner;        /* values inside one choice (costs folded into its options) */
+    int ninner, inner_cap;
     CostCache cache;
     AutoReport *rep;
 } Search;
@@ -114,8 +117,11 @@ static uint64_t key_hash(const CostKey *k)
     return h;
 }
 
-static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, const Sharding *dst)
+static double reshard_cost_buf(Search *s, const Tensor *t, const Sharding *src, const Sharding *dst,
+                               int64_t *buf_bytes)
 {
+    if (buf_bytes)
+        *buf_bytes = 0;
     if (sharding_equal(src, dst))
         return 0;
     CostKey k;
@@ -131,7 +137,8 @@ static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, cons
         c->cap = old.cap ? old.cap * 2 : 1024;
         c->keys = calloc((size_t)c->cap, sizeof(CostKey));
         c->vals = malloc(sizeof(double) * (size_t)c->cap);
-        if (!c->keys || !c->vals)
+        c->bufs = malloc(sizeof(int64_t) * (size_t)c->cap);
+        if (!c->keys || !c->vals || !c->bufs)
             abort();
         for (int i = 0; i < c->cap; i++)
             c->vals[i] = -1;
@@ -143,23 +150,38 @@ static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, cons
                     h = (h + 1) & (size_t)(c->cap - 1);
                 c->keys[h] = old.keys[i];
                 c->vals[h] = old.vals[i];
+                c->bufs[h] = old.bufs[i];
                 c->n++;
             }
         free(old.keys);
         free(old.vals);
+        free(old.bufs);
     }
     size_t h = (size_t)(key_hash(&k) & (uint64_t)(c->cap - 1));
     while (c->vals[h] >= 0) {
-        if (!memcmp(&c->keys[h], &k, sizeof k))
+        if (!memcmp(&c->keys[h], &k, sizeof k)) {
+            if (buf_bytes)
+                *buf_bytes = c->bufs[h];
             return c->vals[h];
+        }
         h = (h + 1) & (size_t)(c->cap - 1);
     }
     Reshard r;
     reshard_lower(s->m, t, src, dst, &r);
     c->keys[h] = k;
     c->vals[h] = r.seconds;
+    c->bufs[h] = 0;
+    for (int i = 0; i < r.nsteps; i++)
+        c->bufs[h] += sharding_local_bytes(&r.steps[i].after, s->m, t);
     c->n++;
+    if (buf_bytes)
+        *buf_bytes = c->bufs[h];
     return r.seconds;
+}
+
+static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, const Sharding *dst)
+{
+    return reshard_cost_buf(s, t, src, dst, NULL);
 }
 
 /* Does the op contract its reduction factors with multiply-adds (so its
@@ -468,6 +490,17 @@ static double edge_cost(Search *s, const Edge *e, int a, int b)
     return reshard_cost(s, e->t, &have, &need);
 }
 
+/* Bytes of the buffers the reshard on edge e writes under options a, b. */
+static int64_t edge_buf(Search *s, const Edge *e, int a, int b)
+{
+    Sharding have, need;
+    int64_t bytes;
+    edge_have(s, e, a, &have);
+    edge_need(s, e, b, &need);
+    reshard_cost_buf(s, e->t, &have, &need, &bytes);
+    return bytes;
+}
+
 /* Is option o of node ni's choice allowed by the annotations on the node's
  * results and on the single-use sources it reads? */
 static int option_allowed(const Search *s, int ni, int o, const Annotation **why)
@@ -635,6 +668,13 @@ static int build_choices(Search *s, Diag *d)
                 Choice *c = &s->choices[e.to];
                 for (int o = 0; o < c->nopts; o++)
                     c->cost[o] += edge_cost(s, &e, o, o);
+                if (s->ninner == s->inner_cap) {
+                    s->inner_cap = s->inner_cap ? 2 * s->inner_cap : 64;
+                    s->inner = realloc(s->inner, sizeof(Edge) * (size_t)s->inner_cap);
+                    if (!s->inner)
+                        abort();
+                }
+                s->inner[s->ninner++] = e;
             } else {
                 add_edge(s, e);
             }
@@ -714,9 +754,36 @@ static void on_tree(glp_tree *tree, void *info)
         *gap = glp_ios_mip_gap(tree);
 }
 
+/* A reshard's buffers in the memory rows: bytes held at a program step
+ * when column col is 1 (col 0: always). */
+typedef struct MemTerm {
+    int col, step;
+    double bytes;
+} MemTerm;
+
+typedef struct MemTerms {
+    MemTerm *t;
+    int n, cap;
+} MemTerms;
+
+static void term_add(MemTerms *m, int col, int step, int64_t bytes)
+{
+    if (bytes <= 0)
+        return;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 256;
+        m->t = realloc(m->t, sizeof(MemTerm) * (size_t)m->cap);
+        if (!m->t)
+            abort();
+    }
+    m->t[m->n++] = (MemTerm){col, step, (double)bytes};
+}
+
 static int solve(Search *s, const AutoOptions *opt, Diag *d)
 {
     const Graph *g = s->p->g;
+    MemTerms terms = {0};
+    int last_step = g->nnodes > 0 ? g->nnodes - 1 : 0;
     glp_term_out(GLP_OFF);
     glp_prob *lp = glp_create_prob();
     glp_set_obj_dir(lp, GLP_MIN);
@@ -763,15 +830,25 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
             ia[ga[o]] = o;
         for (int o = ct ? ct->nopts - 1 : 0; o >= 0; o--)
             ib[gb[o]] = o;
+        int step = ct ? e->cnode : last_step; /* where the reshard's result is read */
+        int mem = opt->mem_limit > 0;
         if (na == 1 || nb == 1) {
             /* Linear in the other end's options. */
             if (na == 1) {
                 /* (With no consumer choice the cost is a constant.) */
-                for (int o = 0; ct && o < ct->nopts; o++)
+                for (int o = 0; ct && o < ct->nopts; o++) {
                     obj[ct->col0 + o] += edge_cost(s, e, ia[0], o) * US;
+                    if (mem)
+                        term_add(&terms, ct->col0 + o, step, edge_buf(s, e, ia[0], o));
+                }
+                if (mem && !ct)
+                    term_add(&terms, 0, step, edge_buf(s, e, ia[0], 0));
             } else {
-                for (int o = 0; o < cf->nopts; o++)
+                for (int o = 0; o < cf->nopts; o++) {
                     obj[cf->col0 + o] += edge_cost(s, e, o, ct ? ib[0] : 0) * US;
+                    if (mem)
+                        term_add(&terms, cf->col0 + o, step, edge_buf(s, e, o, ct ? ib[0] : 0));
+                }
             }
             continue;
         }
@@ -797,6 +874,8 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
                 int col = y0 + i * nb + j;
                 glp_set_col_bnds(lp, col, GLP_DB, 0.0, 1.0);
                 obj[col] = edge_cost(s, e, ia[i], ib[j]) * US;
+                if (mem)
+                    term_add(&terms, col, step, edge_buf(s, e, ia[i], ib[j]));
                 mat_add(&mx, rows0 + 1 + i, col, 1.0);
                 mat_add(&mx, rows0 + 1 + na + j, col, 1.0);
             }
@@ -837,9 +916,17 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
             }
         /* Step i is dominated by i+1 when nothing dies after i (so i+1 holds
          * all of i's values). */
+        for (int i = 0; i < s->ninner; i++) {
+            const Edge *e = &s->inner[i];
+            const Choice *c = &s->choices[e->to];
+            for (int o = 0; o < c->nopts; o++)
+                term_add(&terms, c->col0 + o, e->cnode, edge_buf(s, e, o, o));
+        }
+        for (int i = 0; i < terms.n; i++)
+            keep[terms.t[i].step] = 1;
         int nkeep = 0;
         for (int step = 0; step < nn; step++) {
-            keep[step] = step == nn - 1 || dies_after[step] > 0;
+            keep[step] |= step == nn - 1 || dies_after[step] > 0;
             nkeep += keep[step];
         }
         int r0 = nrows;
@@ -849,7 +936,6 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
             if (!keep[step])
                 continue;
             row++;
-            glp_set_row_bnds(lp, row, GLP_UP, 0.0, (double)opt->mem_limit / 1e6);
             for (int ci = 0; ci < s->nchoices; ci++)
                 for (int o = 0; o < s->choices[ci].nopts; o++)
                     acc[s->choices[ci].col0 + o] = (double)s->choices[ci].weights[o];
@@ -867,13 +953,21 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
                     }
                 }
             }
-            for (int ci = 0; ci < s->nchoices; ci++)
-                for (int o = 0; o < s->choices[ci].nopts; o++) {
-                    int col = s->choices[ci].col0 + o;
-                    if (acc[col] > 0)
-                        mat_add(&mx, row, col, acc[col] / 1e6);
-                    acc[col] = 0;
+            /* Reshard results read at this step (a constant one lowers the bound). */
+            double fixed = 0;
+            for (int i = 0; i < terms.n; i++)
+                if (terms.t[i].step == step) {
+                    if (terms.t[i].col)
+                        acc[terms.t[i].col] += terms.t[i].bytes;
+                    else
+                        fixed += terms.t[i].bytes;
                 }
+            glp_set_row_bnds(lp, row, GLP_UP, 0.0, ((double)opt->mem_limit - fixed) / 1e6);
+            for (int col = 1; col <= ncols; col++) {
+                if (acc[col] > 0)
+                    mat_add(&mx, row, col, acc[col] / 1e6);
+                acc[col] = 0;
+            }
         }
         free(last);
         free(acc);
@@ -881,6 +975,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
         free(dies_after);
         free(keep);
     }
+    free(terms.t);
     for (int col = 1; col <= ncols; col++)
         glp_set_obj_coef(lp, col, obj[col]);
     glp_load_matrix(lp, mx.n, mx.ia, mx.ja, mx.ar);
@@ -1113,8 +1208,10 @@ cleanup:
     free(s.node_choice);
     free(s.src_choice);
     free(s.edges);
+    free(s.inner);
     free(s.cache.keys);
     free(s.cache.vals);
+    free(s.cache.bufs);
     if (rc) {
         plan_free(p);
         return NULL;

@@ -12,14 +12,23 @@
  *
  * Memory: the local bytes of every weight, plus the peak over the steps of
  * the values live there (from their producer to their last reader) and the
- * reshard results the step reads. Graph inputs count as live values.
- * Reshard internals (send buffers) are not counted; the per-rank programs
- * report the exact arena.
+ * buffers of the reshards the step reads (every step's result; at the last
+ * step, the gathered graph outputs), as auto.c's memory rows count them.
+ * Graph inputs count as live values. Pack buffers, scratch and alignment
+ * are not counted; the per-rank programs report their exact arena.
  */
 #include "partition.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+static int64_t reshard_buf_bytes(const Plan *p, int r)
+{
+    int64_t b = 0;
+    for (int i = 0; r >= 0 && i < p->reshards[r].r.nsteps; i++)
+        b += sharding_local_bytes(&p->reshards[r].r.steps[i].after, &p->mesh, p->reshards[r].tensor);
+    return b;
+}
 
 void plan_estimate(const Plan *p, PlanEstimate *e)
 {
@@ -116,12 +125,14 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
     for (int ni = 0; ni <= nn; ni++) {
         live += born[ni] - dies[ni];
         int64_t step = live;
+        /* The buffers every reshard read here writes (each step's result),
+         * and at the last step the gathered graph outputs. */
         if (ni < nn && p->nodes[ni].in_reshard)
-            for (int k = 0; k < g->nodes[ni]->ninputs; k++) {
-                int r = p->nodes[ni].in_reshard[k];
-                if (r >= 0)
-                    step += sharding_local_bytes(&p->reshards[r].dst, m, p->reshards[r].tensor);
-            }
+            for (int k = 0; k < g->nodes[ni]->ninputs; k++)
+                step += reshard_buf_bytes(p, p->nodes[ni].in_reshard[k]);
+        if (ni == nn - 1)
+            for (int i = 0; p->out_reshard && i < g->noutputs; i++)
+                step += reshard_buf_bytes(p, p->out_reshard[i]);
         if (step > e->peak_activation_bytes)
             e->peak_activation_bytes = step;
     }

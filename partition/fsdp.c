@@ -41,6 +41,14 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
             continue; /* too small to split: stays as planned */
         Sharding use = tp->sharding, store = use;
         store.axes[dim][store.naxes[dim]++] = (unsigned char)ax;
+        /* A reader that already reshards it to exactly that layout would
+         * then need no reshard at all: keep such a weight as planned
+         * rather than leave an empty reshard behind (fuzz_plans --auto). */
+        int same = 0;
+        for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor)
+            same |= sharding_equal(&p->reshards[r].dst, &store);
+        if (same)
+            continue;
         tp->sharding = store;
         /* Existing reshards of this weight now start from the stored layout. */
         for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor) {
