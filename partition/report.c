@@ -293,9 +293,9 @@ void plan_print_json(const Plan *p, FILE *f)
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
-                   "\"columns\": %d, \"nonzeros\": %d, \"optimal\": %s, \"objective_s\": %.9g}",
+                   "\"columns\": %d, \"nonzeros\": %d, \"optimal\": %s, \"gap\": %.6g, \"objective_s\": %.9g}",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
-                ar->optimal ? "true" : "false", ar->objective_s);
+                ar->optimal ? "true" : "false", ar->gap, ar->objective_s);
     }
     fprintf(f, "\n}\n");
 }

@@ -58,6 +58,17 @@ plan_err 'dim 1 (size 256) is not divisible by tp=3' $M --mesh tp=3 --shard 'W1=
 plan_err '--mesh is required' $M
 plan_err 'unknown link class' $M --mesh tp=2 --link tp=carrier-pigeon
 plan_err 'no tensor named "nope"' $M --mesh tp=2 --explain nope
+# --auto: impossible constraints and bad flags, one line each.
+plan_err 'annotation l0_ln1=[_,_,tp] cannot hold' tests/models/tiny_gpt.onnx --mesh tp=2 --auto --shard 'l0_ln1=[_,_,tp]'
+plan_err 'no plan fits --mem-limit 1024' $M --mesh tp=2 --auto --mem-limit 1K
+plan_err '--auto-time-limit abc' $M --mesh tp=2 --auto --auto-time-limit abc
+plan_err '--auto-time-limit 0' $M --mesh tp=2 --auto --auto-time-limit 0
+# --auto that succeeds: one stderr line (the solve), an honoured annotation,
+# and --json that parses with the search's figures.
+out=$("$BIN" plan $M --mesh tp=2 --auto --shard 'x=[tp,_]' --json 2>/dev/null)
+printf '%s' "$out" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); assert d["auto"]["optimal"]; t={x["name"]: x for x in d["tensors"]}; assert t["x"]["sharding"] == "[tp,_]", t["x"]' \
+    || err "plan --auto --json: no auto section, or x=[tp,_] not kept"
+"$BIN" plan $M --mesh tp=2 --auto --mem-limit 100K --explain W1 2>/dev/null | grep -q "chosen by --auto" || err "--auto --explain"
 plan_err 'match no axis of the mesh' tests/models/mlp_sharded.onnx --mesh tp=4
 printf 'W1=[_,tp]\nbogus line\n' > build/bad_shardings.txt
 plan_err 'build/bad_shardings.txt:2:' $M --mesh tp=2 --shardings build/bad_shardings.txt
