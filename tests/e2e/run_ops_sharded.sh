@@ -56,7 +56,14 @@ run_case() {
     args=()
     for f in tests/golden/ops/$model/input_*.npy; do n=$(basename "$f" .npy); args+=(--in "${n#input_}=$f"); done
     for f in tests/golden/ops/$model/output_*.npy; do n=$(basename "$f" .npy); args+=(--out "${n#output_}=$d/$n.npy"); done
-    timeout 60 "$d/run.sh" "${args[@]}" </dev/null >"$d.log" 2>&1 || { echo "FAIL $name: run: $(grep -m1 error "$d.log")"; return; }
+    # Each job its own OpenMPI session folder: jobs run in parallel, and one
+    # mpirun's clean-up of a shared /tmp/ompi.* folder can fail another's start.
+    # (Short, under /tmp: OpenMPI puts sockets there, and their paths are limited.)
+    local tmp rc
+    tmp=$(mktemp -d /tmp/o2s.XXXXXX)
+    TMPDIR=$tmp timeout 60 "$d/run.sh" "${args[@]}" </dev/null >"$d.log" 2>&1; rc=$?
+    rm -rf "$tmp"
+    [ $rc -eq 0 ] || { echo "FAIL $name: run: $(grep -m1 error "$d.log")"; return; }
     for f in tests/golden/ops/$model/output_*.npy; do
         n=$(basename "$f" .npy)
         res=$(build/venv/bin/python tests/e2e/compare.py "$f" "$d/$n.npy") || { echo "FAIL $name: $res"; return; }
