@@ -929,6 +929,25 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
             keep[step] |= step == nn - 1 || dies_after[step] > 0;
             nkeep += keep[step];
         }
+        /* The weights, live at every step, are summed once into a column
+         * of their own (MB): every step's row then reads that column
+         * instead of every option's weight, which kept the matrix dense. */
+        int wcol = ++ncols;
+        glp_add_cols(lp, 1);
+        glp_set_col_bnds(lp, wcol, GLP_LO, 0.0, 0.0);
+        obj = realloc(obj, sizeof(double) * ((size_t)ncols + 1));
+        acc = realloc(acc, sizeof(double) * ((size_t)ncols + 1));
+        if (!obj || !acc)
+            abort();
+        obj[wcol] = acc[wcol] = 0;
+        glp_add_rows(lp, 1);
+        int wrow = ++nrows;
+        glp_set_row_bnds(lp, wrow, GLP_FX, 0.0, 0.0);
+        mat_add(&mx, wrow, wcol, -1.0);
+        for (int ci = 0; ci < s->nchoices; ci++)
+            for (int o = 0; o < s->choices[ci].nopts; o++)
+                if (s->choices[ci].weights[o] > 0)
+                    mat_add(&mx, wrow, s->choices[ci].col0 + o, (double)s->choices[ci].weights[o] / 1e6);
         int r0 = nrows;
         glp_add_rows(lp, nkeep);
         nrows += nkeep;
@@ -936,9 +955,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
             if (!keep[step])
                 continue;
             row++;
-            for (int ci = 0; ci < s->nchoices; ci++)
-                for (int o = 0; o < s->choices[ci].nopts; o++)
-                    acc[s->choices[ci].col0 + o] = (double)s->choices[ci].weights[o];
+            mat_add(&mx, row, wcol, 1.0);
             for (int ni = 0; ni <= step; ni++) {
                 const Node *n = g->nodes[ni];
                 const Choice *c = &s->choices[s->node_choice[ni]];
@@ -993,6 +1010,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;
+    /* O2S_AUTO_VERBOSE=1 shows GLPK's own progress log, for debugging a slow search. */
     parm.msg_lev = getenv("O2S_AUTO_VERBOSE") ? GLP_MSG_ALL : GLP_MSG_OFF;
     if (getenv("O2S_AUTO_VERBOSE"))
         glp_term_out(GLP_ON);
@@ -1010,7 +1028,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     glp_smcp sp;
     glp_init_smcp(&sp);
     sp.msg_lev = parm.msg_lev;
-    sp.meth = getenv("O2S_PRIMAL") ? GLP_PRIMAL : GLP_DUALP;
+    sp.meth = GLP_DUALP; /* faster than primal on the programs of bench/auto_bench.py */
     sp.presolve = GLP_OFF;
     sp.tm_lim = parm.tm_lim;
     int ret = glp_simplex(lp, &sp);
