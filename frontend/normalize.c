@@ -226,6 +226,11 @@ int frontend_normalize_node(Graph *g, Node *n, Diag *d)
             int64_t axis = node_attr_int(n, "axis", 1), r = n->inputs[0]->rank;
             if (axis < 0)
                 axis += r;
+            if (axis < 0 || axis >= (r ? r : 1)) {
+                diag_add(d, "node \"%s\" (%s): axis %lld is out of range for input rank %lld", n->name,
+                         node_op_name(n), (long long)node_attr_int(n, "axis", 1), (long long)r);
+                return -1;
+            }
             int64_t flat = 1;
             for (int64_t i = axis + 1; i < r; i++)
                 flat *= n->inputs[0]->dims[i];
