@@ -195,6 +195,8 @@ int shape_einsum(Graph *g, Node *n, Diag *d)
         return shape_fail(d, n, "%d inputs (at most %d are supported)", n->ninputs, EINSUM_MAX_INPUTS);
     for (int i = 0; i < n->ninputs; i++) {
         const Tensor *t = n->inputs[i];
+        if (!t || !n->inputs[0])
+            return shape_fail(d, n, "input %d is empty: every Einsum operand is required", t ? 0 : i);
         if (!dtype_is_float(t->dtype) && !dtype_is_int(t->dtype))
             return shape_fail(d, n, "input \"%s\" has dtype %s; Einsum needs a number type", t->name,
                               dtype_name(t->dtype));
