@@ -21,6 +21,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import mpi_isolated  # noqa: E402 (tests/mpi_isolated.py)
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -86,7 +89,7 @@ def run_test(test_dir):
         for k, nm in enumerate(outputs):
             args += ["--out", "%s=%s" % (nm, os.path.join(out, "out_%d.npy" % k))]
         try:
-            e = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, stdin=subprocess.DEVNULL)
+            e = mpi_isolated.run(args, capture_output=True, text=True, env=ENV, timeout=120, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return name, "fail", "run: timeout"
         if e.returncode != 0:

@@ -14,6 +14,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import mpi_isolated  # noqa: E402 (tests/mpi_isolated.py)
+
 import numpy as np
 import onnx
 from onnx import helper, TensorProto, numpy_helper
@@ -160,7 +163,7 @@ def run(case, tag, flags):
         args += ["--in", "%s=%s" % (k, os.path.join(md, "in_%s.npy" % k))]
     for o in outputs:
         args += ["--out", "%s=%s" % (o, os.path.join(out, "out_%s.npy" % o))]
-    e = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, stdin=subprocess.DEVNULL)
+    e = mpi_isolated.run(args, capture_output=True, text=True, env=ENV, timeout=120, stdin=subprocess.DEVNULL)
     if e.returncode:
         return "FAIL", "run: " + (e.stderr + e.stdout)[-400:]
     for o in outputs:

@@ -44,6 +44,9 @@ import re
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import mpi_isolated  # noqa: E402 (tests/mpi_isolated.py)
 import threading
 import time
 
@@ -1509,7 +1512,7 @@ def run_case(case, work, golden=None):
         args += ["--out", "%s=%s" % (k, os.path.join(out, "got_%s.npy" % k))]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     try:
-        r = subprocess.run([os.path.join(out, "run.sh")] + args + ["--timeout", "60"], env=env,
+        r = mpi_isolated.run([os.path.join(out, "run.sh")] + args + ["--timeout", "60"], env=env,
                            capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return "FAIL", "timeout", "run.sh ran over 150 s", golden
