@@ -140,6 +140,8 @@ typedef enum Origin {
     ORIGIN_PROPAGATED,    /* from a neighbour through a node's rule */
     ORIGIN_OUTPUT,        /* graph output: replicated by contract */
     ORIGIN_AUTO,          /* chosen by the --auto search */
+    ORIGIN_COST,          /* settled when lowering node `via`: by its cost model
+                             choice, or as its operands arrive (see propagate.c) */
 } Origin;
 
 typedef struct TensorPlan {
@@ -204,8 +206,20 @@ typedef struct PlanReshard {
     int next_of_tensor;    /* next (lower-index) reshard of the same tensor, or -1 */
 } PlanReshard;
 
+/* Lowering without --auto: the factor shardings a node's layouts
+ * disagreed on, with what each would cost (propagate.c). */
+#define COST_MAX_CANDS 16
+typedef struct CostChoice {
+    int ncand, pick;
+    double cost_s[COST_MAX_CANDS];       /* compute + operand reshards + reducing the result */
+    const char *anchor[COST_MAX_CANDS];  /* the tensor whose layout it starts from, or NULL */
+    unsigned char fn[COST_MAX_CANDS][RULE_MAX_FACTORS];
+    unsigned char fa[COST_MAX_CANDS][RULE_MAX_FACTORS][MESH_MAX_AXES];
+} CostChoice;
+
 typedef struct NodePlan {
     FactorRule rule;
+    CostChoice *choice;    /* propagation: the candidates compared, or NULL if none were */
     int *in_reshard;       /* per input: index into Plan.reshards, or -1 */
     /* Factor shardings chosen for the node: axes per factor. */
     unsigned char fnaxes[RULE_MAX_FACTORS];

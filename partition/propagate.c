@@ -36,7 +36,7 @@ static int tensor_prio(const TensorPlan *tp)
 {
     if (tp->origin == ORIGIN_USER || tp->origin == ORIGIN_MODEL)
         return 3;
-    if (tp->origin == ORIGIN_PROPAGATED)
+    if (tp->origin == ORIGIN_PROPAGATED || tp->origin == ORIGIN_COST)
         return 2;
     return 0;
 }
@@ -433,9 +433,9 @@ int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *
  * represent (a minor factor of a dim whose major factor is not fully
  * split), so every tensor's local block is exactly what the node computes
  * on; the operands are then resharded instead. */
-static void make_representable(const Plan *p, NodePlan *np)
+static void make_representable(const Mesh *m, const FactorRule *r, unsigned char *fn,
+                               const unsigned char (*fa)[MESH_MAX_AXES])
 {
-    const FactorRule *r = &np->rule;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int t = 0; t < r->ntensors && !changed; t++) {
@@ -443,17 +443,16 @@ static void make_representable(const Plan *p, NodePlan *np)
             if (!tt)
                 continue;
             Sharding proj;
-            rule_project(r, t, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes,
-                              &p->mesh, &proj);
+            rule_project(r, t, fn, fa, m, &proj);
             Candidate back[RULE_MAX_FACTORS];
             memset(back, 0, sizeof back);
             for (int i = 0; i < tt->rank; i++)
-                dim_to_factors(&p->mesh, r, &r->dims[t][i], &proj, i, back);
+                dim_to_factors(m, r, &r->dims[t][i], &proj, i, back);
             for (int i = 0; i < tt->rank && !changed; i++)
                 for (int fi = 0; fi < r->dims[t][i].n && !changed; fi++) {
                     int f = r->dims[t][i].f[fi];
-                    if (np->fnaxes[f] && back[f].n != np->fnaxes[f]) {
-                        np->fnaxes[f] = 0;
+                    if (fn[f] && back[f].n != fn[f]) {
+                        fn[f] = 0;
                         changed = 1;
                     }
                 }
@@ -496,69 +495,403 @@ static const char *reshard_reason(Plan *p, const Node *n, const FactorRule *r, i
     return "layout differs";
 }
 
-int plan_lower(Plan *p, int keep_factors, Diag *d)
+/* A weight nothing has read yet and nothing pins: it is sliced at compile
+ * time, so its first reader may take it in whatever layout it computes on. */
+static int free_weight(const Plan *p, const Tensor *t, const char *taken)
+{
+    return t->is_initializer && !t->producer && !t->is_output && !p->tensors[t->id].fixed && !taken[t->id];
+}
+
+static int annotated(const TensorPlan *tp)
+{
+    return tp->fixed && (tp->origin == ORIGIN_USER || tp->origin == ORIGIN_MODEL);
+}
+
+/* Computing node n under factor sharding (fn, fa): what it costs (compute,
+ * its operands' reshards, and reducing a partial result, or gathering a
+ * graph output) and, with apply, the reshards and result layouts it
+ * records. Returns 1 if it cannot give an annotated result its layout
+ * (*bad names it), 0 otherwise, -1 on error. */
+typedef struct LowerCost {
+    double total_s;     /* compute + operand reshards + reducing or gathering the result */
+    double operands_s;  /* the operand reshards alone */
+    int pinned;         /* an annotated operand needs another layout */
+} LowerCost;
+
+static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
+                      const unsigned char (*fa)[MESH_MAX_AXES], char *taken, int apply, LowerCost *cost,
+                      const Tensor **bad, Diag *d)
+{
+    double ops = 0;
+    int pinned = 0;
+    const Mesh *m = &p->mesh;
+    NodePlan *np = &p->nodes[n->id];
+    double c = plan_node_seconds(p, n, r, fn, fa);
+    /* Axes this node splits any factor over. A value cannot be both split
+     * and partial over one axis (each rank would hold a different slice of
+     * a different partial sum), so a partial operand is carried through a
+     * linear op only over axes the op does not split over; over the others
+     * it is reduced first (a reduce-scatter when the op wants it split
+     * there). An annotated result limits the carry to its own partial axes. */
+    unsigned split_axes = 0, reduced = 0, keep = ~0u;
+    for (int f = 0; f < r->nfactors; f++)
+        for (int k = 0; k < fn[f]; k++) {
+            split_axes |= 1u << fa[f][k];
+            if (r->kind[f] == FK_REDUCTION)
+                reduced |= 1u << fa[f][k];
+        }
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->outputs[k] && annotated(&p->tensors[n->outputs[k]->id]))
+            keep &= p->tensors[n->outputs[k]->id].sharding.partial;
+    unsigned carried = 0;
+    for (int k = 0; k < n->ninputs; k++) {
+        const Tensor *t = n->inputs[k];
+        if (apply)
+            np->in_reshard[k] = -1;
+        if (!t)
+            continue;
+        TensorPlan *tp = &p->tensors[t->id];
+        Sharding need, have = tp->sharding;
+        rule_project(r, k, fn, fa, m, &need);
+        if (free_weight(p, t, taken)) {
+            if (apply) {
+                if (!sharding_equal(&have, &need)) {
+                    tp->sharding = need;
+                    tp->origin = ORIGIN_COST;
+                    tp->via = n;
+                    tp->from = NULL;
+                }
+                taken[t->id] = 1;
+            }
+            continue;
+        }
+        if (have.partial && linear_in(n, k, p)) {
+            need.partial = have.partial & ~split_axes & keep;
+            carried |= need.partial;
+        }
+        if (apply)
+            taken[t->id] = 1;
+        if (sharding_equal(&have, &need))
+            continue;
+        pinned |= annotated(tp);
+        if (apply) {
+            np->in_reshard[k] = plan_add_reshard(p, t, n, k, reshard_reason(p, n, r, k, &have, &need), &have, &need);
+        } else {
+            Reshard rs;
+            reshard_lower(m, t, &have, &need, &rs);
+            ops += rs.seconds;
+        }
+    }
+    for (int k = 0; k < n->noutputs; k++) {
+        const Tensor *t = n->outputs[k];
+        if (!t)
+            continue;
+        TensorPlan *tp = &p->tensors[t->id];
+        Sharding out;
+        rule_project(r, n->ninputs + k, fn, fa, m, &out);
+        out.partial = reduced | carried;
+        IR_ASSERT(!(sharding_used_axes(&out) & out.partial));
+        if (annotated(tp)) {
+            if (!sharding_equal(&out, &tp->sharding)) {
+                *bad = t;
+                return 1;
+            }
+        } else if (!apply && (out.partial || t->is_output)) {
+            Sharding plain = out;
+            plain.partial = 0;
+            if (t->is_output)
+                sharding_replicated(&plain, t->rank);
+            Reshard rs;
+            reshard_lower(m, t, &out, &plain, &rs);
+            c += rs.seconds;
+        }
+        if (!apply)
+            continue;
+        if (sharding_check(&out, m, t, d))
+            return -1;
+        Sharding was = tp->sharding, now = out;
+        now.partial = 0;
+        if (!annotated(tp) && tp->origin != ORIGIN_AUTO && !sharding_equal(&was, &now)) {
+            /* Propagation proposed another layout; say who settled this one. */
+            tp->origin = ORIGIN_COST;
+            tp->via = n;
+            tp->from = NULL;
+        }
+        tp->sharding = out;
+    }
+    if (cost) {
+        cost->total_s = c + ops;
+        cost->operands_s = ops;
+        cost->pinned = pinned;
+    }
+    return 0;
+}
+
+/* The factor sharding anchored on tensor t's layout: t's factors first,
+ * then (with fill) the merged choice's factors on axes t leaves free. */
+static void anchored(const Mesh *m, const FactorRule *r, int t, const Sharding *s, const NodePlan *merged,
+                     int fill, unsigned char *fn, unsigned char (*fa)[MESH_MAX_AXES])
+{
+    rule_factors_of(m, r, t, s, fn, fa);
+    unsigned used = 0;
+    for (int f = 0; f < r->nfactors; f++) {
+        if (r->kind[f] == FK_NEED_REPL)
+            fn[f] = 0;
+        for (int k = 0; k < fn[f]; k++)
+            used |= 1u << fa[f][k];
+    }
+    for (int f = 0; fill && f < r->nfactors; f++) {
+        unsigned want = 0;
+        for (int k = 0; k < merged->fnaxes[f]; k++)
+            want |= 1u << merged->faxes[f][k];
+        if (fn[f] || !want || (want & used))
+            continue;
+        fn[f] = merged->fnaxes[f];
+        memcpy(fa[f], merged->faxes[f], MESH_MAX_AXES);
+        used |= want;
+    }
+    make_representable(m, r, fn, (const unsigned char (*)[MESH_MAX_AXES])fa);
+}
+
+static int choice_find(const CostChoice *c, int nf, const unsigned char *fn,
+                       const unsigned char (*fa)[MESH_MAX_AXES])
+{
+    for (int i = 0; i < c->ncand; i++) {
+        int same = 1;
+        for (int f = 0; f < nf && same; f++)
+            same = c->fn[i][f] == fn[f] && memcmp(c->fa[i][f], fa[f], fn[f]) == 0;
+        if (same)
+            return i;
+    }
+    return -1;
+}
+
+static void choice_add(CostChoice *c, int nf, const unsigned char *fn, const unsigned char (*fa)[MESH_MAX_AXES],
+                       const char *anchor)
+{
+    if (c->ncand == COST_MAX_CANDS || choice_find(c, nf, fn, fa) >= 0)
+        return;
+    memset(c->fa[c->ncand], 0, sizeof c->fa[0]);
+    memcpy(c->fn[c->ncand], fn, (size_t)nf);
+    for (int f = 0; f < nf; f++)
+        memcpy(c->fa[c->ncand][f], fa[f], fn[f]);
+    c->anchor[c->ncand++] = anchor;
+}
+
+/* The error for an annotation no factor sharding of its producer gives. */
+static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *r, const Tensor *t, Diag *d)
+{
+    const Mesh *m = &p->mesh;
+    const TensorPlan *tp = &p->tensors[t->id];
+    char why[256] = "", others[512] = "";
+    int ti = rule_out_idx(n, 0);
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->outputs[k] == t)
+            ti = n->ninputs + k;
+    for (int i = 0; i < t->rank && !why[0]; i++)
+        for (int fi = 0; fi < r->dims[ti][i].n && tp->sharding.naxes[i]; fi++)
+            if (r->kind[r->dims[ti][i].f[fi]] == FK_NEED_REPL) {
+                snprintf(why, sizeof why, ": %s (dim %d must be whole)", r->why[r->dims[ti][i].f[fi]], i);
+                break;
+            }
+    if (!why[0] && tp->sharding.partial)
+        snprintf(why, sizeof why, ": no split of what it contracts leaves the result partial like that");
+    size_t off = 0;
+    for (int k = 0; k < r->ntensors && off < sizeof others; k++) {
+        const Tensor *u = r->tensors[k];
+        if (!u || u == t || !annotated(&p->tensors[u->id]))
+            continue;
+        char sb[96];
+        off += (size_t)snprintf(others + off, sizeof others - off, "%s%s=%s", off ? ", " : "; it conflicts with ",
+                                u->label, p->tensors[u->id].source ? p->tensors[u->id].source
+                                : sharding_str(&p->tensors[u->id].sharding, m, sb, sizeof sb));
+    }
+    diag_add(d, "annotation %s=%s cannot hold: node \"%s\" (%s) cannot produce that layout%s%s", t->label,
+             tp->source ? tp->source : "?", n->label, node_op_name(n), why, others);
+}
+
+/* Settles node n's factor sharding. The merge of its tensors' layouts
+ * (propagation's answer) is kept when it satisfies the annotations and
+ * needs no communication for the operands. Otherwise the layouts
+ * disagree, and the cost model picks among the merge, the sharding
+ * anchored on each tensor's layout (with and without the merge's other
+ * factors), and computing replicated: that is, among resharding one
+ * operand, another, or the result. Ties keep the merge. */
+static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
+{
+    NodePlan *np = &p->nodes[n->id];
+    const FactorRule *r = &np->rule;
+    const Mesh *m = &p->mesh;
+    const int nf = r->nfactors;
+    Candidate win[RULE_MAX_FACTORS];
+    merge_factors(p, r, np, win);
+    make_representable(m, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+    const Tensor *bad = NULL;
+    LowerCost c0;
+    int rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 0, &c0,
+                        &bad, d);
+    if (rc < 0)
+        return -1;
+    CostChoice cc;
+    cc.ncand = 0;
+    cc.pick = 0;
+    choice_add(&cc, nf, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, NULL);
+    for (int t = 0; t < r->ntensors; t++) {
+        const Tensor *tt = r->tensors[t];
+        if (!tt || !sharding_used_axes(&p->tensors[tt->id].sharding))
+            continue;
+        if (t < n->ninputs && free_weight(p, tt, taken))
+            continue; /* it can be stored any way: no constraint */
+        for (int fill = 1; fill >= 0; fill--) {
+            unsigned char fn[RULE_MAX_FACTORS];
+            unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
+            memset(fa, 0, sizeof fa);
+            anchored(m, r, t, &p->tensors[tt->id].sharding, np, fill, fn, fa);
+            choice_add(&cc, nf, fn, (const unsigned char (*)[MESH_MAX_AXES])fa, tt->label);
+        }
+    }
+    /* A conflict: the tensors propose different shardings, the merge breaks
+     * an annotation, reshards a pinned operand, or moves an operand. */
+    if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0) {
+        unsigned char fn[RULE_MAX_FACTORS] = {0};
+        unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
+        memset(fa, 0, sizeof fa);
+        choice_add(&cc, nf, fn, (const unsigned char (*)[MESH_MAX_AXES])fa, NULL);
+    }
+    if (cc.ncand > 1) {
+        int best = -1;
+        const Tensor *first_bad = bad;
+        for (int i = 0; i < cc.ncand; i++) {
+            const Tensor *b = NULL;
+            LowerCost c = c0;
+            rc = i == 0 ? (bad ? 1 : 0)
+                        : lower_node(p, n, r, cc.fn[i], (const unsigned char (*)[MESH_MAX_AXES])cc.fa[i], taken, 0,
+                                     &c, &b, d);
+            if (rc < 0)
+                return -1;
+            cc.cost_s[i] = rc ? -1 : c.total_s;
+            if (rc && !first_bad)
+                first_bad = b;
+            if (!rc && (best < 0 || c.total_s < cc.cost_s[best] * (1 - 1e-9)))
+                best = i;
+        }
+        if (best < 0) {
+            annotation_conflict(p, n, r, first_bad, d);
+            return -1;
+        }
+        cc.pick = best;
+        np->choice = arena_alloc(&p->arena, sizeof cc);
+        *np->choice = cc;
+        memcpy(np->fnaxes, cc.fn[best], (size_t)nf);
+        for (int f = 0; f < nf; f++)
+            memcpy(np->faxes[f], cc.fa[best][f], MESH_MAX_AXES);
+    } else if (bad) {
+        annotation_conflict(p, n, r, bad, d);
+        return -1;
+    }
+    rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 1, NULL, &bad, d);
+    if (rc == 1) {
+        annotation_conflict(p, n, r, bad, d);
+        return -1;
+    }
+    return rc;
+}
+
+/* A node settled a result differently from what propagation proposed:
+ * what propagation inferred downstream of it is stale. Everything lowered
+ * so far is frozen, everything after is cleared, and propagation runs
+ * again from the settled layouts. Conflicts are rare, and the number of
+ * reruns is bounded, so lowering stays linear in practice. */
+#define MAX_REPROPAGATIONS 64
+
+static int repropagate(Plan *p, int upto, const char *taken, Diag *d)
 {
     const Graph *g = p->g;
-    const Mesh *m = &p->mesh;
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Node *n = g->nodes[ni];
-        NodePlan *np = &p->nodes[ni];
-        if (!keep_factors) {
-            Candidate win[RULE_MAX_FACTORS];
-            merge_factors(p, &np->rule, np, win);
-            make_representable(p, np);
-        }
-        np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
-        /* Axes this node splits any factor over. A value cannot be both
-         * split and partial over one axis (each rank would hold a different
-         * slice of a different partial sum), so a partial operand is
-         * carried through a linear op only over axes the op does not split
-         * over; over the others it is reduced first (a reduce-scatter when
-         * the op wants it split there). */
-        unsigned split_axes = 0;
-        for (int f = 0; f < np->rule.nfactors; f++)
-            for (int k = 0; k < np->fnaxes[f]; k++)
-                split_axes |= 1u << np->faxes[f][k];
-        unsigned carried = 0;
-        for (int k = 0; k < n->ninputs; k++) {
-            const Tensor *t = n->inputs[k];
-            np->in_reshard[k] = -1;
-            if (!t)
-                continue;
-            Sharding need, have = p->tensors[t->id].sharding;
-            rule_project(&np->rule, k, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &need);
-            if (have.partial && linear_in(n, k, p)) {
-                need.partial = have.partial & ~split_axes;
-                carried |= need.partial;
-            }
-            if (!sharding_equal(&have, &need))
-                np->in_reshard[k] = plan_add_reshard(p, t, n, k, reshard_reason(p, n, &np->rule, k, &have, &need),
-                                                &have, &need);
-        }
-        unsigned reduced = 0;
-        for (int f = 0; f < np->rule.nfactors; f++)
-            if (np->rule.kind[f] == FK_REDUCTION)
-                for (int k = 0; k < np->fnaxes[f]; k++)
-                    reduced |= 1u << np->faxes[f][k];
         for (int k = 0; k < n->noutputs; k++) {
             const Tensor *t = n->outputs[k];
             if (!t)
                 continue;
             TensorPlan *tp = &p->tensors[t->id];
-            Sharding out;
-            rule_project(&np->rule, n->ninputs + k, np->fnaxes,
-                              (const unsigned char (*)[MESH_MAX_AXES])np->faxes, m, &out);
-            out.partial = reduced | carried;
-            IR_ASSERT(!(sharding_used_axes(&out) & out.partial));
-            if (sharding_check(&out, m, t, d))
-                return -1;
-            /* An annotated intermediate normally comes out as annotated
-             * (annotations win the factor merge); if its producer's other
-             * constraints make that impossible, the value is stored as
-             * produced and each consumer reshards from there. */
-            tp->sharding = out;
+            if (ni <= upto) {
+                tp->fixed = 1;
+            } else if (!tp->fixed) {
+                sharding_replicated(&tp->sharding, t->rank < 0 ? 0 : t->rank);
+                tp->origin = ORIGIN_DEFAULT;
+                tp->via = NULL;
+                tp->from = NULL;
+                tp->depth = 0;
+            }
+        }
+        for (int k = 0; k < n->ninputs; k++) {
+            const Tensor *t = n->inputs[k];
+            if (!t || t->producer)
+                continue;
+            TensorPlan *tp = &p->tensors[t->id];
+            if (taken[t->id]) {
+                tp->fixed = 1;
+            } else if (!tp->fixed) {
+                sharding_replicated(&tp->sharding, t->rank < 0 ? 0 : t->rank);
+                tp->origin = ORIGIN_DEFAULT;
+                tp->via = NULL;
+                tp->from = NULL;
+                tp->depth = 0;
+            }
         }
     }
+    return propagate(p, d);
+}
+
+int plan_lower(Plan *p, int keep_factors, Diag *d)
+{
+    const Graph *g = p->g;
+    int reprops = 0;
+    char *taken = calloc((size_t)g->ntensors + 1, 1);
+    if (!taken)
+        abort();
+    if (keep_factors)
+        memset(taken, 1, (size_t)g->ntensors + 1); /* --auto laid the weights out */
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
+        NodePlan *np = &p->nodes[ni];
+        np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
+        int rc;
+        Sharding before[8];
+        int nb = n->noutputs < 8 ? n->noutputs : 8;
+        for (int k = 0; k < nb; k++)
+            if (n->outputs[k])
+                before[k] = p->tensors[n->outputs[k]->id].sharding;
+        if (keep_factors) {
+            /* --auto chose the factors. */
+            const Tensor *bad = NULL;
+            rc = lower_node(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken,
+                            1, NULL, &bad, d);
+            if (rc == 1)
+                annotation_conflict(p, n, &np->rule, bad, d);
+        } else {
+            rc = lower_choose(p, n, taken, d);
+        }
+        if (rc) {
+            free(taken);
+            return -1;
+        }
+        int moved = 0;
+        for (int k = 0; k < nb && !keep_factors; k++)
+            if (n->outputs[k] && p->tensors[n->outputs[k]->id].origin == ORIGIN_COST) {
+                Sharding now = p->tensors[n->outputs[k]->id].sharding;
+                now.partial = 0;
+                moved |= !sharding_equal(&now, &before[k]);
+            }
+        if (moved && reprops < MAX_REPROPAGATIONS) {
+            reprops++;
+            if (repropagate(p, ni, taken, d)) {
+                free(taken);
+                return -1;
+            }
+        }
+    }
+    free(taken);
     p->out_reshard = arena_alloc(&p->arena, (size_t)(g->noutputs + 1) * sizeof(int));
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];

@@ -43,6 +43,7 @@ static const char *origin_name(Origin o)
     case ORIGIN_PROPAGATED: return "propagated";
     case ORIGIN_OUTPUT: return "output";
     case ORIGIN_AUTO: return "auto";
+    case ORIGIN_COST: return "cost";
     default: return "default";
     }
 }
@@ -61,6 +62,10 @@ static void origin_str(const Plan *p, const Tensor *t, char *buf, size_t cap)
     case ORIGIN_PROPAGATED:
         snprintf(buf, cap, "from %s via %s (%s)", tp->from ? tp->from->label : "-", tp->via->label,
                  node_op_name(tp->via));
+        break;
+    case ORIGIN_COST:
+        snprintf(buf, cap, "%s %s (%s)%s", t->producer ? "computed so by" : "stored as read by", tp->via->label,
+                 node_op_name(tp->via), p->nodes[tp->via->id].choice ? ", cheapest of its candidates" : "");
         break;
     case ORIGIN_AUTO:
         if (t->producer)
@@ -236,7 +241,7 @@ void plan_print_json(const Plan *p, FILE *f)
         fprintf(f, ", \"local_shape\": ");
         json_write_dims(f, local, t->rank);
         fprintf(f, ", \"origin\": \"%s\"", origin_name(tp->origin));
-        if (tp->origin == ORIGIN_PROPAGATED) {
+        if (tp->origin == ORIGIN_PROPAGATED || tp->origin == ORIGIN_COST) {
             fprintf(f, ", \"via\": ");
             json_write_str(f, tp->via->name);
             if (tp->from) {
@@ -365,6 +370,45 @@ static void explain_auto(const Plan *p, const Tensor *t, FILE *f)
     }
 }
 
+/* --explain for a layout settled when lowering node `via` (propagate.c):
+ * the candidates its tensors' layouts proposed, what each costs, and the
+ * pick. */
+static void explain_cost(const Plan *p, const Tensor *t, FILE *f)
+{
+    const TensorPlan *tp = &p->tensors[t->id];
+    const Node *n = tp->via;
+    const CostChoice *cc = p->nodes[n->id].choice;
+    char b[128], buf[512], tm[32];
+    sharding_str(&tp->sharding, &p->mesh, b, sizeof b);
+    if (t->producer)
+        fprintf(f, "  %s is %s: node \"%s\" (%s) computes it so, not as propagation proposed\n", t->label, b,
+                n->label, node_op_name(n));
+    else
+        fprintf(f, "  %s is %s: a weight, stored as its first reader \"%s\" (%s) computes on it\n", t->label, b,
+                n->label, node_op_name(n));
+    if (!cc) {
+        fprintf(f, "    its operands arrive in layouts that give it this one; nothing disagreed\n");
+        return;
+    }
+    fprintf(f, "    its tensors' layouts disagreed; the cost model compared (compute + operand reshards + "
+               "reducing the result):\n");
+    for (int i = 0; i < cc->ncand; i++) {
+        strategy_str(p, n, cc->fn[i], (const unsigned char (*)[MESH_MAX_AXES])cc->fa[i], buf, sizeof buf);
+        char from[160];
+        if (i == 0)
+            snprintf(from, sizeof from, "propagation's merge");
+        else if (cc->anchor[i])
+            snprintf(from, sizeof from, "from %s's layout", cc->anchor[i]);
+        else
+            snprintf(from, sizeof from, "computed replicated");
+        if (cc->cost_s[i] < 0)
+            fprintf(f, "    %s %s: %s: breaks an annotation\n", i == cc->pick ? "*" : " ", from, buf);
+        else
+            fprintf(f, "    %s %s: %s: %s\n", i == cc->pick ? "*" : " ", from, buf,
+                    time_str(cc->cost_s[i], tm, sizeof tm));
+    }
+}
+
 int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
 {
     const Tensor *t = graph_tensor_find(p->g, name);
@@ -393,6 +437,9 @@ int plan_print_explain(const Plan *p, const char *name, FILE *f, Diag *d)
             break;
         case ORIGIN_AUTO:
             explain_auto(p, cur, f);
+            break;
+        case ORIGIN_COST:
+            explain_cost(p, cur, f);
             break;
         default:
             fprintf(f, "  %s is %s: %s\n", cur->label, b,

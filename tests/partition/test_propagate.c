@@ -220,6 +220,89 @@ static void test_partition_propagate_deterministic(void **st)
     free(out[1]);
 }
 
+
+/* ---- conflicts settled by cost, annotations that hold ------------------- */
+
+static int64_t reshard_bytes_of(Setup *s, const char *tensor)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < s->p->nreshards; i++)
+        if (strcmp(s->p->reshards[i].tensor->name, tensor) == 0)
+            bytes += s->p->reshards[i].r.bytes;
+    return bytes;
+}
+
+static void test_partition_propagate_conflict_settled_by_cost(void **st)
+{
+    (void)st;
+    /* x=[tp,_] and W1=[_,tp] put tp on two factors of one contraction.
+     * Gathering the 2 KiB activation and all-reducing the 2 KiB result is
+     * cheaper than gathering the 64 KiB weight, whatever the factor order. */
+    Setup s;
+    char b[128];
+    const char *shards[] = {"x=[tp,_]", "W1=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    assert_string_equal(layout(&s, "h", b), "[_,tp]");
+    assert_int_equal(reshard_bytes_of(&s, "W1"), 0);
+    assert_int_equal(reshard_bytes_of(&s, "x"), 1024);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
+    assert_int_equal(count_comm(&s), 2);
+    /* The choice is on record with every candidate's cost. */
+    const CostChoice *cc = s.p->nodes[graph_tensor_find(s.g, "h")->producer->id].choice;
+    assert_non_null(cc);
+    assert_true(cc->ncand >= 3);
+    for (int i = 0; i < cc->ncand; i++)
+        assert_true(cc->cost_s[cc->pick] <= cc->cost_s[i] || cc->cost_s[i] < 0);
+    char *text;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    Diag d;
+    diag_init(&d, NULL);
+    assert_int_equal(plan_print_explain(s.p, "h", f, &d), 0);
+    fclose(f);
+    const char *want[] = {"computes it so", "propagation's merge", "from W1's layout", "computed replicated"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_non_null(strstr(text, want[i]));
+    free(text);
+    diag_free(&d);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_intermediate_annotation_holds(void **st)
+{
+    (void)st;
+    /* h=[_,tp] must hold against x=[tp,_]; W2 then follows h, not a stale
+     * batch split that would be all-gathered on every run. */
+    Setup s;
+    char b[128];
+    const char *shards[] = {"x=[tp,_]", "h=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    assert_string_equal(layout(&s, "h", b), "[_,tp]");
+    assert_int_equal(s.p->tensors[graph_tensor_find(s.g, "h")->id].origin, ORIGIN_USER);
+    assert_string_equal(layout(&s, "W2", b), "[tp,_]");
+    assert_int_equal(reshard_bytes_of(&s, "W2"), 0);
+    assert_int_equal(reshard_bytes_of(&s, "W1"), 0);
+    assert_int_equal(count_comm(&s), 2);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_pinned_weight_gathers_activation(void **st)
+{
+    (void)st;
+    /* W1 pinned replicated against x split on the contracted dim: slicing
+     * W1 would leave h partial (an 8 KiB all-reduce); gathering x moves
+     * 1 KiB. */
+    Setup s;
+    char b[128];
+    const char *shards[] = {"x=[_,tp]", "W1=[_,_]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    assert_string_equal(layout(&s, "W1", b), "[_,_]");
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 1);
+    assert_int_equal(reshard_bytes_of(&s, "x"), 1024);
+    setup_free(&s);
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 static char *flag_error(const char *model, const char *mesh, const char *shard)
@@ -274,6 +357,16 @@ static void test_annotate_not_divisible_output(void **st)
     free(msg);
 }
 
+static void test_annotation_that_cannot_hold(void **st)
+{
+    (void)st;
+    /* Softmax needs its axis whole: the annotation is refused, naming it
+     * and the node, never stored as something else. */
+    char *msg = flag_error("tests/models/tiny_gpt.onnx", "tp=2", "l0_probs=[_,_,_,tp]");
+    assert_mentions(msg, "annotation l0_probs=[_,_,_,tp] cannot hold", "l0_softmax", "Softmax", "must be whole", NULL);
+    free(msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +377,10 @@ int main(void)
         cmocka_unit_test(test_partition_propagate_onnx_annotations_match_flags),
         cmocka_unit_test(test_partition_propagate_convnet_dp),
         cmocka_unit_test(test_partition_propagate_deterministic),
+        cmocka_unit_test(test_partition_propagate_conflict_settled_by_cost),
+        cmocka_unit_test(test_partition_propagate_intermediate_annotation_holds),
+        cmocka_unit_test(test_partition_propagate_pinned_weight_gathers_activation),
+        cmocka_unit_test(test_annotation_that_cannot_hold),
         cmocka_unit_test(test_annotate_unknown_tensor),
         cmocka_unit_test(test_annotate_unknown_axis),
         cmocka_unit_test(test_annotate_axis_twice),
