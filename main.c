@@ -465,7 +465,13 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
         int64_t over = most - popt->mem_limit;
         if (over <= 0)
             break;
-        aopt.mem_limit -= over;
+        /* The programs hold what the search does not model (scratch, pack
+         * buffers, alignment): leave that much room below the limit, and
+         * at least the overshoot less than last time. */
+        PlanEstimate e;
+        plan_estimate(p, &e);
+        int64_t room = popt->mem_limit - (most - e.memory_bytes);
+        aopt.mem_limit = room < aopt.mem_limit - over ? room : aopt.mem_limit - over;
         plan_free(p);
         if (aopt.mem_limit <= 0) {
             diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)popt->mem_limit);

@@ -118,6 +118,10 @@ typedef struct EmitOptions {
 
 /* model_inputs[] and model_outputs[]: the exact names rt_parse_args checks. */
 void emit_model_names(const Program *pr, FILE *f);
+/* main()'s writing of graph output i for --out from `data` (its whole
+ * value on a replicated layout; else this rank's block, which
+ * rt_gather_output assembles on rank 0). */
+void emit_output_write(const Program *pr, int i, const char *data, FILE *f);
 /* `rt_node = "...";`: the node the runtime names in its errors. */
 void emit_rt_node(FILE *f, const char *label);
 /* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */

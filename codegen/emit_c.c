@@ -127,6 +127,7 @@ static int step_axes(const Program *pr, const ReshardStep *s, const Sharding *be
             out[n++] = before->axes[s->dim][k];
         break;
     case COLL_SLICE:
+    case COLL_REDUCE_SCATTER: /* the axes it appends to its dim, in order */
         for (int k = before->naxes[s->dim]; k < s->after.naxes[s->dim]; k++)
             out[n++] = s->after.axes[s->dim][k];
         break;
@@ -465,6 +466,59 @@ void emit_model_names(const Program *pr, FILE *f)
     fprintf(f, "NULL};\n\n");
 }
 
+void emit_output_write(const Program *pr, int i, const char *data, FILE *f)
+{
+    const Tensor *t = pr->g->outputs[i];
+    const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+    const Mesh *m = &pr->plan->mesh;
+    fprintf(f, "            static const int64_t dims[] = ");
+    emit_dims(f, t->dims, t->rank);
+    fprintf(f, ";\n");
+    if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
+        fprintf(f, "            if (RANK == 0) /* every rank holds the whole output */\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n",
+                (int)t->dtype, t->rank, data);
+        return;
+    }
+    /* Split: per rank, its block index along each dim (mixed radix over
+     * the dim's axes, major first) and whether it sends (coordinate 0 on
+     * every axis the layout does not use). */
+    char sb[128];
+    int64_t nshards[IR_MAX_RANK];
+    for (int d = 0; d < t->rank; d++)
+        nshards[d] = sharding_dim_shards(&b->layout, m, d);
+    unsigned used = sharding_used_axes(&b->layout);
+    fprintf(f, "            /* it stays %s over the mesh: rank 0 gathers one copy of each block */\n"
+               "            static const int64_t nshards[] = ",
+            sharding_str(&b->layout, m, sb, sizeof sb));
+    emit_dims(f, nshards, t->rank);
+    fprintf(f, ";\n            static const int64_t index[] = {");
+    for (int r = 0; r < m->nranks; r++) {
+        for (int d = 0; d < t->rank; d++) {
+            int64_t idx = 0;
+            for (int k = 0; k < b->layout.naxes[d]; k++) {
+                int a = b->layout.axes[d][k];
+                idx = idx * m->axes[a].size + mesh_coord(m, r, a);
+            }
+            fprintf(f, "%s%lld", r || d ? ", " : "", (long long)idx);
+        }
+    }
+    fprintf(f, "};\n            static const unsigned char sender[] = {");
+    for (int r = 0; r < m->nranks; r++) {
+        int sends = 1;
+        for (int a = 0; a < m->naxes; a++)
+            if (!(used & (1u << a)) && mesh_coord(m, r, a) != 0)
+                sends = 0;
+        fprintf(f, "%s%d", r ? ", " : "", sends);
+    }
+    fprintf(f, "};\n            void *whole = rt_gather_output(%s, %d, dims, nshards, index, sender, %zu, ", b->name,
+            t->rank, dtype_size(t->dtype));
+    esc_c_string(f, t->label);
+    fprintf(f, ");\n            if (RANK == 0)\n"
+               "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n",
+            (int)t->dtype, t->rank);
+}
+
 void emit_rt_node(FILE *f, const char *label)
 {
     fputs("    rt_node = ", f);
@@ -696,11 +750,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], ");
         esc_c_string(f, t->name);
-        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ";\n            if (RANK == 0) /* every rank holds the gathered output */\n"
-                   "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n            continue;\n        }\n",
-                (int)t->dtype, t->rank, b->name);
+        fprintf(f, ") == 0) {\n");
+        emit_output_write(pr, i, b->name, f);
+        fprintf(f, "            continue;\n        }\n");
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
     fprintf(f, "    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");

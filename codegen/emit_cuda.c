@@ -69,14 +69,17 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], ");
         esc_c_string(f, t->name);
-        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ";\n            void *host = rt_alloc(%lld);\n"
-                   "            CHECK_CUDA(cudaMemcpy(host, %s, %lld, cudaMemcpyDeviceToHost));\n"
-                   "            if (RANK == 0) /* every rank holds the gathered output */\n"
-                   "                rt_write_npy(args.out_path[i], %d, %d, dims, host);\n"
-                   "            free(host);\n            continue;\n        }\n",
-                (long long)b->bytes, b->name, (long long)b->bytes, (int)t->dtype, t->rank);
+        fprintf(f, ") == 0) {\n");
+        if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
+            fprintf(f, "            void *host = rt_alloc(%lld);\n"
+                       "            CHECK_CUDA(cudaMemcpy(host, %s, %lld, cudaMemcpyDeviceToHost));\n",
+                    (long long)b->bytes, b->name, (long long)b->bytes);
+            emit_output_write(pr, i, "host", f);
+            fprintf(f, "            free(host);\n");
+        } else {
+            emit_output_write(pr, i, b->name, f); /* from the device, block by block */
+        }
+        fprintf(f, "            continue;\n        }\n");
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
     if (pr->plan->mesh.nranks > 1)

@@ -17,8 +17,8 @@
  *    strategies that produce it exactly.
  * 3. Edges. Every value crossing two choices costs the reshard (reshard.c,
  *    under the link model) from the layout its producer's strategy gives it
- *    to the layout its consumer's strategy needs; graph outputs are
- *    gathered. Strategies are grouped by the layout they give or need, and
+ *    to the layout its consumer's strategy needs; a graph output costs the
+ *    reduction of a partial sum (--out gathers it outside the step). Strategies are grouped by the layout they give or need, and
  *    an edge is a transport between the two groups: continuous variables
  *    y[i][j] whose row sums are the producer's group indicators and column
  *    sums the consumer's, so y is the product of two one-hot vectors
@@ -474,11 +474,14 @@ static void edge_have(const Search *s, const Edge *e, int o, Sharding *out)
         node_layout(s, e->pnode, o, e->pidx, out);
 }
 
-static void edge_need(const Search *s, const Edge *e, int o, Sharding *out)
+static void edge_need(const Search *s, const Edge *e, int o, const Sharding *have, Sharding *out)
 {
-    if (e->to < 0)
-        sharding_replicated(out, e->t->rank);
-    else
+    if (e->to < 0) {
+        /* A graph output: a partial sum is reduced, a split is kept (--out
+         * gathers it to rank 0 once, after the run, outside the step). */
+        *out = *have;
+        out->partial = 0;
+    } else
         node_layout(s, e->cnode, o, e->cidx, out);
 }
 
@@ -486,7 +489,7 @@ static double edge_cost(Search *s, const Edge *e, int a, int b)
 {
     Sharding have, need;
     edge_have(s, e, a, &have);
-    edge_need(s, e, b, &need);
+    edge_need(s, e, b, &have, &need);
     return reshard_cost(s, e->t, &have, &need);
 }
 
@@ -496,7 +499,7 @@ static int64_t edge_buf(Search *s, const Edge *e, int a, int b)
     Sharding have, need;
     int64_t bytes;
     edge_have(s, e, a, &have);
-    edge_need(s, e, b, &need);
+    edge_need(s, e, b, &have, &need);
     reshard_cost_buf(s, e->t, &have, &need, &bytes);
     return bytes;
 }
@@ -706,7 +709,7 @@ static int group_options(const Search *s, const Edge *e, int consumer, int *grou
     for (int o = 0; o < c->nopts; o++) {
         Sharding l;
         if (consumer)
-            edge_need(s, e, o, &l);
+            edge_need(s, e, o, NULL, &l);
         else
             edge_have(s, e, o, &l);
         int gi = 0;

@@ -13,7 +13,7 @@
  * Memory: the local bytes of every weight, plus the peak over the steps of
  * the values live there (from their producer to their last reader) and the
  * buffers of the reshards the step reads (every step's result; at the last
- * step, the gathered graph outputs), as auto.c's memory rows count them.
+ * step, the reduced graph outputs), as auto.c's memory rows count them.
  * Graph inputs count as live values. Pack buffers, scratch and alignment
  * are not counted; the per-rank programs report their exact arena.
  */
@@ -89,7 +89,7 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
             end = tm;
     }
     e->step_s = end;
-    e->exposed_s += end - tc; /* the outputs' gathers after the last node */
+    e->exposed_s += end - tc; /* the outputs' reductions after the last node */
     e->overlapped_s = e->comm_s - e->exposed_s;
     if (e->overlapped_s < 1e-9 * e->comm_s)
         e->overlapped_s = 0; /* rounding, not overlap */
@@ -126,7 +126,7 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
         live += born[ni] - dies[ni];
         int64_t step = live;
         /* The buffers every reshard read here writes (each step's result),
-         * and at the last step the gathered graph outputs. */
+         * and at the last step the reduced graph outputs. */
         if (ni < nn && p->nodes[ni].in_reshard)
             for (int k = 0; k < g->nodes[ni]->ninputs; k++)
                 step += reshard_buf_bytes(p, p->nodes[ni].in_reshard[k]);

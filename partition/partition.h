@@ -340,6 +340,10 @@ int partition_shard_weights(Plan *p, const char *axis, Diag *d);
 
 typedef struct PlanTotals {
     int64_t comm_bytes, weight_bytes, activation_bytes;
+    /* --out: what rank 0 receives to assemble the split graph outputs, once
+     * after the run (not part of the step, so not in comm_bytes) */
+    int64_t output_gather_bytes;
+    int noutputs_split;
     int ncollectives;
     int count[COLL_COUNT];
 } PlanTotals;

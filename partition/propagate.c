@@ -16,8 +16,13 @@
  *    reshard is recorded with its cause. A split reduction factor makes the
  *    result partial; a partial value may flow on only into consumers that
  *    are linear in it (a replicated bias added to a partial sum would be
- *    added once per rank), otherwise it is reduced first. Graph outputs are
- *    gathered to replicated.
+ *    added once per rank), otherwise it is reduced first. Where the
+ *    tensors' layouts disagree (two annotations on different factors of
+ *    one contraction, a pinned layout against a split operand), the cost
+ *    model settles the node: see lower_choose. An annotation always holds,
+ *    or lowering fails naming it. A graph output keeps its layout (a
+ *    partial one is reduced): --out gathers it to rank 0 once, after the
+ *    run, so it costs the step nothing.
  */
 #include "partition.h"
 
@@ -508,12 +513,11 @@ static int annotated(const TensorPlan *tp)
 }
 
 /* Computing node n under factor sharding (fn, fa): what it costs (compute,
- * its operands' reshards, and reducing a partial result, or gathering a
- * graph output) and, with apply, the reshards and result layouts it
- * records. Returns 1 if it cannot give an annotated result its layout
+ * its operands' reshards, and reducing a partial result) and, with apply,
+ * the reshards and result layouts it records. Returns 1 if it cannot give an annotated result its layout
  * (*bad names it), 0 otherwise, -1 on error. */
 typedef struct LowerCost {
-    double total_s;     /* compute + operand reshards + reducing or gathering the result */
+    double total_s;     /* compute + operand reshards + reducing a partial result */
     double operands_s;  /* the operand reshards alone */
     int pinned;         /* an annotated operand needs another layout */
 } LowerCost;
@@ -596,11 +600,9 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
                 *bad = t;
                 return 1;
             }
-        } else if (!apply && (out.partial || t->is_output)) {
+        } else if (!apply && out.partial) {
             Sharding plain = out;
             plain.partial = 0;
-            if (t->is_output)
-                sharding_replicated(&plain, t->rank);
             Reshard rs;
             reshard_lower(m, t, &out, &plain, &rs);
             c += rs.seconds;
@@ -736,22 +738,27 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
     cc.ncand = 0;
     cc.pick = 0;
     choice_add(&cc, nf, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, NULL);
-    for (int t = 0; t < r->ntensors; t++) {
-        const Tensor *tt = r->tensors[t];
-        if (!tt || !sharding_used_axes(&p->tensors[tt->id].sharding))
-            continue;
-        if (t < n->ninputs && free_weight(p, tt, taken))
-            continue; /* it can be stored any way: no constraint */
-        for (int fill = 1; fill >= 0; fill--) {
+    /* Each tensor's layout with the merge's other factors filled in; then,
+     * if they disagree, each tensor's layout alone and computing
+     * replicated. */
+    for (int fill = 1; fill >= 0; fill--) {
+        for (int t = 0; t < r->ntensors; t++) {
+            const Tensor *tt = r->tensors[t];
+            if (!tt || !sharding_used_axes(&p->tensors[tt->id].sharding))
+                continue;
+            if (t < n->ninputs && free_weight(p, tt, taken))
+                continue; /* it can be stored any way: no constraint */
             unsigned char fn[RULE_MAX_FACTORS];
             unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
             memset(fa, 0, sizeof fa);
             anchored(m, r, t, &p->tensors[tt->id].sharding, np, fill, fn, fa);
             choice_add(&cc, nf, fn, (const unsigned char (*)[MESH_MAX_AXES])fa, tt->label);
         }
+        /* A conflict: the tensors propose different shardings, the merge
+         * breaks an annotation, reshards a pinned operand, or moves one. */
+        if (cc.ncand == 1 && rc != 1 && !c0.pinned && c0.operands_s <= 0)
+            break;
     }
-    /* A conflict: the tensors propose different shardings, the merge breaks
-     * an annotation, reshards a pinned operand, or moves an operand. */
     if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0) {
         unsigned char fn[RULE_MAX_FACTORS] = {0};
         unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
@@ -897,10 +904,10 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
         const Tensor *t = g->outputs[i];
         TensorPlan *tp = &p->tensors[t->id];
         p->out_reshard[i] = -1;
-        if (!sharding_is_replicated(&tp->sharding)) {
-            Sharding rep;
-            sharding_replicated(&rep, t->rank);
-            p->out_reshard[i] = plan_add_reshard(p, t, NULL, i, "graph outputs are replicated", &tp->sharding, &rep);
+        if (tp->sharding.partial) {
+            Sharding sum = tp->sharding;
+            sum.partial = 0;
+            p->out_reshard[i] = plan_add_reshard(p, t, NULL, i, "a graph output is a whole sum", &tp->sharding, &sum);
         }
     }
     return 0;

@@ -94,6 +94,15 @@ void plan_totals(const Plan *p, PlanTotals *t)
                 t->comm_bytes += s->bytes;
             }
         }
+    for (int i = 0; i < p->g->noutputs; i++) {
+        const Tensor *o = p->g->outputs[i];
+        Sharding s = p->tensors[o->id].sharding;
+        s.partial = 0; /* reduced in the step */
+        if (o->rank > 0 && sharding_used_axes(&s)) {
+            t->noutputs_split++;
+            t->output_gather_bytes += tensor_numel(o) * (int64_t)dtype_size(o->dtype) - sharding_local_bytes(&s, &p->mesh, o);
+        }
+    }
     for (int i = 0; i < p->g->ntensors; i++) {
         const Tensor *tt = p->g->tensors[i];
         if (tt->rank < 0 || (!tt->producer && !tt->is_input && !tt->is_initializer))
@@ -194,6 +203,9 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             fprintf(f, ", %d %s", t.count[k], coll_name((CollKind)k));
     fprintf(f, "\n  weights       %lld bytes\n  activations   %lld bytes (all values, before liveness)\n",
             (long long)t.weight_bytes, (long long)t.activation_bytes);
+    if (t.noutputs_split)
+        fprintf(f, "  outputs       %d stay split; --out gathers %lld bytes to rank 0, once after the run "
+                   "(not in the step)\n", t.noutputs_split, (long long)t.output_gather_bytes);
     PlanEstimate e;
     plan_estimate(p, &e);
     char t1[32], t2[32], t3[32], t4[32], t5[32];
@@ -287,9 +299,9 @@ void plan_print_json(const Plan *p, FILE *f)
     PlanEstimate e;
     plan_estimate(p, &e);
     fprintf(f, "\n  ],\n  \"per_rank\": {\"communication_bytes\": %lld, \"collectives\": %d, "
-               "\"weight_bytes\": %lld, \"activation_bytes\": %lld},\n",
+               "\"weight_bytes\": %lld, \"activation_bytes\": %lld, \"output_gather_bytes\": %lld},\n",
             (long long)t.comm_bytes, t.ncollectives, (long long)t.weight_bytes,
-            (long long)t.activation_bytes);
+            (long long)t.activation_bytes, (long long)t.output_gather_bytes);
     fprintf(f, "  \"estimate\": {\"device\": \"%s\", \"compute_s\": %.9g, \"communication_s\": %.9g, "
                "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
                "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld}",

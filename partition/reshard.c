@@ -298,6 +298,29 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
             }
         }
     }
+    /* Reduce-scatter over several partial axes at once, onto one dim: one
+     * call over the combined group instead of one per axis. The axes go
+     * on in mesh order or (for two) the reverse. */
+    unsigned multi = s->partial & relevant & ~used;
+    for (unsigned sub = 1; sub <= multi && n < SEARCH_MAX_MOVES; sub++) {
+        if ((sub & multi) != sub || !(sub & (sub - 1)))
+            continue;
+        int nsub = __builtin_popcount(sub);
+        for (int rev = 0; rev <= (nsub == 2); rev++)
+            for (int i = 0; i < s->rank && n < SEARCH_MAX_MOVES; i++) {
+                if (s->naxes[i] + nsub > MESH_MAX_AXES)
+                    continue;
+                mv[n] = (Move){.to = *s, .kind = COLL_REDUCE_SCATTER, .axes = sub, .dim = i, .dim_to = -1};
+                mv[n].to.partial &= ~sub;
+                for (int k = 0; k < m->naxes; k++) {
+                    int ax = rev ? m->naxes - 1 - k : k;
+                    if (sub & (1u << ax))
+                        mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
+                }
+                if (divisible(m, t, &mv[n].to, i))
+                    n++;
+            }
+    }
     unsigned free_axes = relevant & ~used & ~s->partial;
     for (unsigned sub = 1; sub <= relevant && n < SEARCH_MAX_MOVES; sub++) {
         if ((sub & relevant) != sub)

@@ -202,6 +202,56 @@ static inline void rt_barrier(const char *what)
 #endif
 }
 
+/* --out of an output that stays split over the ranks (see the C target's
+ * rt_gather_output): rank 0 receives one copy of every block from the
+ * device of the rank holding it, over NCCL on the world communicator (so
+ * it works built with MPI=0 too), and assembles the whole tensor on the
+ * host. `local` is a device pointer. Returns the tensor on rank 0 (the
+ * caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize);
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+#if WORLD > 1
+    if (RANK != 0) {
+        if (sender[RANK]) {
+            CHECK_NCCL(ncclSend(local, block, ncclChar, 0, g_nccl[0], g_comm));
+            rt_cuda_sync(g_comm, what);
+        }
+        return NULL;
+    }
+#endif
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = (unsigned char *)rt_alloc(whole), *host = (unsigned char *)rt_alloc(block);
+    void *stage = NULL;
+#if WORLD > 1
+    CHECK_CUDA(cudaMalloc(&stage, block ? block : 64));
+#endif
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+#if WORLD > 1
+        if (r != 0) {
+            CHECK_NCCL(ncclRecv(stage, block, ncclChar, r, g_nccl[0], g_comm));
+            rt_cuda_sync(g_comm, what);
+            src = stage;
+        }
+#endif
+        CHECK_CUDA(cudaMemcpy(host, src, block, cudaMemcpyDeviceToHost));
+        rt_put_block(out, host, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    if (stage)
+        CHECK_CUDA(cudaFree(stage));
+    free(host);
+    return out;
+}
+
 static inline void rt_launch_finish(void)
 {
 #ifdef O2S_HAVE_MPI

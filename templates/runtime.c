@@ -689,6 +689,85 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
     }
 }
 
+/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+                                const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8], gstride[8], stride = 1;
+    int last = rank - 1;
+    for (int i = 0; i < rank; i++)
+        ldims[i] = gdims[i] / nshards[i];
+    for (int i = last; i >= 0; i--) {
+        gstride[i] = stride;
+        stride *= gdims[i];
+    }
+    int64_t rows = 1;
+    for (int i = 0; i < last; i++)
+        rows *= ldims[i];
+    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, goff = index[last] * ldims[last];
+        for (int i = last - 1; i >= 0; i--) {
+            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
+            rem /= ldims[i];
+        }
+        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+    }
+}
+
+/* The size of one block of a split output (every block is the same size). */
+static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)(gdims[i] / nshards[i]);
+    return n;
+}
+
+#if !defined(O2S_CUDA)
+/* --out of an output that stays split over the ranks: rank 0 assembles the
+ * whole tensor from one copy of every block, once, after the run. Rank r
+ * holds block index[r * rank + i] along dim i; sender[r] is 0 for a rank
+ * whose block another rank already sends (a copy over an axis the layout
+ * does not use). Point to point, in pieces MPI's int counts can hold.
+ * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+    if (RANK != 0) {
+        for (size_t off = 0; sender[RANK] && off < block; off += piece) {
+            size_t n = block - off < piece ? block - off : piece;
+            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD), what);
+        }
+        return NULL;
+    }
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+        if (r != 0) {
+            for (size_t off = 0; off < block; off += piece) {
+                size_t n = block - off < piece ? block - off : piece;
+                CHECK_MPI_WATCHED(MPI_Recv(stage + off, (int)n, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                  what);
+            }
+            src = stage;
+        }
+        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    free(stage);
+    return out;
+}
+#endif
+
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
 static inline uint64_t rt_fnv1a(const unsigned char *p, size_t n)

@@ -2,7 +2,7 @@
  * command: onnx2spmd compile --mesh tp=2 --auto --mem-limit 100K -o build/generated/mlp_auto_tp2 tests/models/mlp.onnx
  * model:   tests/models/mlp.onnx
  * mesh:    tp=2 (2 ranks); this is rank 1 at tp=1
- * memory:  arena 8192 bytes (liveness-planned), weights 65792 bytes, inputs 2048 bytes
+ * memory:  arena 20480 bytes (liveness-planned), weights 65664 bytes, inputs 2048 bytes
  */
 #define RANK 1
 #define WORLD 2
@@ -697,6 +697,85 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
         memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, row_bytes);
     }
 }
+
+/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+                                const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8], gstride[8], stride = 1;
+    int last = rank - 1;
+    for (int i = 0; i < rank; i++)
+        ldims[i] = gdims[i] / nshards[i];
+    for (int i = last; i >= 0; i--) {
+        gstride[i] = stride;
+        stride *= gdims[i];
+    }
+    int64_t rows = 1;
+    for (int i = 0; i < last; i++)
+        rows *= ldims[i];
+    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, goff = index[last] * ldims[last];
+        for (int i = last - 1; i >= 0; i--) {
+            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
+            rem /= ldims[i];
+        }
+        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+    }
+}
+
+/* The size of one block of a split output (every block is the same size). */
+static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)(gdims[i] / nshards[i]);
+    return n;
+}
+
+#if !defined(O2S_CUDA)
+/* --out of an output that stays split over the ranks: rank 0 assembles the
+ * whole tensor from one copy of every block, once, after the run. Rank r
+ * holds block index[r * rank + i] along dim i; sender[r] is 0 for a rank
+ * whose block another rank already sends (a copy over an axis the layout
+ * does not use). Point to point, in pieces MPI's int counts can hold.
+ * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+    if (RANK != 0) {
+        for (size_t off = 0; sender[RANK] && off < block; off += piece) {
+            size_t n = block - off < piece ? block - off : piece;
+            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD), what);
+        }
+        return NULL;
+    }
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+        if (r != 0) {
+            for (size_t off = 0; off < block; off += piece) {
+                size_t n = block - off < piece ? block - off : piece;
+                CHECK_MPI_WATCHED(MPI_Recv(stage + off, (int)n, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                  what);
+            }
+            src = stage;
+        }
+        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    free(stage);
+    return out;
+}
+#endif
 
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
@@ -1536,19 +1615,20 @@ static inline void k_bias_residual_f32(float *y, const float *a, const float *b,
 
 static unsigned char *g_arena, *g_weights;
 #define W_W1 ((float *)(g_weights + 0)) /* W1: local [64, 128] of [64, 256], [_,tp] */
-#define W_W2 ((float *)(g_weights + 32768)) /* W2: local [128, 64] of [256, 64], [tp,_] */
-#define W_b2 ((float *)(g_weights + 65536)) /* b2: local [64] of [64], [_] */
+#define W_W2 ((float *)(g_weights + 32768)) /* W2: local [256, 32] of [256, 64], [_,tp] */
+#define W_b2 ((float *)(g_weights + 65536)) /* b2: local [32] of [64], [tp] */
 static float *I_x; /* graph input x: local [8, 64] of [8, 64], [_,_] */
 #define B_h ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 1]: h local [8, 128], [_,tp] */
-#define B_a ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: a local [8, 128], [_,tp] */
-#define B_o ((float *)(g_arena + 0)) /* 2048 bytes, live [2, 4]: o local [8, 64], [_,_] partial(tp) */
-#define B_y ((float *)(g_arena + 0)) /* 2048 bytes, live [5, 6]: y local [8, 64], [_,_] */
-#define B_o_r0_s0 ((float *)(g_arena + 2048)) /* 2048 bytes, live [3, 5]: o local [8, 64], [_,_] */
+#define B_a ((float *)(g_arena + 16384)) /* 4096 bytes, live [1, 3]: a local [8, 128], [_,tp] */
+#define B_o ((float *)(g_arena + 8192)) /* 1024 bytes, live [4, 5]: o local [8, 32], [_,tp] */
+#define B_y ((float *)(g_arena + 0)) /* 1024 bytes, live [5, 6]: y local [8, 32], [_,tp] */
+#define B_a_r0_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [2, 4]: a local [8, 256], [_,_] */
+#define B_a_r0_s0_recv ((float *)(g_arena + 8192)) /* 8192 bytes, live [2, 3] */
 
 /* ---- communicators and requests ---- */
 
 static MPI_Comm comm_tp; /* ranks that differ only in tp; this rank is 1 of 2 */
-static MPI_Request req_r0 = MPI_REQUEST_NULL; /* reshard 0: o */
+static MPI_Request req_r0 = MPI_REQUEST_NULL; /* reshard 0: a */
 
 static void init_comms(void)
 {
@@ -1569,30 +1649,35 @@ static void forward(void)
     rt_node = "gelu";
     k_unary_f32(5, B_a, B_h, 1024);
 
+    /* start reshard 0 of a: MatMul "fc2" computes with operand 0 as [_,_] (from its other tensors), not [_,tp] */
+    rt_node = "gelu";
+    /* all-gather of a over tp: [_,tp] -> [_,_], 4096 bytes sent per rank */
+    CHECK_MPI(MPI_Iallgather(B_a, 1024, MPI_FLOAT, B_a_r0_s0_recv, 1024, MPI_FLOAT, comm_tp, &req_r0));
+
+    /* wait for reshard 0 of a here: fc2 is its first reader */
+    rt_node = "fc2";
+    rt_wait(&req_r0, "all-gather of a (reshard 0)");
+    { /* unpack: the block from group rank q lands at position q of dim 1 */
+        static const int64_t dims[] = {8, 128}, strides[] = {256, 1};
+        for (int q = 0; q < 2; q++)
+            k_strided_store(B_a_r0_s0, B_a_r0_s0_recv + q * 1024, 4, 2, dims, strides, q * 128);
+    }
+
     /* node "fc2" (MatMul)
-     *   o: local [8, 64] of [8, 64], [_,_] partial(tp) */
+     *   o: local [8, 32] of [8, 64], [_,tp] */
     rt_node = "fc2";
-    k_matmul_f32(B_o, B_a, W_W2, 1, 8, 128, 64, 0, 0);
-
-    /* start reshard 0 of o: partial sum feeds Add "bias2", which is not linear in it; reduce first */
-    rt_node = "fc2";
-    /* all-reduce of o over tp: [_,_] partial(tp) -> [_,_], 2048 bytes sent per rank */
-    CHECK_MPI(MPI_Iallreduce(B_o, B_o_r0_s0, 512, MPI_FLOAT, MPI_SUM, comm_tp, &req_r0));
-
-    /* wait for reshard 0 of o here: bias2 is its first reader */
-    rt_node = "bias2";
-    rt_wait(&req_r0, "all-reduce of o (reshard 0)");
+    k_matmul_f32(B_o, B_a_r0_s0, W_W2, 1, 8, 256, 32, 0, 0);
 
     /* node "bias2" (Add)
-     *   y: local [8, 64] of [8, 64], [_,_] */
+     *   y: local [8, 32] of [8, 64], [_,tp] */
     rt_node = "bias2";
-    k_arith_f32(0, B_y, B_o_r0_s0, W_b2, 8, 64, 64, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_y, B_o, W_b2, 8, 32, 32, 0, 1); /* row broadcast */
 }
 
 /* ---- main ---- */
 
-#define WEIGHT_BYTES 65792ULL
-#define WEIGHT_CHECKSUM 0xe7da09d2fbbb898bULL
+#define WEIGHT_BYTES 65664ULL
+#define WEIGHT_CHECKSUM 0x30076f5360aff13dULL
 
 /* The model's input and output names, exactly, for --in and --out. */
 static const char *const model_inputs[] = {"x", NULL};
@@ -1606,7 +1691,7 @@ int main(int argc, char **argv)
     openblas_set_num_threads(1);
     init_comms();
     g_weights = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
-    g_arena = rt_alloc(8192);
+    g_arena = rt_alloc(20480);
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
         static const int64_t gdims[] = {8, 64}, nshards[] = {1, 1}, index[] = {0, 0};
         static const char name[] = "x", label[] = "x";
@@ -1638,8 +1723,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "y") == 0) {
             static const int64_t dims[] = {8, 64};
-            if (RANK == 0) /* every rank holds the gathered output */
-                rt_write_npy(args.out_path[i], 1, 2, dims, B_y);
+            /* it stays [_,tp] over the mesh: rank 0 gathers one copy of each block */
+            static const int64_t nshards[] = {1, 2};
+            static const int64_t index[] = {0, 0, 0, 1};
+            static const unsigned char sender[] = {1, 1};
+            void *whole = rt_gather_output(B_y, 2, dims, nshards, index, sender, 4, "y");
+            if (RANK == 0)
+                rt_write_npy(args.out_path[i], 1, 2, dims, whole);
+            free(whole);
             continue;
         }
         rt_die("--out %s: the model has no output of that name", args.out_name[i]);

@@ -2,7 +2,7 @@
  * command: onnx2spmd compile --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt -o build/generated/tiny_gpt_dp2_tp2 tests/models/tiny_gpt.onnx
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    dp=2,tp=2 (4 ranks); this is rank 3 at dp=1 tp=1
- * memory:  arena 49152 bytes (liveness-planned), weights 337728 bytes, inputs 128 bytes
+ * memory:  arena 28672 bytes (liveness-planned), weights 337728 bytes, inputs 128 bytes
  */
 #define RANK 3
 #define WORLD 4
@@ -697,6 +697,85 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
         memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, row_bytes);
     }
 }
+
+/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+                                const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8], gstride[8], stride = 1;
+    int last = rank - 1;
+    for (int i = 0; i < rank; i++)
+        ldims[i] = gdims[i] / nshards[i];
+    for (int i = last; i >= 0; i--) {
+        gstride[i] = stride;
+        stride *= gdims[i];
+    }
+    int64_t rows = 1;
+    for (int i = 0; i < last; i++)
+        rows *= ldims[i];
+    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, goff = index[last] * ldims[last];
+        for (int i = last - 1; i >= 0; i--) {
+            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
+            rem /= ldims[i];
+        }
+        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+    }
+}
+
+/* The size of one block of a split output (every block is the same size). */
+static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)(gdims[i] / nshards[i]);
+    return n;
+}
+
+#if !defined(O2S_CUDA)
+/* --out of an output that stays split over the ranks: rank 0 assembles the
+ * whole tensor from one copy of every block, once, after the run. Rank r
+ * holds block index[r * rank + i] along dim i; sender[r] is 0 for a rank
+ * whose block another rank already sends (a copy over an axis the layout
+ * does not use). Point to point, in pieces MPI's int counts can hold.
+ * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+    if (RANK != 0) {
+        for (size_t off = 0; sender[RANK] && off < block; off += piece) {
+            size_t n = block - off < piece ? block - off : piece;
+            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD), what);
+        }
+        return NULL;
+    }
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+        if (r != 0) {
+            for (size_t off = 0; off < block; off += piece) {
+                size_t n = block - off < piece ? block - off : piece;
+                CHECK_MPI_WATCHED(MPI_Recv(stage + off, (int)n, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                  what);
+            }
+            src = stage;
+        }
+        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    free(stage);
+    return out;
+}
+#endif
 
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
@@ -1641,28 +1720,24 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [61, 63]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
 #define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [64, 64]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
 #define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [64, 65]: l1_out local [1, 16, 64], [dp,_,_] */
-#define B_lnf ((float *)(g_arena + 0)) /* 4096 bytes, live [65, 66]: lnf local [1, 16, 64], [dp,_,_] */
-#define B_logits ((float *)(g_arena + 32768)) /* 16384 bytes, live [66, 68]: logits local [1, 16, 256], [dp,_,_] */
+#define B_lnf ((float *)(g_arena + 16384)) /* 4096 bytes, live [65, 66]: lnf local [1, 16, 64], [dp,_,_] */
+#define B_logits ((float *)(g_arena + 0)) /* 16384 bytes, live [66, 67]: logits local [1, 16, 256], [dp,_,_] */
 #define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [24, 26]: l0_o_mm local [1, 16, 64], [dp,_,_] */
 #define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [31, 33]: l0_fc2 local [1, 16, 64], [dp,_,_] */
 #define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [55, 57]: l1_o_mm local [1, 16, 64], [dp,_,_] */
 #define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [62, 64]: l1_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [67, 69]: logits local [2, 16, 256], [_,_,_] */
 
 /* ---- communicators and requests ---- */
 
 static MPI_Comm comm_tp; /* ranks that differ only in tp; this rank is 1 of 2 */
-static MPI_Comm comm_dp; /* ranks that differ only in dp; this rank is 1 of 2 */
 static MPI_Request req_r0 = MPI_REQUEST_NULL; /* reshard 0: l0_o_mm */
 static MPI_Request req_r1 = MPI_REQUEST_NULL; /* reshard 1: l0_fc2 */
 static MPI_Request req_r2 = MPI_REQUEST_NULL; /* reshard 2: l1_o_mm */
 static MPI_Request req_r3 = MPI_REQUEST_NULL; /* reshard 3: l1_fc2 */
-static MPI_Request req_r4 = MPI_REQUEST_NULL; /* reshard 4: logits */
 
 static void init_comms(void)
 {
     comm_tp = rt_comm_split(1, 1);
-    comm_dp = rt_comm_split(1, 1);
 }
 
 /* ---- one forward pass ---- */
@@ -2049,15 +2124,6 @@ static void forward(void)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_node = "lm_head";
     k_matmul_f32(B_logits, B_lnf, W_lm_head, 1, 16, 64, 256, 0, 0);
-
-    /* start reshard 4 of logits: graph outputs are replicated */
-    rt_node = "lm_head";
-    /* all-gather of logits over dp: [dp,_,_] -> [_,_,_], 16384 bytes sent per rank */
-    CHECK_MPI(MPI_Iallgather(B_logits, 4096, MPI_FLOAT, B_logits_r4_s0, 4096, MPI_FLOAT, comm_dp, &req_r4));
-
-    /* wait for reshard 4 of logits here: the graph output is its first reader */
-    rt_node = "(outputs)";
-    rt_wait(&req_r4, "all-gather of logits (reshard 4)");
 }
 
 /* ---- main ---- */
@@ -2077,7 +2143,7 @@ int main(int argc, char **argv)
     openblas_set_num_threads(1);
     init_comms();
     g_weights = rt_load_weights(argv[0], "weights.rank3.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
-    g_arena = rt_alloc(49152);
+    g_arena = rt_alloc(28672);
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, nshards[] = {2, 1}, index[] = {1, 0};
         static const char name[] = "tokens", label[] = "tokens";
@@ -2109,8 +2175,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "logits") == 0) {
             static const int64_t dims[] = {2, 16, 256};
-            if (RANK == 0) /* every rank holds the gathered output */
-                rt_write_npy(args.out_path[i], 1, 3, dims, B_logits_r4_s0);
+            /* it stays [dp,_,_] over the mesh: rank 0 gathers one copy of each block */
+            static const int64_t nshards[] = {2, 1, 1};
+            static const int64_t index[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
+            static const unsigned char sender[] = {1, 0, 1, 0};
+            void *whole = rt_gather_output(B_logits, 3, dims, nshards, index, sender, 4, "logits");
+            if (RANK == 0)
+                rt_write_npy(args.out_path[i], 1, 3, dims, whole);
+            free(whole);
             continue;
         }
         rt_die("--out %s: the model has no output of that name", args.out_name[i]);

@@ -700,6 +700,85 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
     }
 }
 
+/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+                                const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8], gstride[8], stride = 1;
+    int last = rank - 1;
+    for (int i = 0; i < rank; i++)
+        ldims[i] = gdims[i] / nshards[i];
+    for (int i = last; i >= 0; i--) {
+        gstride[i] = stride;
+        stride *= gdims[i];
+    }
+    int64_t rows = 1;
+    for (int i = 0; i < last; i++)
+        rows *= ldims[i];
+    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, goff = index[last] * ldims[last];
+        for (int i = last - 1; i >= 0; i--) {
+            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
+            rem /= ldims[i];
+        }
+        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+    }
+}
+
+/* The size of one block of a split output (every block is the same size). */
+static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)(gdims[i] / nshards[i]);
+    return n;
+}
+
+#if !defined(O2S_CUDA)
+/* --out of an output that stays split over the ranks: rank 0 assembles the
+ * whole tensor from one copy of every block, once, after the run. Rank r
+ * holds block index[r * rank + i] along dim i; sender[r] is 0 for a rank
+ * whose block another rank already sends (a copy over an axis the layout
+ * does not use). Point to point, in pieces MPI's int counts can hold.
+ * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+    if (RANK != 0) {
+        for (size_t off = 0; sender[RANK] && off < block; off += piece) {
+            size_t n = block - off < piece ? block - off : piece;
+            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD), what);
+        }
+        return NULL;
+    }
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+        if (r != 0) {
+            for (size_t off = 0; off < block; off += piece) {
+                size_t n = block - off < piece ? block - off : piece;
+                CHECK_MPI_WATCHED(MPI_Recv(stage + off, (int)n, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                  what);
+            }
+            src = stage;
+        }
+        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    free(stage);
+    return out;
+}
+#endif
+
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
 static inline uint64_t rt_fnv1a(const unsigned char *p, size_t n)
@@ -1111,6 +1190,56 @@ static inline void rt_barrier(const char *what)
 #else
     (void)what;
 #endif
+}
+
+/* --out of an output that stays split over the ranks (see the C target's
+ * rt_gather_output): rank 0 receives one copy of every block from the
+ * device of the rank holding it, over NCCL on the world communicator (so
+ * it works built with MPI=0 too), and assembles the whole tensor on the
+ * host. `local` is a device pointer. Returns the tensor on rank 0 (the
+ * caller frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+                                     const int64_t *index, const unsigned char *sender, size_t elsize,
+                                     const char *name)
+{
+    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize);
+    char what[320];
+    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+#if WORLD > 1
+    if (RANK != 0) {
+        if (sender[RANK]) {
+            CHECK_NCCL(ncclSend(local, block, ncclChar, 0, g_nccl[0], g_comm));
+            rt_cuda_sync(g_comm, what);
+        }
+        return NULL;
+    }
+#endif
+    size_t whole = block;
+    for (int i = 0; i < rank; i++)
+        whole *= (size_t)nshards[i];
+    unsigned char *out = (unsigned char *)rt_alloc(whole), *host = (unsigned char *)rt_alloc(block);
+    void *stage = NULL;
+#if WORLD > 1
+    CHECK_CUDA(cudaMalloc(&stage, block ? block : 64));
+#endif
+    for (int r = 0; r < WORLD; r++) {
+        if (!sender[r])
+            continue;
+        const void *src = local;
+#if WORLD > 1
+        if (r != 0) {
+            CHECK_NCCL(ncclRecv(stage, block, ncclChar, r, g_nccl[0], g_comm));
+            rt_cuda_sync(g_comm, what);
+            src = stage;
+        }
+#endif
+        CHECK_CUDA(cudaMemcpy(host, src, block, cudaMemcpyDeviceToHost));
+        rt_put_block(out, host, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+    }
+    if (stage)
+        CHECK_CUDA(cudaFree(stage));
+    free(host);
+    return out;
 }
 
 static inline void rt_launch_finish(void)
@@ -1899,51 +2028,50 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [138, 138]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
 #define B_l1_out ((float *)(g_arena + 65536)) /* 4096 bytes, live [138, 142]: l1_out local [1, 16, 64], [dp,_,_] */
 #define B_lnf ((float *)(g_arena + 81920)) /* 4096 bytes, live [142, 144]: lnf local [1, 16, 64], [dp,_,_] */
-#define B_logits ((float *)(g_arena + 65536)) /* 16384 bytes, live [144, 146]: logits local [1, 16, 256], [dp,_,_] */
+#define B_logits ((float *)(g_arena + 65536)) /* 16384 bytes, live [144, 145]: logits local [1, 16, 256], [dp,_,_] */
 #define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [51, 56]: l0_o_mm local [1, 16, 64], [dp,_,_] */
 #define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [70, 75]: l0_fc2 local [1, 16, 64], [dp,_,_] */
 #define B_l1_o_mm_r2_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [114, 119]: l1_o_mm local [1, 16, 64], [dp,_,_] */
 #define B_l1_fc2_r3_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [133, 138]: l1_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_logits_r4_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [145, 147]: logits local [2, 16, 256], [_,_,_] */
-#define B_tok_emb_r5_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [0, 4]: tok_emb local [256, 64], [_,_] */
-#define B_pos_emb_r6_s0 ((float *)(g_arena + 69632)) /* 4096 bytes, live [1, 9]: pos_emb local [16, 64], [_,_] */
-#define B_pos_ids_r7_s0 ((int64_t *)(g_arena + 73728)) /* 128 bytes, live [2, 9]: pos_ids local [16], [_] */
-#define B_causal_r8_s0 ((unsigned char *)(g_arena + 61952)) /* 256 bytes, live [32, 106]: causal local [16, 16], [_,_] */
-#define B_l0_ln1_g_r9_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [5, 14]: l0_ln1_g local [64], [_] */
-#define B_l0_ln1_b_r10_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [6, 14]: l0_ln1_b local [64], [_] */
-#define B_l0_ln2_g_r11_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [52, 60]: l0_ln2_g local [64], [_] */
-#define B_l0_ln2_b_r12_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [53, 60]: l0_ln2_b local [64], [_] */
-#define B_l0_Wq_r13_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [11, 17]: l0_Wq local [64, 32], [_,tp] */
-#define B_l0_bq_r14_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [15, 20]: l0_bq local [32], [tp] */
-#define B_l0_Wk_r15_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [18, 24]: l0_Wk local [64, 32], [_,tp] */
-#define B_l0_bk_r16_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [22, 27]: l0_bk local [32], [tp] */
-#define B_l0_Wv_r17_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 31]: l0_Wv local [64, 32], [_,tp] */
-#define B_l0_bv_r18_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [29, 34]: l0_bv local [32], [tp] */
-#define B_l0_Wo_r19_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [41, 50]: l0_Wo local [32, 64], [tp,_] */
-#define B_l0_bo_r20_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [48, 56]: l0_bo local [64], [_] */
-#define B_l0_W1_r21_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [57, 63]: l0_W1 local [64, 128], [_,tp] */
-#define B_l0_b1_r22_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [61, 66]: l0_b1 local [128], [tp] */
-#define B_l0_W2_r23_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [64, 69]: l0_W2 local [128, 64], [tp,_] */
-#define B_l0_b2_r24_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [67, 75]: l0_b2 local [64], [_] */
-#define B_l1_ln1_g_r25_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [71, 79]: l1_ln1_g local [64], [_] */
-#define B_l1_ln1_b_r26_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [72, 79]: l1_ln1_b local [64], [_] */
-#define B_l1_ln2_g_r27_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [115, 123]: l1_ln2_g local [64], [_] */
-#define B_l1_ln2_b_r28_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [116, 123]: l1_ln2_b local [64], [_] */
-#define B_l1_Wq_r29_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [76, 82]: l1_Wq local [64, 32], [_,tp] */
-#define B_l1_bq_r30_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [80, 85]: l1_bq local [32], [tp] */
-#define B_l1_Wk_r31_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [83, 89]: l1_Wk local [64, 32], [_,tp] */
-#define B_l1_bk_r32_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [87, 92]: l1_bk local [32], [tp] */
-#define B_l1_Wv_r33_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [90, 96]: l1_Wv local [64, 32], [_,tp] */
-#define B_l1_bv_r34_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [94, 99]: l1_bv local [32], [tp] */
-#define B_l1_Wo_r35_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [97, 113]: l1_Wo local [32, 64], [tp,_] */
-#define B_l1_bo_r36_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [111, 119]: l1_bo local [64], [_] */
-#define B_l1_W1_r37_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [120, 126]: l1_W1 local [64, 128], [_,tp] */
-#define B_l1_b1_r38_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [124, 129]: l1_b1 local [128], [tp] */
-#define B_l1_W2_r39_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [127, 132]: l1_W2 local [128, 64], [tp,_] */
-#define B_l1_b2_r40_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [130, 138]: l1_b2 local [64], [_] */
-#define B_lnf_g_r41_s0 ((float *)(g_arena + 69632)) /* 256 bytes, live [134, 142]: lnf_g local [64], [_] */
-#define B_lnf_b_r42_s0 ((float *)(g_arena + 69888)) /* 256 bytes, live [135, 142]: lnf_b local [64], [_] */
-#define B_lm_head_r43_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [139, 144]: lm_head local [64, 256], [_,_] */
+#define B_tok_emb_r4_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [0, 4]: tok_emb local [256, 64], [_,_] */
+#define B_pos_emb_r5_s0 ((float *)(g_arena + 69632)) /* 4096 bytes, live [1, 9]: pos_emb local [16, 64], [_,_] */
+#define B_pos_ids_r6_s0 ((int64_t *)(g_arena + 73728)) /* 128 bytes, live [2, 9]: pos_ids local [16], [_] */
+#define B_causal_r7_s0 ((unsigned char *)(g_arena + 61952)) /* 256 bytes, live [32, 106]: causal local [16, 16], [_,_] */
+#define B_l0_ln1_g_r8_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [5, 14]: l0_ln1_g local [64], [_] */
+#define B_l0_ln1_b_r9_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [6, 14]: l0_ln1_b local [64], [_] */
+#define B_l0_ln2_g_r10_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [52, 60]: l0_ln2_g local [64], [_] */
+#define B_l0_ln2_b_r11_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [53, 60]: l0_ln2_b local [64], [_] */
+#define B_l0_Wq_r12_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [11, 17]: l0_Wq local [64, 32], [_,tp] */
+#define B_l0_bq_r13_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [15, 20]: l0_bq local [32], [tp] */
+#define B_l0_Wk_r14_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [18, 24]: l0_Wk local [64, 32], [_,tp] */
+#define B_l0_bk_r15_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [22, 27]: l0_bk local [32], [tp] */
+#define B_l0_Wv_r16_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 31]: l0_Wv local [64, 32], [_,tp] */
+#define B_l0_bv_r17_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [29, 34]: l0_bv local [32], [tp] */
+#define B_l0_Wo_r18_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [41, 50]: l0_Wo local [32, 64], [tp,_] */
+#define B_l0_bo_r19_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [48, 56]: l0_bo local [64], [_] */
+#define B_l0_W1_r20_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [57, 63]: l0_W1 local [64, 128], [_,tp] */
+#define B_l0_b1_r21_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [61, 66]: l0_b1 local [128], [tp] */
+#define B_l0_W2_r22_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [64, 69]: l0_W2 local [128, 64], [tp,_] */
+#define B_l0_b2_r23_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [67, 75]: l0_b2 local [64], [_] */
+#define B_l1_ln1_g_r24_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [71, 79]: l1_ln1_g local [64], [_] */
+#define B_l1_ln1_b_r25_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [72, 79]: l1_ln1_b local [64], [_] */
+#define B_l1_ln2_g_r26_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [115, 123]: l1_ln2_g local [64], [_] */
+#define B_l1_ln2_b_r27_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [116, 123]: l1_ln2_b local [64], [_] */
+#define B_l1_Wq_r28_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [76, 82]: l1_Wq local [64, 32], [_,tp] */
+#define B_l1_bq_r29_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [80, 85]: l1_bq local [32], [tp] */
+#define B_l1_Wk_r30_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [83, 89]: l1_Wk local [64, 32], [_,tp] */
+#define B_l1_bk_r31_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [87, 92]: l1_bk local [32], [tp] */
+#define B_l1_Wv_r32_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [90, 96]: l1_Wv local [64, 32], [_,tp] */
+#define B_l1_bv_r33_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [94, 99]: l1_bv local [32], [tp] */
+#define B_l1_Wo_r34_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [97, 113]: l1_Wo local [32, 64], [tp,_] */
+#define B_l1_bo_r35_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [111, 119]: l1_bo local [64], [_] */
+#define B_l1_W1_r36_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [120, 126]: l1_W1 local [64, 128], [_,tp] */
+#define B_l1_b1_r37_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [124, 129]: l1_b1 local [128], [tp] */
+#define B_l1_W2_r38_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [127, 132]: l1_W2 local [128, 64], [tp,_] */
+#define B_l1_b2_r39_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [130, 138]: l1_b2 local [64], [_] */
+#define B_lnf_g_r40_s0 ((float *)(g_arena + 69632)) /* 256 bytes, live [134, 142]: lnf_g local [64], [_] */
+#define B_lnf_b_r41_s0 ((float *)(g_arena + 69888)) /* 256 bytes, live [135, 142]: lnf_b local [64], [_] */
+#define B_lm_head_r42_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [139, 144]: lm_head local [64, 256], [_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -1953,46 +2081,45 @@ static cudaEvent_t ev_ready_r0, ev_done_r0; /* reshard 0: l0_o_mm */
 static cudaEvent_t ev_ready_r1, ev_done_r1; /* reshard 1: l0_fc2 */
 static cudaEvent_t ev_ready_r2, ev_done_r2; /* reshard 2: l1_o_mm */
 static cudaEvent_t ev_ready_r3, ev_done_r3; /* reshard 3: l1_fc2 */
-static cudaEvent_t ev_ready_r4, ev_done_r4; /* reshard 4: logits */
-static cudaEvent_t ev_ready_r5, ev_done_r5; /* reshard 5: tok_emb */
-static cudaEvent_t ev_ready_r6, ev_done_r6; /* reshard 6: pos_emb */
-static cudaEvent_t ev_ready_r7, ev_done_r7; /* reshard 7: pos_ids */
-static cudaEvent_t ev_ready_r8, ev_done_r8; /* reshard 8: causal */
-static cudaEvent_t ev_ready_r9, ev_done_r9; /* reshard 9: l0_ln1_g */
-static cudaEvent_t ev_ready_r10, ev_done_r10; /* reshard 10: l0_ln1_b */
-static cudaEvent_t ev_ready_r11, ev_done_r11; /* reshard 11: l0_ln2_g */
-static cudaEvent_t ev_ready_r12, ev_done_r12; /* reshard 12: l0_ln2_b */
-static cudaEvent_t ev_ready_r13, ev_done_r13; /* reshard 13: l0_Wq */
-static cudaEvent_t ev_ready_r14, ev_done_r14; /* reshard 14: l0_bq */
-static cudaEvent_t ev_ready_r15, ev_done_r15; /* reshard 15: l0_Wk */
-static cudaEvent_t ev_ready_r16, ev_done_r16; /* reshard 16: l0_bk */
-static cudaEvent_t ev_ready_r17, ev_done_r17; /* reshard 17: l0_Wv */
-static cudaEvent_t ev_ready_r18, ev_done_r18; /* reshard 18: l0_bv */
-static cudaEvent_t ev_ready_r19, ev_done_r19; /* reshard 19: l0_Wo */
-static cudaEvent_t ev_ready_r20, ev_done_r20; /* reshard 20: l0_bo */
-static cudaEvent_t ev_ready_r21, ev_done_r21; /* reshard 21: l0_W1 */
-static cudaEvent_t ev_ready_r22, ev_done_r22; /* reshard 22: l0_b1 */
-static cudaEvent_t ev_ready_r23, ev_done_r23; /* reshard 23: l0_W2 */
-static cudaEvent_t ev_ready_r24, ev_done_r24; /* reshard 24: l0_b2 */
-static cudaEvent_t ev_ready_r25, ev_done_r25; /* reshard 25: l1_ln1_g */
-static cudaEvent_t ev_ready_r26, ev_done_r26; /* reshard 26: l1_ln1_b */
-static cudaEvent_t ev_ready_r27, ev_done_r27; /* reshard 27: l1_ln2_g */
-static cudaEvent_t ev_ready_r28, ev_done_r28; /* reshard 28: l1_ln2_b */
-static cudaEvent_t ev_ready_r29, ev_done_r29; /* reshard 29: l1_Wq */
-static cudaEvent_t ev_ready_r30, ev_done_r30; /* reshard 30: l1_bq */
-static cudaEvent_t ev_ready_r31, ev_done_r31; /* reshard 31: l1_Wk */
-static cudaEvent_t ev_ready_r32, ev_done_r32; /* reshard 32: l1_bk */
-static cudaEvent_t ev_ready_r33, ev_done_r33; /* reshard 33: l1_Wv */
-static cudaEvent_t ev_ready_r34, ev_done_r34; /* reshard 34: l1_bv */
-static cudaEvent_t ev_ready_r35, ev_done_r35; /* reshard 35: l1_Wo */
-static cudaEvent_t ev_ready_r36, ev_done_r36; /* reshard 36: l1_bo */
-static cudaEvent_t ev_ready_r37, ev_done_r37; /* reshard 37: l1_W1 */
-static cudaEvent_t ev_ready_r38, ev_done_r38; /* reshard 38: l1_b1 */
-static cudaEvent_t ev_ready_r39, ev_done_r39; /* reshard 39: l1_W2 */
-static cudaEvent_t ev_ready_r40, ev_done_r40; /* reshard 40: l1_b2 */
-static cudaEvent_t ev_ready_r41, ev_done_r41; /* reshard 41: lnf_g */
-static cudaEvent_t ev_ready_r42, ev_done_r42; /* reshard 42: lnf_b */
-static cudaEvent_t ev_ready_r43, ev_done_r43; /* reshard 43: lm_head */
+static cudaEvent_t ev_ready_r4, ev_done_r4; /* reshard 4: tok_emb */
+static cudaEvent_t ev_ready_r5, ev_done_r5; /* reshard 5: pos_emb */
+static cudaEvent_t ev_ready_r6, ev_done_r6; /* reshard 6: pos_ids */
+static cudaEvent_t ev_ready_r7, ev_done_r7; /* reshard 7: causal */
+static cudaEvent_t ev_ready_r8, ev_done_r8; /* reshard 8: l0_ln1_g */
+static cudaEvent_t ev_ready_r9, ev_done_r9; /* reshard 9: l0_ln1_b */
+static cudaEvent_t ev_ready_r10, ev_done_r10; /* reshard 10: l0_ln2_g */
+static cudaEvent_t ev_ready_r11, ev_done_r11; /* reshard 11: l0_ln2_b */
+static cudaEvent_t ev_ready_r12, ev_done_r12; /* reshard 12: l0_Wq */
+static cudaEvent_t ev_ready_r13, ev_done_r13; /* reshard 13: l0_bq */
+static cudaEvent_t ev_ready_r14, ev_done_r14; /* reshard 14: l0_Wk */
+static cudaEvent_t ev_ready_r15, ev_done_r15; /* reshard 15: l0_bk */
+static cudaEvent_t ev_ready_r16, ev_done_r16; /* reshard 16: l0_Wv */
+static cudaEvent_t ev_ready_r17, ev_done_r17; /* reshard 17: l0_bv */
+static cudaEvent_t ev_ready_r18, ev_done_r18; /* reshard 18: l0_Wo */
+static cudaEvent_t ev_ready_r19, ev_done_r19; /* reshard 19: l0_bo */
+static cudaEvent_t ev_ready_r20, ev_done_r20; /* reshard 20: l0_W1 */
+static cudaEvent_t ev_ready_r21, ev_done_r21; /* reshard 21: l0_b1 */
+static cudaEvent_t ev_ready_r22, ev_done_r22; /* reshard 22: l0_W2 */
+static cudaEvent_t ev_ready_r23, ev_done_r23; /* reshard 23: l0_b2 */
+static cudaEvent_t ev_ready_r24, ev_done_r24; /* reshard 24: l1_ln1_g */
+static cudaEvent_t ev_ready_r25, ev_done_r25; /* reshard 25: l1_ln1_b */
+static cudaEvent_t ev_ready_r26, ev_done_r26; /* reshard 26: l1_ln2_g */
+static cudaEvent_t ev_ready_r27, ev_done_r27; /* reshard 27: l1_ln2_b */
+static cudaEvent_t ev_ready_r28, ev_done_r28; /* reshard 28: l1_Wq */
+static cudaEvent_t ev_ready_r29, ev_done_r29; /* reshard 29: l1_bq */
+static cudaEvent_t ev_ready_r30, ev_done_r30; /* reshard 30: l1_Wk */
+static cudaEvent_t ev_ready_r31, ev_done_r31; /* reshard 31: l1_bk */
+static cudaEvent_t ev_ready_r32, ev_done_r32; /* reshard 32: l1_Wv */
+static cudaEvent_t ev_ready_r33, ev_done_r33; /* reshard 33: l1_bv */
+static cudaEvent_t ev_ready_r34, ev_done_r34; /* reshard 34: l1_Wo */
+static cudaEvent_t ev_ready_r35, ev_done_r35; /* reshard 35: l1_bo */
+static cudaEvent_t ev_ready_r36, ev_done_r36; /* reshard 36: l1_W1 */
+static cudaEvent_t ev_ready_r37, ev_done_r37; /* reshard 37: l1_b1 */
+static cudaEvent_t ev_ready_r38, ev_done_r38; /* reshard 38: l1_W2 */
+static cudaEvent_t ev_ready_r39, ev_done_r39; /* reshard 39: l1_b2 */
+static cudaEvent_t ev_ready_r40, ev_done_r40; /* reshard 40: lnf_g */
+static cudaEvent_t ev_ready_r41, ev_done_r41; /* reshard 41: lnf_b */
+static cudaEvent_t ev_ready_r42, ev_done_r42; /* reshard 42: lm_head */
 
 static void init_comms(void)
 {
@@ -2090,8 +2217,6 @@ static void init_comms(void)
     CHECK_CUDA(cudaEventCreateWithFlags(&ev_done_r41, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&ev_ready_r42, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&ev_done_r42, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventCreateWithFlags(&ev_ready_r43, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventCreateWithFlags(&ev_done_r43, cudaEventDisableTiming));
     CHECK_NCCL(ncclCommSplit(world, 1, 1, &comm_tp, NULL));
     g_nccl[g_nnccl++] = comm_tp;
     CHECK_NCCL(ncclCommSplit(world, 1, 1, &comm_dp, NULL));
@@ -2103,205 +2228,205 @@ static void init_comms(void)
 
 static void forward(void)
 {
-    /* start reshard 5 of tok_emb: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 4 of tok_emb: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "(start)";
     /* all-gather of tok_emb over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r5, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r5, 0));
-    CHECK_NCCL(ncclAllGather(W_tok_emb, B_tok_emb_r5_s0, 8192, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r5, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r4, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r4, 0));
+    CHECK_NCCL(ncclAllGather(W_tok_emb, B_tok_emb_r4_s0, 8192, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r4, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 6 of pos_emb: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 5 of pos_emb: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "embed_tokens";
     /* all-gather of pos_emb over dp: [dp,_] -> [_,_], 2048 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r6, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r6, 0));
-    CHECK_NCCL(ncclAllGather(W_pos_emb, B_pos_emb_r6_s0, 512, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r6, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r5, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r5, 0));
+    CHECK_NCCL(ncclAllGather(W_pos_emb, B_pos_emb_r5_s0, 512, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r5, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 7 of pos_ids: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 6 of pos_ids: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "embed_tokens";
     /* all-gather of pos_ids over dp: [dp] -> [_], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r7, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r7, 0));
-    CHECK_NCCL(ncclAllGather(W_pos_ids, B_pos_ids_r7_s0, 8, ncclInt64, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r7, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r6, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r6, 0));
+    CHECK_NCCL(ncclAllGather(W_pos_ids, B_pos_ids_r6_s0, 8, ncclInt64, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r6, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 5 of tok_emb here: embed_tokens is its first reader */
+    /* wait for reshard 4 of tok_emb here: embed_tokens is its first reader */
     rt_node = "embed_tokens";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r5, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r4, 0));
 
     /* node "embed_tokens" (Gather)
      *   tok: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "embed_tokens";
-    k_gather(B_tok, B_tok_emb_r5_s0, I_tokens, 16, 4, 1, 256, 64, 0, 256);
+    k_gather(B_tok, B_tok_emb_r4_s0, I_tokens, 16, 4, 1, 256, 64, 0, 256);
 
-    /* start reshard 9 of l0_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 8 of l0_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "embed_positions";
     /* all-gather of l0_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r9, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r9, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_ln1_g, B_l0_ln1_g_r9_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r9, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r8, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r8, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_ln1_g, B_l0_ln1_g_r8_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r8, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 10 of l0_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 9 of l0_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "embed_positions";
     /* all-gather of l0_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r10, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r10, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_ln1_b, B_l0_ln1_b_r10_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r10, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r9, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r9, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_ln1_b, B_l0_ln1_b_r9_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r9, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 6 of pos_emb here: embed_positions is its first reader */
+    /* wait for reshard 5 of pos_emb here: embed_positions is its first reader */
+    rt_node = "embed_positions";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r5, 0));
+
+    /* wait for reshard 6 of pos_ids here: embed_positions is its first reader */
     rt_node = "embed_positions";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r6, 0));
-
-    /* wait for reshard 7 of pos_ids here: embed_positions is its first reader */
-    rt_node = "embed_positions";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r7, 0));
 
     /* node "embed_positions" (Gather)
      *   pos: local [16, 64] of [16, 64], [_,_] */
     rt_node = "embed_positions";
-    k_gather(B_pos, B_pos_emb_r6_s0, B_pos_ids_r7_s0, 16, 4, 1, 16, 64, 0, 16);
+    k_gather(B_pos, B_pos_emb_r5_s0, B_pos_ids_r6_s0, 16, 4, 1, 16, 64, 0, 16);
 
     /* node "embed_sum" (Add)
      *   h0: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "embed_sum";
     k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
-    /* start reshard 13 of l0_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 12 of l0_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln1";
     /* all-gather of l0_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r13, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r13, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_Wq, B_l0_Wq_r13_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r13, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r12, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r12, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_Wq, B_l0_Wq_r12_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r12, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 9 of l0_ln1_g here: l0_ln1 is its first reader */
+    /* wait for reshard 8 of l0_ln1_g here: l0_ln1 is its first reader */
+    rt_node = "l0_ln1";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r8, 0));
+
+    /* wait for reshard 9 of l0_ln1_b here: l0_ln1 is its first reader */
     rt_node = "l0_ln1";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r9, 0));
-
-    /* wait for reshard 10 of l0_ln1_b here: l0_ln1 is its first reader */
-    rt_node = "l0_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r10, 0));
 
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_ln1";
-    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r9_s0, B_l0_ln1_b_r10_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r8_s0, B_l0_ln1_b_r9_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 14 of l0_bq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 13 of l0_bq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_proj";
     /* all-gather of l0_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r14, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r14, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_bq, B_l0_bq_r14_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r14, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r13, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r13, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_bq, B_l0_bq_r13_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r13, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 13 of l0_Wq here: l0_q_proj is its first reader */
+    /* wait for reshard 12 of l0_Wq here: l0_q_proj is its first reader */
     rt_node = "l0_q_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r13, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r12, 0));
 
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_q_proj";
-    k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r13_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r12_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 15 of l0_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 14 of l0_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_bias";
     /* all-gather of l0_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r15, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r15, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_Wk, B_l0_Wk_r15_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r15, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r14, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r14, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_Wk, B_l0_Wk_r14_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r14, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 14 of l0_bq here: l0_q_bias is its first reader */
+    /* wait for reshard 13 of l0_bq here: l0_q_bias is its first reader */
     rt_node = "l0_q_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r14, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r13, 0));
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_q_bias";
-    k_arith_f32(0, B_l0_q, B_l0_q_mm, B_l0_bq_r14_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l0_q, B_l0_q_mm, B_l0_bq_r13_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l0_q_split_heads";
     k_copy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
 
-    /* start reshard 16 of l0_bk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 15 of l0_bk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_k_proj";
     /* all-gather of l0_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r16, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r16, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_bk, B_l0_bk_r16_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r16, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r15, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r15, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_bk, B_l0_bk_r15_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r15, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 15 of l0_Wk here: l0_k_proj is its first reader */
+    /* wait for reshard 14 of l0_Wk here: l0_k_proj is its first reader */
     rt_node = "l0_k_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r15, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r14, 0));
 
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_k_proj";
-    k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r15_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r14_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 17 of l0_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 16 of l0_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_k_bias";
     /* all-gather of l0_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r17, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r17, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_Wv, B_l0_Wv_r17_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r17, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r16, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r16, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_Wv, B_l0_Wv_r16_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r16, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 16 of l0_bk here: l0_k_bias is its first reader */
+    /* wait for reshard 15 of l0_bk here: l0_k_bias is its first reader */
     rt_node = "l0_k_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r16, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r15, 0));
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_k_bias";
-    k_arith_f32(0, B_l0_k, B_l0_k_mm, B_l0_bk_r16_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l0_k, B_l0_k_mm, B_l0_bk_r15_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l0_k_split_heads";
     k_copy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
 
-    /* start reshard 18 of l0_bv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 17 of l0_bv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_v_proj";
     /* all-gather of l0_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r18, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r18, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_bv, B_l0_bv_r18_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r18, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r17, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r17, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_bv, B_l0_bv_r17_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r17, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 17 of l0_Wv here: l0_v_proj is its first reader */
+    /* wait for reshard 16 of l0_Wv here: l0_v_proj is its first reader */
     rt_node = "l0_v_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r17, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r16, 0));
 
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_v_proj";
-    k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r17_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r16_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 8 of causal: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 7 of causal: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_v_bias";
     /* all-gather of causal over dp: [dp,_] -> [_,_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r8, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r8, 0));
-    CHECK_NCCL(ncclAllGather(W_causal, B_causal_r8_s0, 128, ncclUint8, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r8, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r7, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r7, 0));
+    CHECK_NCCL(ncclAllGather(W_causal, B_causal_r7_s0, 128, ncclUint8, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r7, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 18 of l0_bv here: l0_v_bias is its first reader */
+    /* wait for reshard 17 of l0_bv here: l0_v_bias is its first reader */
     rt_node = "l0_v_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r18, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r17, 0));
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l0_v_bias";
-    k_arith_f32(0, B_l0_v, B_l0_v_mm, B_l0_bv_r18_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l0_v, B_l0_v_mm, B_l0_bv_r17_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -2345,17 +2470,17 @@ static void forward(void)
     rt_node = "l0_qk_scale";
     k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
-    /* start reshard 19 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 18 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_causal_mask";
     /* all-gather of l0_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r19, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r19, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_Wo, B_l0_Wo_r19_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r19, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r18, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r18, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_Wo, B_l0_Wo_r18_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r18, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 8 of causal here: l0_causal_mask is its first reader */
+    /* wait for reshard 7 of causal here: l0_causal_mask is its first reader */
     rt_node = "l0_causal_mask";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r8, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r7, 0));
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -2365,7 +2490,7 @@ static void forward(void)
         static const int64_t sc[] = {0, 0, 16, 1};
         static const int64_t sx[] = {512, 256, 16, 1};
         static const int64_t sz[] = {0, 0, 0, 0};
-        k_where(B_l0_scores_m, B_causal_r8_s0, B_l0_scores, W_neg_inf, 4, 4, dims, sc, sx, sz);
+        k_where(B_l0_scores_m, B_causal_r7_s0, B_l0_scores, W_neg_inf, 4, 4, dims, sc, sx, sz);
     }
 
     /* node "l0_softmax" (Softmax)
@@ -2392,22 +2517,22 @@ static void forward(void)
     rt_node = "l0_merge_heads";
     k_copy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
 
-    /* start reshard 20 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 19 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_o_proj";
     /* all-gather of l0_bo over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r20, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r20, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_bo, B_l0_bo_r20_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r20, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r19, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r19, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_bo, B_l0_bo_r19_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r19, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 19 of l0_Wo here: l0_o_proj is its first reader */
+    /* wait for reshard 18 of l0_Wo here: l0_o_proj is its first reader */
     rt_node = "l0_o_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r19, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r18, 0));
 
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_node = "l0_o_proj";
-    k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, B_l0_Wo_r19_s0, 1, 16, 32, 64, 0, 0);
+    k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, B_l0_Wo_r18_s0, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -2417,108 +2542,108 @@ static void forward(void)
     CHECK_NCCL(ncclAllReduce(B_l0_o_mm, B_l0_o_mm_r0_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     CHECK_CUDA(cudaEventRecord(ev_done_r0, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 11 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 10 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_o_bias";
     /* all-gather of l0_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r11, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r11, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_ln2_g, B_l0_ln2_g_r11_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r11, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r10, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r10, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_ln2_g, B_l0_ln2_g_r10_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r10, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 12 of l0_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 11 of l0_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_o_bias";
     /* all-gather of l0_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r12, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r12, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_ln2_b, B_l0_ln2_b_r12_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r12, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r11, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r11, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_ln2_b, B_l0_ln2_b_r11_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r11, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 0 of l0_o_mm here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r0, 0));
 
-    /* wait for reshard 20 of l0_bo here: l0_o_bias is its first reader */
+    /* wait for reshard 19 of l0_bo here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r20, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r19, 0));
 
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual1";
     /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
-    k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, B_l0_bo_r20_s0, B_h0, 16, 64);
+    k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, B_l0_bo_r19_s0, B_h0, 16, 64);
 
-    /* start reshard 21 of l0_W1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 20 of l0_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln2";
     /* all-gather of l0_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r21, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r21, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_W1, B_l0_W1_r21_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r21, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r20, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r20, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_W1, B_l0_W1_r20_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r20, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 11 of l0_ln2_g here: l0_ln2 is its first reader */
+    /* wait for reshard 10 of l0_ln2_g here: l0_ln2 is its first reader */
+    rt_node = "l0_ln2";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r10, 0));
+
+    /* wait for reshard 11 of l0_ln2_b here: l0_ln2 is its first reader */
     rt_node = "l0_ln2";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r11, 0));
-
-    /* wait for reshard 12 of l0_ln2_b here: l0_ln2 is its first reader */
-    rt_node = "l0_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r12, 0));
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_ln2";
-    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r11_s0, B_l0_ln2_b_r12_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r10_s0, B_l0_ln2_b_r11_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 22 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 21 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1";
     /* all-gather of l0_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r22, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r22, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_b1, B_l0_b1_r22_s0, 64, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r22, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r21, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r21, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_b1, B_l0_b1_r21_s0, 64, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r21, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 21 of l0_W1 here: l0_fc1 is its first reader */
+    /* wait for reshard 20 of l0_W1 here: l0_fc1 is its first reader */
     rt_node = "l0_fc1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r21, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r20, 0));
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_node = "l0_fc1";
-    k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r21_s0, 1, 16, 64, 128, 0, 0);
+    k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r20_s0, 1, 16, 64, 128, 0, 0);
 
-    /* start reshard 23 of l0_W2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 22 of l0_W2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1_bias";
     /* all-gather of l0_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r23, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r23, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_W2, B_l0_W2_r23_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r23, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r22, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r22, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_W2, B_l0_W2_r22_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r22, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 22 of l0_b1 here: l0_fc1_bias is its first reader */
+    /* wait for reshard 21 of l0_b1 here: l0_fc1_bias is its first reader */
     rt_node = "l0_fc1_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r22, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r21, 0));
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_node = "l0_gelu";
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l0_act, B_l0_fc1, B_l0_b1_r22_s0, 16, 128);
+    k_bias_act_f32(5, B_l0_act, B_l0_fc1, B_l0_b1_r21_s0, 16, 128);
 
-    /* start reshard 24 of l0_b2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 23 of l0_b2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2";
     /* all-gather of l0_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r24, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r24, 0));
-    CHECK_NCCL(ncclAllGather(W_l0_b2, B_l0_b2_r24_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r24, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r23, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r23, 0));
+    CHECK_NCCL(ncclAllGather(W_l0_b2, B_l0_b2_r23_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r23, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 23 of l0_W2 here: l0_fc2 is its first reader */
+    /* wait for reshard 22 of l0_W2 here: l0_fc2 is its first reader */
     rt_node = "l0_fc2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r23, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r22, 0));
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_node = "l0_fc2";
-    k_matmul_f32(B_l0_fc2, B_l0_act, B_l0_W2_r23_s0, 1, 16, 128, 64, 0, 0);
+    k_matmul_f32(B_l0_fc2, B_l0_act, B_l0_W2_r22_s0, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -2528,168 +2653,168 @@ static void forward(void)
     CHECK_NCCL(ncclAllReduce(B_l0_fc2, B_l0_fc2_r1_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     CHECK_CUDA(cudaEventRecord(ev_done_r1, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 25 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 24 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2_bias";
     /* all-gather of l1_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r25, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r25, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_ln1_g, B_l1_ln1_g_r25_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r25, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r24, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r24, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_ln1_g, B_l1_ln1_g_r24_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r24, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 26 of l1_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 25 of l1_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2_bias";
     /* all-gather of l1_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r26, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r26, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_ln1_b, B_l1_ln1_b_r26_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r26, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r25, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r25, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_ln1_b, B_l1_ln1_b_r25_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r25, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 1 of l0_fc2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r1, 0));
 
-    /* wait for reshard 24 of l0_b2 here: l0_fc2_bias is its first reader */
+    /* wait for reshard 23 of l0_b2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r24, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r23, 0));
 
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l0_residual2";
     /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
-    k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, B_l0_b2_r24_s0, B_l0_res1, 16, 64);
+    k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, B_l0_b2_r23_s0, B_l0_res1, 16, 64);
 
-    /* start reshard 29 of l1_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 28 of l1_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_ln1";
     /* all-gather of l1_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r29, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r29, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_Wq, B_l1_Wq_r29_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r29, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r28, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r28, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_Wq, B_l1_Wq_r28_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r28, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 25 of l1_ln1_g here: l1_ln1 is its first reader */
+    /* wait for reshard 24 of l1_ln1_g here: l1_ln1 is its first reader */
+    rt_node = "l1_ln1";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r24, 0));
+
+    /* wait for reshard 25 of l1_ln1_b here: l1_ln1 is its first reader */
     rt_node = "l1_ln1";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r25, 0));
-
-    /* wait for reshard 26 of l1_ln1_b here: l1_ln1 is its first reader */
-    rt_node = "l1_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r26, 0));
 
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_ln1";
-    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r25_s0, B_l1_ln1_b_r26_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r24_s0, B_l1_ln1_b_r25_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 30 of l1_bq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 29 of l1_bq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_proj";
     /* all-gather of l1_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r30, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r30, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_bq, B_l1_bq_r30_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r30, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r29, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r29, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_bq, B_l1_bq_r29_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r29, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 29 of l1_Wq here: l1_q_proj is its first reader */
+    /* wait for reshard 28 of l1_Wq here: l1_q_proj is its first reader */
     rt_node = "l1_q_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r29, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r28, 0));
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_q_proj";
-    k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r29_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r28_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 31 of l1_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 30 of l1_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_bias";
     /* all-gather of l1_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r31, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r31, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_Wk, B_l1_Wk_r31_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r31, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r30, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r30, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_Wk, B_l1_Wk_r30_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r30, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 30 of l1_bq here: l1_q_bias is its first reader */
+    /* wait for reshard 29 of l1_bq here: l1_q_bias is its first reader */
     rt_node = "l1_q_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r30, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r29, 0));
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_q_bias";
-    k_arith_f32(0, B_l1_q, B_l1_q_mm, B_l1_bq_r30_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l1_q, B_l1_q_mm, B_l1_bq_r29_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l1_q_split_heads";
     k_copy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
 
-    /* start reshard 32 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 31 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_k_proj";
     /* all-gather of l1_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r32, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r32, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_bk, B_l1_bk_r32_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r32, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r31, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r31, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_bk, B_l1_bk_r31_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r31, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 31 of l1_Wk here: l1_k_proj is its first reader */
+    /* wait for reshard 30 of l1_Wk here: l1_k_proj is its first reader */
     rt_node = "l1_k_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r31, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r30, 0));
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_k_proj";
-    k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r31_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r30_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 33 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 32 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_k_bias";
     /* all-gather of l1_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r33, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r33, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_Wv, B_l1_Wv_r33_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r33, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r32, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r32, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_Wv, B_l1_Wv_r32_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r32, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 32 of l1_bk here: l1_k_bias is its first reader */
+    /* wait for reshard 31 of l1_bk here: l1_k_bias is its first reader */
     rt_node = "l1_k_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r32, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r31, 0));
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_k_bias";
-    k_arith_f32(0, B_l1_k, B_l1_k_mm, B_l1_bk_r32_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l1_k, B_l1_k_mm, B_l1_bk_r31_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_node = "l1_k_split_heads";
     k_copy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
 
-    /* start reshard 34 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 33 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_v_proj";
     /* all-gather of l1_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r34, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r34, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_bv, B_l1_bv_r34_s0, 16, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r34, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r33, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r33, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_bv, B_l1_bv_r33_s0, 16, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r33, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 33 of l1_Wv here: l1_v_proj is its first reader */
+    /* wait for reshard 32 of l1_Wv here: l1_v_proj is its first reader */
     rt_node = "l1_v_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r33, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r32, 0));
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_v_proj";
-    k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r33_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r32_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 35 of l1_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 34 of l1_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_v_bias";
     /* all-gather of l1_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r35, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r35, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_Wo, B_l1_Wo_r35_s0, 1024, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r35, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r34, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r34, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_Wo, B_l1_Wo_r34_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r34, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 34 of l1_bv here: l1_v_bias is its first reader */
+    /* wait for reshard 33 of l1_bv here: l1_v_bias is its first reader */
     rt_node = "l1_v_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r34, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r33, 0));
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_node = "l1_v_bias";
-    k_arith_f32(0, B_l1_v, B_l1_v_mm, B_l1_bv_r34_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(0, B_l1_v, B_l1_v_mm, B_l1_bv_r33_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -2741,7 +2866,7 @@ static void forward(void)
         static const int64_t sc[] = {0, 0, 16, 1};
         static const int64_t sx[] = {512, 256, 16, 1};
         static const int64_t sz[] = {0, 0, 0, 0};
-        k_where(B_l1_scores_m, B_causal_r8_s0, B_l1_scores, W_neg_inf, 4, 4, dims, sc, sx, sz);
+        k_where(B_l1_scores_m, B_causal_r7_s0, B_l1_scores, W_neg_inf, 4, 4, dims, sc, sx, sz);
     }
 
     /* node "l1_softmax" (Softmax)
@@ -2768,22 +2893,22 @@ static void forward(void)
     rt_node = "l1_merge_heads";
     k_copy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
 
-    /* start reshard 36 of l1_bo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 35 of l1_bo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_o_proj";
     /* all-gather of l1_bo over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r36, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r36, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_bo, B_l1_bo_r36_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r36, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r35, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r35, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_bo, B_l1_bo_r35_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r35, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 35 of l1_Wo here: l1_o_proj is its first reader */
+    /* wait for reshard 34 of l1_Wo here: l1_o_proj is its first reader */
     rt_node = "l1_o_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r35, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r34, 0));
 
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_node = "l1_o_proj";
-    k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, B_l1_Wo_r35_s0, 1, 16, 32, 64, 0, 0);
+    k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, B_l1_Wo_r34_s0, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -2793,108 +2918,108 @@ static void forward(void)
     CHECK_NCCL(ncclAllReduce(B_l1_o_mm, B_l1_o_mm_r2_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     CHECK_CUDA(cudaEventRecord(ev_done_r2, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 27 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 26 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_o_bias";
     /* all-gather of l1_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r27, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r27, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_ln2_g, B_l1_ln2_g_r27_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r27, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r26, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r26, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_ln2_g, B_l1_ln2_g_r26_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r26, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 28 of l1_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 27 of l1_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_o_bias";
     /* all-gather of l1_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r28, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r28, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_ln2_b, B_l1_ln2_b_r28_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r28, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r27, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r27, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_ln2_b, B_l1_ln2_b_r27_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r27, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 2 of l1_o_mm here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r2, 0));
 
-    /* wait for reshard 36 of l1_bo here: l1_o_bias is its first reader */
+    /* wait for reshard 35 of l1_bo here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r36, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r35, 0));
 
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual1";
     /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
-    k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, B_l1_bo_r36_s0, B_l0_out, 16, 64);
+    k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, B_l1_bo_r35_s0, B_l0_out, 16, 64);
 
-    /* start reshard 37 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 36 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_ln2";
     /* all-gather of l1_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r37, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r37, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_W1, B_l1_W1_r37_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r37, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r36, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r36, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_W1, B_l1_W1_r36_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r36, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 27 of l1_ln2_g here: l1_ln2 is its first reader */
+    /* wait for reshard 26 of l1_ln2_g here: l1_ln2 is its first reader */
+    rt_node = "l1_ln2";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r26, 0));
+
+    /* wait for reshard 27 of l1_ln2_b here: l1_ln2 is its first reader */
     rt_node = "l1_ln2";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r27, 0));
-
-    /* wait for reshard 28 of l1_ln2_b here: l1_ln2 is its first reader */
-    rt_node = "l1_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r28, 0));
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_ln2";
-    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r27_s0, B_l1_ln2_b_r28_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r26_s0, B_l1_ln2_b_r27_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 38 of l1_b1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 37 of l1_b1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_fc1";
     /* all-gather of l1_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r38, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r38, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_b1, B_l1_b1_r38_s0, 64, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r38, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r37, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r37, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_b1, B_l1_b1_r37_s0, 64, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r37, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 37 of l1_W1 here: l1_fc1 is its first reader */
+    /* wait for reshard 36 of l1_W1 here: l1_fc1 is its first reader */
     rt_node = "l1_fc1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r37, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r36, 0));
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_node = "l1_fc1";
-    k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r37_s0, 1, 16, 64, 128, 0, 0);
+    k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r36_s0, 1, 16, 64, 128, 0, 0);
 
-    /* start reshard 39 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 38 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_fc1_bias";
     /* all-gather of l1_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r39, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r39, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_W2, B_l1_W2_r39_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r39, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r38, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r38, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_W2, B_l1_W2_r38_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r38, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 38 of l1_b1 here: l1_fc1_bias is its first reader */
+    /* wait for reshard 37 of l1_b1 here: l1_fc1_bias is its first reader */
     rt_node = "l1_fc1_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r38, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r37, 0));
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_node = "l1_gelu";
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l1_act, B_l1_fc1, B_l1_b1_r38_s0, 16, 128);
+    k_bias_act_f32(5, B_l1_act, B_l1_fc1, B_l1_b1_r37_s0, 16, 128);
 
-    /* start reshard 40 of l1_b2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 39 of l1_b2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_fc2";
     /* all-gather of l1_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r40, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r40, 0));
-    CHECK_NCCL(ncclAllGather(W_l1_b2, B_l1_b2_r40_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r40, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r39, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r39, 0));
+    CHECK_NCCL(ncclAllGather(W_l1_b2, B_l1_b2_r39_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r39, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 39 of l1_W2 here: l1_fc2 is its first reader */
+    /* wait for reshard 38 of l1_W2 here: l1_fc2 is its first reader */
     rt_node = "l1_fc2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r39, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r38, 0));
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_node = "l1_fc2";
-    k_matmul_f32(B_l1_fc2, B_l1_act, B_l1_W2_r39_s0, 1, 16, 128, 64, 0, 0);
+    k_matmul_f32(B_l1_fc2, B_l1_act, B_l1_W2_r38_s0, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -2904,77 +3029,65 @@ static void forward(void)
     CHECK_NCCL(ncclAllReduce(B_l1_fc2, B_l1_fc2_r3_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     CHECK_CUDA(cudaEventRecord(ev_done_r3, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 41 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 40 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_fc2_bias";
     /* all-gather of lnf_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r41, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r41, 0));
-    CHECK_NCCL(ncclAllGather(W_lnf_g, B_lnf_g_r41_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r41, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r40, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r40, 0));
+    CHECK_NCCL(ncclAllGather(W_lnf_g, B_lnf_g_r40_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r40, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 42 of lnf_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 41 of lnf_b: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_fc2_bias";
     /* all-gather of lnf_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r42, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r42, 0));
-    CHECK_NCCL(ncclAllGather(W_lnf_b, B_lnf_b_r42_s0, 32, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r42, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r41, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r41, 0));
+    CHECK_NCCL(ncclAllGather(W_lnf_b, B_lnf_b_r41_s0, 32, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r41, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 3 of l1_fc2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r3, 0));
 
-    /* wait for reshard 40 of l1_b2 here: l1_fc2_bias is its first reader */
+    /* wait for reshard 39 of l1_b2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r40, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r39, 0));
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "l1_residual2";
     /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
-    k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, B_l1_b2_r40_s0, B_l1_res1, 16, 64);
+    k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, B_l1_b2_r39_s0, B_l1_res1, 16, 64);
 
-    /* start reshard 43 of lm_head: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 42 of lm_head: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "ln_f";
     /* all-gather of lm_head over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r43, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r43, 0));
-    CHECK_NCCL(ncclAllGather(W_lm_head, B_lm_head_r43_s0, 8192, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r43, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r42, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r42, 0));
+    CHECK_NCCL(ncclAllGather(W_lm_head, B_lm_head_r42_s0, 8192, ncclFloat32, comm_dp, g_comm));
+    CHECK_CUDA(cudaEventRecord(ev_done_r42, g_comm)); /* compute waits on this at the first reader */
 
-    /* wait for reshard 41 of lnf_g here: ln_f is its first reader */
+    /* wait for reshard 40 of lnf_g here: ln_f is its first reader */
+    rt_node = "ln_f";
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r40, 0));
+
+    /* wait for reshard 41 of lnf_b here: ln_f is its first reader */
     rt_node = "ln_f";
     CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r41, 0));
-
-    /* wait for reshard 42 of lnf_b here: ln_f is its first reader */
-    rt_node = "ln_f";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r42, 0));
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_node = "ln_f";
-    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, B_lnf_g_r41_s0, B_lnf_b_r42_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, B_lnf_g_r40_s0, B_lnf_b_r41_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* wait for reshard 43 of lm_head here: lm_head is its first reader */
+    /* wait for reshard 42 of lm_head here: lm_head is its first reader */
     rt_node = "lm_head";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r43, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r42, 0));
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_node = "lm_head";
-    k_matmul_f32(B_logits, B_lnf, B_lm_head_r43_s0, 1, 16, 64, 256, 0, 0);
-
-    /* start reshard 4 of logits: graph outputs are replicated */
-    rt_node = "lm_head";
-    /* all-gather of logits over dp: [dp,_,_] -> [_,_,_], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r4, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r4, 0));
-    CHECK_NCCL(ncclAllGather(B_logits, B_logits_r4_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    CHECK_CUDA(cudaEventRecord(ev_done_r4, g_comm)); /* compute waits on this at the first reader */
-
-    /* wait for reshard 4 of logits here: the graph output is its first reader */
-    rt_node = "(outputs)";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r4, 0));
+    k_matmul_f32(B_logits, B_lnf, B_lm_head_r42_s0, 1, 16, 64, 256, 0, 0);
 }
 
 /* ---- main ---- */
@@ -3057,11 +3170,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "logits") == 0) {
             static const int64_t dims[] = {2, 16, 256};
-            void *host = rt_alloc(32768);
-            CHECK_CUDA(cudaMemcpy(host, B_logits_r4_s0, 32768, cudaMemcpyDeviceToHost));
-            if (RANK == 0) /* every rank holds the gathered output */
-                rt_write_npy(args.out_path[i], 1, 3, dims, host);
-            free(host);
+            /* it stays [dp,_,_] over the mesh: rank 0 gathers one copy of each block */
+            static const int64_t nshards[] = {2, 1, 1};
+            static const int64_t index[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
+            static const unsigned char sender[] = {1, 0, 1, 0};
+            void *whole = rt_gather_output(B_logits, 3, dims, nshards, index, sender, 4, "logits");
+            if (RANK == 0)
+                rt_write_npy(args.out_path[i], 1, 3, dims, whole);
+            free(whole);
             continue;
         }
         rt_die("--out %s: the model has no output of that name", args.out_name[i]);

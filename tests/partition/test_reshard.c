@@ -13,7 +13,7 @@
 
 static const char *const layouts[] = {
     "[_,_]", "[dp,_]", "[_,dp]", "[tp,_]", "[_,tp]", "[dp,tp]", "[tp,dp]", "[dp+tp,_]",
-    "[_,_] partial(dp)", "[_,_] partial(tp)",
+    "[_,_] partial(dp)", "[_,_] partial(tp)", "[_,tp+dp]",
 };
 enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
 
@@ -77,6 +77,15 @@ static int moves(const Sharding *s, Sharding *out, int *cost)
             }
         }
     }
+    if (s->partial == 3u) /* reduce-scatter over both axes onto one dim, either order */
+        for (int i = 0; i < 2; i++)
+            for (int rev = 0; rev < 2; rev++) {
+                out[n] = *s;
+                out[n].partial = 0;
+                out[n].axes[i][out[n].naxes[i]++] = (unsigned char)rev;
+                out[n].axes[i][out[n].naxes[i]++] = (unsigned char)!rev;
+                cost[n++] = 1;
+            }
     for (unsigned sub = 1; sub < 4; sub++) {
         if ((s->partial & sub) == sub) { /* all-reduce a subset */
             out[n] = *s;
@@ -177,6 +186,12 @@ static const char *const table[][3] = {
     {"[dp,tp]", "[_,_]", "all-gather:dp:128 all-gather:tp:256"},
     {"[tp,dp]", "[dp,_]", "all-gather:tp:128 all-to-all:dp:128"},
     {"[_,_]", "[_,_] partial(tp)", "partialize:tp:0"},
+    /* a sum over both axes scatters in one call over the combined group */
+    {"[_,_] partial(dp,tp)", "[dp+tp,_]", "reduce-scatter:dp+tp:384"},
+    {"[_,_] partial(dp,tp)", "[_,tp+dp]", "reduce-scatter:dp+tp:384"},
+    /* on 512 bytes latency rules: two 2-rank all-reduces (4 alpha) beat
+     * one ring over 4 ranks (6 alpha); see below for a large tensor */
+    {"[_,_] partial(dp,tp)", "[_,_]", "all-reduce:dp:512 all-reduce:tp:512"},
 };
 
 static void test_reshard_lower_table(void **st)
@@ -204,6 +219,29 @@ static void test_reshard_lower_table(void **st)
                         table[i][2]);
         assert_string_equal(got, table[i][2]);
     }
+}
+
+static void test_reshard_multi_axis_reduction_large(void **st)
+{
+    (void)st;
+    /* 4 MiB partial over dp and tp: one all-reduce over the combined group
+     * moves 6 MiB per rank, two in a row 8 MiB; one reduce-scatter over
+     * dp+tp beats two. */
+    Tensor big = {.name = "big", .dtype = DT_F32, .rank = 2, .dims = {1024, 1024}};
+    Sharding src, rep, split;
+    Reshard r;
+    parse("[_,_] partial(dp,tp)", &src);
+    parse("[_,_]", &rep);
+    parse("[dp+tp,_]", &split);
+    reshard_lower(&mesh, &big, &src, &rep, &r);
+    assert_int_equal(r.nsteps, 1);
+    assert_int_equal(r.steps[0].kind, COLL_ALL_REDUCE);
+    assert_int_equal(r.steps[0].axes, 3u);
+    reshard_lower(&mesh, &big, &src, &split, &r);
+    assert_int_equal(r.nsteps, 1);
+    assert_int_equal(r.steps[0].kind, COLL_REDUCE_SCATTER);
+    assert_int_equal(r.steps[0].axes, 3u);
+    assert_int_equal(r.bytes, 3 << 20);
 }
 
 static void test_reshard_cost_model(void **st)
@@ -257,6 +295,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reshard_lower_all_pairs_minimal),
         cmocka_unit_test(test_reshard_lower_table),
+        cmocka_unit_test(test_reshard_multi_axis_reduction_large),
         cmocka_unit_test(test_reshard_cost_model),
         cmocka_unit_test(test_sharding_parse_print_roundtrip),
     };
