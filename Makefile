@@ -168,10 +168,12 @@ generated: all
 
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all
+	@bash tools/deps.sh --xla
 	@bash bench/plan_bench.sh
 	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
 	@$(PY) bench/auto_bench.py
+	@build/venv-xla/bin/python bench/xla_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps all unit cli

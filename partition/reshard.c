@@ -56,14 +56,26 @@ static int64_t coll_bytes(CollKind k, int n, int64_t local)
  * is not what real launches cost. */
 #define COLL_LAUNCH_S 5e-6
 
+/* Alpha-beta time of one collective. An all-reduce runs as a ring
+ * (2(n-1) latencies, 2(n-1)/n of the data per rank) or, as NCCL and MPI
+ * libraries pick for small messages, as a tree or recursive doubling
+ * (2 ceil(log2 n) latencies, the whole message twice); the cheaper counts.
+ * The other collectives are rings. Bytes in plans are always the ring's. */
 double coll_seconds(const Mesh *m, CollKind k, unsigned axes, int64_t local)
 {
     int n = mesh_group_size(m, axes);
     if (n <= 1 || k == COLL_SLICE || k == COLL_PARTIALIZE)
         return 0;
     const LinkClass *l = mesh_group_link(m, axes);
-    double hops = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) : (double)(n - 1);
-    return COLL_LAUNCH_S + hops * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
+    if (k == COLL_ALL_REDUCE) {
+        int levels = 0;
+        while ((1 << levels) < n)
+            levels++;
+        double ring = 2.0 * (n - 1) * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
+        double tree = 2.0 * levels * l->latency_s + 2.0 * (double)local / l->bandwidth_Bps;
+        return COLL_LAUNCH_S + (tree < ring ? tree : ring);
+    }
+    return COLL_LAUNCH_S + (double)(n - 1) * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
 }
 
 static void push(const Mesh *m, const Tensor *t, Reshard *out, CollKind k, unsigned axes,

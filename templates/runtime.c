@@ -737,7 +737,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
 {
     const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
     char what[320];
-    snprintf(what, sizeof what, "the blocks of output \"%s\" (--out)", name);
+    snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
     if (RANK != 0) {
         for (size_t off = 0; sender[RANK] && off < block; off += piece) {
             size_t n = block - off < piece ? block - off : piece;

@@ -2,7 +2,9 @@
 # Installs what onnx2spmd needs on a fresh Debian machine: system packages
 # through apt-get, pinned Python packages into build/venv. Idempotent and
 # silent when everything is already there; prints the exact command and
-# fails when it cannot install (not root).
+# fails when it cannot install (not root). With --xla also build/venv-xla:
+# jax on CPU, the peer `make bench` compares plans against (kept out of
+# build/venv, which the tests use, and out of `make test`).
 set -euo pipefail
 
 PKGS="protobuf-c-compiler libprotobuf-c-dev libcmocka-dev openmpi-bin libopenmpi-dev
@@ -47,4 +49,15 @@ if not os.path.isdir(os.path.join(d, "backend", "test", "data", "node")):
     sys.exit("deps: onnx %s wheel has no backend node test data" % onnx.__version__)
 PYEOF
     echo "$PY_PINS" > "$stamp"
+fi
+
+if [ "${1:-}" = --xla ]; then
+    XLA_PINS="jax==0.10.2 jaxlib==0.10.2 onnx==1.22.0 numpy==2.4.6"
+    XVENV=build/venv-xla
+    if [ ! -x "$XVENV/bin/python" ] || [ "$(cat "$XVENV/.pins" 2>/dev/null)" != "$XLA_PINS" ]; then
+        echo "deps: creating $XVENV with $XLA_PINS"
+        "${PYTHON:-python3}" -m venv "$XVENV"
+        "$XVENV/bin/pip" install -q --disable-pip-version-check $XLA_PINS
+        echo "$XLA_PINS" > "$XVENV/.pins"
+    fi
 fi

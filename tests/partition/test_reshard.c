@@ -189,9 +189,7 @@ static const char *const table[][3] = {
     /* a sum over both axes scatters in one call over the combined group */
     {"[_,_] partial(dp,tp)", "[dp+tp,_]", "reduce-scatter:dp+tp:384"},
     {"[_,_] partial(dp,tp)", "[_,tp+dp]", "reduce-scatter:dp+tp:384"},
-    /* on 512 bytes latency rules: two 2-rank all-reduces (4 alpha) beat
-     * one ring over 4 ranks (6 alpha); see below for a large tensor */
-    {"[_,_] partial(dp,tp)", "[_,_]", "all-reduce:dp:512 all-reduce:tp:512"},
+    {"[_,_] partial(dp,tp)", "[_,_]", "all-reduce:dp+tp:768"},
 };
 
 static void test_reshard_lower_table(void **st)
@@ -252,10 +250,14 @@ static void test_reshard_cost_model(void **st)
     diag_init(&d, NULL);
     assert_int_equal(mesh_parse("dp=4,tp=8", &m, &d), 0);
     assert_int_equal(mesh_links_parse(&m, "dp=ib,tp=nvlink", &d), 0);
-    /* all-reduce of 1 MiB over 8 ranks on NVLink: 2*7/8 MiB / 450 GB/s
-     * + 14 alpha + one launch */
+    /* all-reduce of 1 MiB over 8 ranks on NVLink: a tree (2 x 3 alpha,
+     * the MiB twice) beats the ring (14 alpha, 2*7/8 MiB) */
     double t = coll_seconds(&m, COLL_ALL_REDUCE, 2u, 1 << 20);
-    double want = 2.0 * 7 / 8 * (1 << 20) / 450e9 + 14 * 3e-6 + 5e-6;
+    double want = 2.0 * (1 << 20) / 450e9 + 6 * 3e-6 + 5e-6;
+    assert_true(t > want * 0.999 && t < want * 1.001);
+    /* of 1 GiB: the ring */
+    t = coll_seconds(&m, COLL_ALL_REDUCE, 2u, 1 << 30);
+    want = 2.0 * 7 / 8 * (1 << 30) / 450e9 + 14 * 3e-6 + 5e-6;
     assert_true(t > want * 0.999 && t < want * 1.001);
     /* a group spanning both axes runs at the slower (ib) link */
     assert_string_equal(mesh_group_link(&m, 3u)->name, "ib");
