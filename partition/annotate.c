@@ -50,6 +50,16 @@ static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const
         return -1;
     }
     diag_free(&sub);
+    /* A split over an axis of size 1 is no split: drop it, so plans never
+     * carry do-nothing collectives over one rank (a dp=1 mesh with the
+     * batch annotated over dp is plain tensor parallelism). */
+    for (int i = 0; i < s.rank; i++) {
+        int k = 0;
+        for (int j = 0; j < s.naxes[i]; j++)
+            if (m->axes[s.axes[i][j]].size > 1)
+                s.axes[i][k++] = s.axes[i][j];
+        s.naxes[i] = (unsigned char)k;
+    }
     /* An index by tensor id keeps a long --shardings file linear. */
     if (l->by_n < g->ntensors) {
         int *idx = arena_alloc(a, (size_t)g->ntensors * sizeof(int));

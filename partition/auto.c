@@ -274,7 +274,7 @@ static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cu
         return;
     }
     enum_strats(s, ni, r, a + 1, cur, left, overflow); /* axis a unused */
-    for (int f = 0; f < r->nfactors; f++) {
+    for (int f = 0; f < r->nfactors && m->axes[a].size > 1; f++) { /* a size-1 axis splits nothing */
         if (r->kind[f] == FK_NEED_REPL || left[f] % m->axes[a].size)
             continue;
         cur->fa[f][cur->fn[f]++] = (unsigned char)a;
@@ -440,7 +440,7 @@ static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, i
         return;
     }
     enum_layouts(m, t, a + 1, cur, left, out, n, cap);
-    for (int i = 0; i < t->rank; i++) {
+    for (int i = 0; i < t->rank && m->axes[a].size > 1; i++) {
         if (t->dims[i] <= 1 || left[i] % m->axes[a].size)
             continue;
         cur->axes[i][cur->naxes[i]++] = (unsigned char)a;
