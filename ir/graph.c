@@ -529,3 +529,15 @@ cleanup:
     free(ready);
     return rc;
 }
+
+void graph_last_readers(const Graph *g, int *last)
+{
+    for (int i = 0; i < g->ntensors; i++)
+        last[i] = -1;
+    for (int ni = 0; ni < g->nnodes; ni++)
+        for (int k = 0; k < g->nodes[ni]->ninputs; k++)
+            if (g->nodes[ni]->inputs[k])
+                last[g->nodes[ni]->inputs[k]->id] = ni;
+    for (int i = 0; i < g->noutputs; i++)
+        last[g->outputs[i]->id] = g->nnodes;
+}

@@ -250,6 +250,9 @@ typedef struct Mapping {
 Graph *graph_new(const char *path);
 void graph_free(Graph *g);
 Tensor *graph_tensor_find(const Graph *g, const char *name);
+/* last[t]: the index of the last node reading tensor t, g->nnodes for a
+ * graph output (live to the end), -1 for a tensor nothing reads. */
+void graph_last_readers(const Graph *g, int *last);
 Tensor *graph_tensor_get(Graph *g, const char *name); /* find or create */
 Node *graph_node_add(Graph *g, OpKind op, const char *name);
 int64_t tensor_numel(const Tensor *t); /* after shape inference */

@@ -291,10 +291,7 @@ static void strat_layout(const Search *s, const FactorRule *r, const Node *n, co
 {
     rule_project(r, t, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa, s->m, out);
     if (t >= n->ninputs)
-        for (int f = 0; f < r->nfactors; f++)
-            if (r->kind[f] == FK_REDUCTION)
-                for (int k = 0; k < st->fn[f]; k++)
-                    out->partial |= 1u << st->fa[f][k];
+        out->partial = rule_reduced_axes(r, st->fn, (const unsigned char (*)[MESH_MAX_AXES])st->fa);
 }
 
 /* Layout of tensor index t of node ni under option o of its choice; an
@@ -891,14 +888,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
         double *acc = calloc((size_t)ncols + 1, sizeof(double));
         if (!last || !acc)
             abort();
-        for (int i = 0; i < g->ntensors; i++)
-            last[i] = -1;
-        for (int ni = 0; ni < nn; ni++)
-            for (int k = 0; k < g->nodes[ni]->ninputs; k++)
-                if (g->nodes[ni]->inputs[k])
-                    last[g->nodes[ni]->inputs[k]->id] = ni;
-        for (int i = 0; i < g->noutputs; i++)
-            last[g->outputs[i]->id] = nn;
+        graph_last_readers(g, last);
         /* Weights are live at every step, so a step whose live values are
          * a subset of another's adds nothing: only the steps whose live set
          * is maximal get a row. With intervals [producer, last reader], the

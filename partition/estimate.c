@@ -97,16 +97,10 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
     /* Memory: weights, then the peak of live values and reshard results. */
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
-        last[i] = -1;
         if (t->is_initializer && t->nconsumers && t->rank >= 0)
             e->weight_bytes += sharding_local_bytes(&p->tensors[i].sharding, m, t);
     }
-    for (int ni = 0; ni < nn; ni++)
-        for (int k = 0; k < g->nodes[ni]->ninputs; k++)
-            if (g->nodes[ni]->inputs[k])
-                last[g->nodes[ni]->inputs[k]->id] = ni;
-    for (int i = 0; i < g->noutputs; i++)
-        last[g->outputs[i]->id] = nn;
+    graph_last_readers(g, last);
     /* A sweep: a value is born at its producer's step (inputs at 0) and
      * dies after its last reader. */
     int64_t *born = calloc((size_t)nn + 2, sizeof(int64_t)), *dies = calloc((size_t)nn + 2, sizeof(int64_t));

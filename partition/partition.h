@@ -306,6 +306,9 @@ void rule_project(const FactorRule *r, int t, const unsigned char *fn,
                   const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m, Sharding *out);
 int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
                        const unsigned char (*fa)[MESH_MAX_AXES]);
+/* The mesh axes the split reduction factors use: the node's results are
+ * partial over them. */
+unsigned rule_reduced_axes(const FactorRule *r, const unsigned char *fn, const unsigned char (*fa)[MESH_MAX_AXES]);
 /* The factor sharding implied by tensor t of the rule having layout s. */
 void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *s, unsigned char *fn,
                      unsigned char (*fa)[MESH_MAX_AXES]);

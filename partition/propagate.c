@@ -434,6 +434,16 @@ int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *
     return 1;
 }
 
+unsigned rule_reduced_axes(const FactorRule *r, const unsigned char *fn, const unsigned char (*fa)[MESH_MAX_AXES])
+{
+    unsigned axes = 0;
+    for (int f = 0; f < r->nfactors; f++)
+        if (r->kind[f] == FK_REDUCTION)
+            for (int k = 0; k < fn[f]; k++)
+                axes |= 1u << fa[f][k];
+    return axes;
+}
+
 /* Drops the split of any factor that some tensor of the rule cannot
  * represent (a minor factor of a dim whose major factor is not fully
  * split), so every tensor's local block is exactly what the node computes
@@ -537,13 +547,10 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
      * linear op only over axes the op does not split over; over the others
      * it is reduced first (a reduce-scatter when the op wants it split
      * there). An annotated result limits the carry to its own partial axes. */
-    unsigned split_axes = 0, reduced = 0, keep = ~0u;
+    unsigned split_axes = 0, reduced = rule_reduced_axes(r, fn, fa), keep = ~0u;
     for (int f = 0; f < r->nfactors; f++)
-        for (int k = 0; k < fn[f]; k++) {
+        for (int k = 0; k < fn[f]; k++)
             split_axes |= 1u << fa[f][k];
-            if (r->kind[f] == FK_REDUCTION)
-                reduced |= 1u << fa[f][k];
-        }
     for (int k = 0; k < n->noutputs; k++)
         if (n->outputs[k] && annotated(&p->tensors[n->outputs[k]->id]))
             keep &= p->tensors[n->outputs[k]->id].sharding.partial;

@@ -332,10 +332,7 @@ static void strategy_str(const Plan *p, const Node *n, const unsigned char *fn,
         Sharding l;
         rule_project(r, t, fn, fa, &p->mesh, &l);
         if (t >= n->ninputs)
-            for (int f = 0; f < r->nfactors; f++)
-                if (r->kind[f] == FK_REDUCTION)
-                    for (int k = 0; k < fn[f]; k++)
-                        l.partial |= 1u << fa[f][k];
+            l.partial = rule_reduced_axes(r, fn, fa);
         char sb[96];
         off += (size_t)snprintf(buf + off, cap - off, "%s%s %s", t == n->ninputs ? " -> " : off ? ", " : "",
                                 tt->label, sharding_str(&l, &p->mesh, sb, sizeof sb));

@@ -2,9 +2,10 @@
  * the plan estimate it is judged by (partition/estimate.c).
  *
  * Hand-checked optima: under a memory limit that rules out replicated
- * weights, the MLP's best plan is Megatron's (column-split W1, row-split
- * W2, one all-reduce of the 2 KiB result), which is the cheapest way to
- * halve both weights (any other split moves the 8 KiB hidden value).
+ * weights, the MLP's best plan splits both weights by columns and
+ * all-gathers the 4 KiB hidden value once (one ring latency), which beats
+ * Megatron's all-reduce of the 2 KiB result (two) when the output may stay
+ * split, as graph outputs do.
  * Annotations are hard constraints: they hold or the search fails naming
  * them. And the search must never do worse, by its own cost model, than
  * the hand plan it could have picked.
