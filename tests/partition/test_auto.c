@@ -10,64 +10,7 @@
  * them. And the search must never do worse, by its own cost model, than
  * the hand plan it could have picked.
  */
-#include "tests/test_util.h"
-
-#include "partition/partition.h"
-
-typedef struct Setup {
-    Graph *g;
-    Plan *p;
-    Mesh mesh;
-    AnnotationList ann;
-    Arena arena;
-    Diag d;
-} Setup;
-
-static void setup_free(Setup *s)
-{
-    plan_free(s->p);
-    graph_free(s->g);
-    free(s->ann.items);
-    arena_free(&s->arena);
-    diag_free(&s->d);
-}
-
-/* Loads the model and annotations, then runs --auto (or, with mem_limit
- * < 0, propagation); the plan may be NULL (check s->d). */
-static void plan_run(Setup *s, const char *model, const char *mesh, const char *file, const char *const *shards,
-                     int64_t mem_limit)
-{
-    memset(s, 0, sizeof(*s));
-    s->g = load_ok(model);
-    diag_init(&s->d, model);
-    assert_int_equal(mesh_parse(mesh, &s->mesh, &s->d), 0);
-    for (int i = 0; shards && shards[i]; i++)
-        assert_int_equal(annotate_add_flag(&s->ann, &s->arena, s->g, &s->mesh, shards[i], "--shard", &s->d), 0);
-    if (file)
-        assert_int_equal(annotate_add_file(&s->ann, &s->arena, s->g, &s->mesh, file, &s->d), 0);
-    if (mem_limit < 0) {
-        s->p = partition_propagate(s->g, &s->mesh, &s->ann, &s->d);
-    } else {
-        AutoOptions o = {.mem_limit = mem_limit, .time_limit_s = 30};
-        s->p = partition_auto(s->g, &s->mesh, &s->ann, &o, &s->d);
-    }
-}
-
-static void plan_ok(Setup *s, const char *model, const char *mesh, const char *file, const char *const *shards,
-                    int64_t mem_limit)
-{
-    plan_run(s, model, mesh, file, shards, mem_limit);
-    if (!s->p)
-        print_error("%s\n", diag_first(&s->d));
-    assert_non_null(s->p);
-}
-
-static const char *layout(Setup *s, const char *tensor, char *buf)
-{
-    const Tensor *t = graph_tensor_find(s->g, tensor);
-    assert_non_null(t);
-    return sharding_str(&s->p->tensors[t->id].sharding, &s->mesh, buf, 128);
-}
+#include "tests/partition/plan_setup.h"
 
 static void test_partition_auto_mlp_memory_splits_weights(void **st)
 {

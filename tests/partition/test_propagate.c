@@ -1,76 +1,7 @@
 /* test_propagate.c: sharding propagation on the golden models and the
  * errors users hit first. Each case is a model, a mesh and annotations;
  * the assertions are on the plan's layouts and collectives. */
-#include "tests/test_util.h"
-
-#include "partition/partition.h"
-
-typedef struct Setup {
-    Graph *g;
-    Plan *p;
-    Mesh mesh;
-    AnnotationList ann;
-    Arena arena;
-} Setup;
-
-static void setup_free(Setup *s)
-{
-    plan_free(s->p);
-    graph_free(s->g);
-    free(s->ann.items);
-    arena_free(&s->arena);
-}
-
-/* Loads `model`, applies the model's own specs, the --shard flags and an
- * optional --shardings file, and propagates; all must succeed. */
-static void plan_ok(Setup *s, const char *model, const char *mesh, const char *file,
-                    const char *const *shards)
-{
-    memset(s, 0, sizeof(*s));
-    s->g = load_ok(model);
-    Diag d;
-    diag_init(&d, model);
-    assert_int_equal(mesh_parse(mesh, &s->mesh, &d), 0);
-    assert_int_equal(annotate_add_model(&s->ann, &s->arena, s->g, &s->mesh, &d), 0);
-    for (int i = 0; shards && shards[i]; i++)
-        assert_int_equal(annotate_add_flag(&s->ann, &s->arena, s->g, &s->mesh, shards[i], "--shard", &d), 0);
-    if (file)
-        assert_int_equal(annotate_add_file(&s->ann, &s->arena, s->g, &s->mesh, file, &d), 0);
-    s->p = partition_propagate(s->g, &s->mesh, &s->ann, &d);
-    if (!s->p)
-        print_error("%s\n", diag_first(&d));
-    assert_non_null(s->p);
-    diag_free(&d);
-}
-
-static const char *layout(Setup *s, const char *tensor, char *buf)
-{
-    const Tensor *t = graph_tensor_find(s->g, tensor);
-    assert_non_null(t);
-    return sharding_str(&s->p->tensors[t->id].sharding, &s->mesh, buf, 128);
-}
-
-/* Counts communicating steps of kind k over exactly `axes` (names, "+"). */
-static int count_coll(Setup *s, CollKind k, const char *axes)
-{
-    unsigned mask = 0;
-    char copy[64];
-    snprintf(copy, sizeof copy, "%s", axes);
-    for (char *save = NULL, *tok = strtok_r(copy, "+", &save); tok; tok = strtok_r(NULL, "+", &save))
-        mask |= 1u << mesh_axis_find(&s->mesh, tok);
-    int n = 0;
-    for (int i = 0; i < s->p->nreshards; i++)
-        for (int j = 0; j < s->p->reshards[i].r.nsteps; j++)
-            n += s->p->reshards[i].r.steps[j].kind == k && s->p->reshards[i].r.steps[j].axes == mask;
-    return n;
-}
-
-static int count_comm(Setup *s)
-{
-    PlanTotals t;
-    plan_totals(s->p, &t);
-    return t.ncollectives;
-}
+#include "tests/partition/plan_setup.h"
 
 static void test_partition_propagate_mlp_megatron(void **st)
 {
@@ -78,7 +9,7 @@ static void test_partition_propagate_mlp_megatron(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"W1=[_,tp]", NULL};
-    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "h", b), "[_,tp]");
     assert_string_equal(layout(&s, "a", b), "[_,tp]");
     /* The second weight is row-split by propagation, not annotation. */
@@ -100,7 +31,7 @@ static void test_partition_propagate_attention_heads(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", NULL};
-    plan_ok(&s, "tests/models/attention.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/attention.onnx", "tp=2", NULL, shards, -1);
     /* The split of D = H*dh lands on the head factor through Reshape and
      * stays on heads through Transpose, MatMul and Softmax. */
     assert_string_equal(layout(&s, "q_h", b), "[_,_,tp,_]");
@@ -121,7 +52,7 @@ static void test_partition_propagate_tiny_gpt_dp_tp(void **st)
     (void)st;
     Setup s;
     char b[128];
-    plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL, -1);
     /* Two all-reduces per block over tp, none over dp. */
     assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 4);
     assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "dp"), 0);
@@ -152,7 +83,7 @@ static void test_partition_propagate_vocab_parallel_embedding(void **st)
     char b[128];
     /* A table split over the vocabulary makes the lookup a partial sum. */
     const char *shards[] = {"tok_emb=[tp,_]", NULL};
-    plan_ok(&s, "tests/models/tiny_gpt.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/tiny_gpt.onnx", "tp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "tok", b), "[_,_,_] partial(tp)");
     /* Adding the (unsplit) position embedding is linear only if both terms
      * are partial, so the lookup is reduced first. */
@@ -171,8 +102,8 @@ static void test_partition_propagate_onnx_annotations_match_flags(void **st)
     (void)st;
     Setup a, f;
     const char *shards[] = {"W1=[_,tp]", NULL};
-    plan_ok(&a, "tests/models/mlp_sharded.onnx", "tp=2", NULL, NULL);
-    plan_ok(&f, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    plan_ok(&a, "tests/models/mlp_sharded.onnx", "tp=2", NULL, NULL, -1);
+    plan_ok(&f, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
     assert_int_equal(a.g->ntensors, f.g->ntensors);
     char x[128], y[128];
     for (int i = 0; i < a.g->ntensors; i++)
@@ -195,7 +126,7 @@ static void test_partition_propagate_convnet_dp(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"x=[dp,_,_,_]", NULL};
-    plan_ok(&s, "tests/models/convnet.onnx", "dp=2", NULL, shards);
+    plan_ok(&s, "tests/models/convnet.onnx", "dp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "c1_pool", b), "[dp,_,_,_]");
     assert_string_equal(layout(&s, "flat", b), "[dp,_]");
     assert_string_equal(layout(&s, "c0_W", b), "[_,_,_,_]");
@@ -212,7 +143,7 @@ static void test_partition_propagate_deterministic(void **st)
     size_t len[2];
     for (int k = 0; k < 2; k++) {
         Setup s;
-        plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+        plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL, -1);
         FILE *f = open_memstream(&out[k], &len[k]);
         plan_print_json(s.p, f);
         plan_print_text(s.p, f);
@@ -246,7 +177,7 @@ static void test_partition_propagate_conflict_settled_by_cost(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"x=[tp,_]", "W1=[_,tp]", NULL};
-    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "h", b), "[_,tp]");
     assert_int_equal(reshard_bytes_of(&s, "W1"), 0);
     assert_int_equal(reshard_bytes_of(&s, "x"), 1024);
@@ -281,7 +212,7 @@ static void test_partition_propagate_intermediate_annotation_holds(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"x=[tp,_]", "h=[_,tp]", NULL};
-    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "h", b), "[_,tp]");
     assert_int_equal(s.p->tensors[graph_tensor_find(s.g, "h")->id].origin, ORIGIN_USER);
     assert_string_equal(layout(&s, "W2", b), "[tp,_]");
@@ -300,7 +231,7 @@ static void test_partition_propagate_pinned_weight_gathers_activation(void **st)
     Setup s;
     char b[128];
     const char *shards[] = {"x=[_,tp]", "W1=[_,_]", NULL};
-    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
     assert_string_equal(layout(&s, "W1", b), "[_,_]");
     assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 0);
     assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 1);
