@@ -58,6 +58,7 @@ static const char usage_text[] =
     "                    model (annotations, if any, are hard constraints)\n"
     "  --auto-time-limit S  the solver's time limit in seconds (default 30)\n"
     "  --auto-mps FILE   also write --auto's integer program to FILE (MPS)\n"
+    "  --auto-solver S   glpk or cbc (default: COIN-OR CBC when libCbcSolver loads, else GLPK)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
     "                    and live values under it; compile backs prefetch off\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
@@ -279,7 +280,8 @@ static void inspect_json(const Graph *g, int nodes)
 
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
-       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS };
+       OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
+       OPT_AUTO_SOLVER };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -514,6 +516,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"auto", no_argument, 0, OPT_AUTO},
         {"auto-time-limit", required_argument, 0, OPT_AUTO_TIME},
         {"auto-mps", required_argument, 0, OPT_AUTO_MPS},
+        {"auto-solver", required_argument, 0, OPT_AUTO_SOLVER},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -560,6 +563,11 @@ static int cmd_plan(int argc, char **argv, int compile)
             break;
         case OPT_AUTO: use_auto = 1; break;
         case OPT_AUTO_MPS: aopt.mps_path = optarg; break;
+        case OPT_AUTO_SOLVER:
+            if (strcmp(optarg, "glpk") != 0 && strcmp(optarg, "cbc") != 0)
+                return usage_error("--auto-solver %s: expected glpk or cbc", optarg);
+            aopt.solver = optarg;
+            break;
         case OPT_AUTO_TIME: {
             char *end;
             double v = strtod(optarg, &end);
@@ -656,8 +664,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     if (use_auto) {
         /* Solve time on stderr: it varies from run to run, the plan does not. */
         const AutoReport *ar = p->auto_report;
-        fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by GLPK in %.3f s (%s)\n", ar->rows,
-                ar->cols, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
+        fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by %s in %.3f s (%s)\n", ar->rows,
+                ar->cols, ar->solver, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
         if (!ar->optimal)
             fprintf(stderr, "onnx2spmd: --auto: the plan is within %.1f%% of the optimum (raise --auto-time-limit "
                     "to close the gap)\n", 100 * ar->gap);

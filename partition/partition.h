@@ -252,6 +252,7 @@ typedef struct AutoReport {
     double gap;                     /* then: relative gap to the best bound */
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
     double time_limit_s, solve_s;
+    const char *solver;             /* "GLPK" or "CBC" */
     AutoNodeInfo *nodes;            /* by node index */
 } AutoReport;
 
@@ -320,6 +321,7 @@ void plan_free(Plan *p);
 /* ---- auto.c ------------------------------------------------------------ */
 
 typedef struct AutoOptions {
+    const char *solver;    /* "glpk" or "cbc"; NULL: CBC when it loads, else GLPK */
     int64_t mem_limit;     /* bytes per rank, 0 for none */
     double time_limit_s;   /* for the MILP solver */
     const char *mps_path;  /* also write the integer program there (MPS), or NULL */
@@ -332,6 +334,30 @@ Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, c
 /* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
 double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
                          const unsigned char (*fa)[MESH_MAX_AXES]);
+
+/* ---- cbc.c: COIN-OR CBC's C API, loaded at run time ---------------------- */
+
+/* A mixed integer program in column-major form (0-based, DBL_MAX for
+ * infinite bounds), minimised. */
+typedef struct MipProblem {
+    int nrows, ncols;
+    const int *start, *index;   /* column j's entries: start[j] .. start[j+1]-1 */
+    const double *value;
+    const double *collb, *colub, *obj, *rowlb, *rowub;
+    const char *is_int;
+} MipProblem;
+
+typedef enum MipStatus { MIP_OPTIMAL, MIP_FEASIBLE, MIP_INFEASIBLE, MIP_NONE } MipStatus;
+
+typedef struct MipResult {
+    int status;                 /* MipStatus */
+    double objective, bound;    /* the best solution's value and the best bound */
+    double *x;                  /* malloc'd, per column; NULL without a solution */
+} MipResult;
+
+int cbc_available(void);
+/* -1 if CBC cannot be loaded; else 0 with *res filled. */
+int cbc_solve(const MipProblem *mp, double time_limit_s, MipResult *res);
 
 /* ---- fsdp.c ------------------------------------------------------------- */
 

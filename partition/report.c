@@ -143,8 +143,8 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
         const AutoReport *ar = p->auto_report;
         char t0[32];
         fprintf(f, "\nauto     %d choices (%d options), %d edges; integer program %d rows x %d columns, "
-                   "%d nonzeros\n         GLPK: %s, objective %s (compute + reshards, no overlap)\n",
-                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
+                   "%d nonzeros\n         %s: %s, objective %s (compute + reshards, no overlap)\n",
+                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
                 ar->optimal ? "optimal" : "best found within the time limit",
                 time_str(ar->objective_s, t0, sizeof t0));
         if (!ar->optimal)
@@ -310,8 +310,9 @@ void plan_print_json(const Plan *p, FILE *f)
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
-                   "\"columns\": %d, \"nonzeros\": %d, \"optimal\": %s, \"gap\": %.6g, \"objective_s\": %.9g}",
-                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros,
+                   "\"columns\": %d, \"nonzeros\": %d, \"solver\": \"%s\", \"optimal\": %s, \"gap\": %.6g, "
+                   "\"objective_s\": %.9g}",
+                ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
                 ar->optimal ? "true" : "false", ar->gap, ar->objective_s);
     }
     fprintf(f, "\n}\n");

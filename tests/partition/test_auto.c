@@ -12,6 +12,8 @@
  */
 #include "tests/partition/plan_setup.h"
 
+#include <math.h>
+
 static void test_partition_auto_mlp_memory_splits_weights(void **st)
 {
     (void)st;
@@ -155,6 +157,33 @@ static void test_plan_estimate_overlap(void **st)
     setup_free(&s);
 }
 
+static void test_partition_auto_cbc_matches_glpk(void **st)
+{
+    (void)st;
+    /* Both solvers prove the same optimum on tiny_gpt under a memory
+     * limit (a knapsack over layouts); CBC is the default when it loads. */
+    assert_true(cbc_available()); /* make deps installs coinor-libcbc3 */
+    double obj[2];
+    for (int k = 0; k < 2; k++) {
+        Setup s;
+        memset(&s, 0, sizeof s);
+        s.g = load_ok("tests/models/tiny_gpt.onnx");
+        diag_init(&s.d, NULL);
+        assert_int_equal(mesh_parse("dp=2,tp=2", &s.mesh, &s.d), 0);
+        assert_int_equal(annotate_add_flag(&s.ann, &s.arena, s.g, &s.mesh, "tokens=[dp,_]", "--shard", &s.d), 0);
+        AutoOptions o = {.solver = k ? "cbc" : "glpk", .mem_limit = 300 * 1024, .time_limit_s = 30};
+        s.p = partition_auto(s.g, &s.mesh, &s.ann, &o, &s.d);
+        if (!s.p)
+            print_error("%s\n", diag_first(&s.d));
+        assert_non_null(s.p);
+        assert_true(s.p->auto_report->optimal);
+        assert_string_equal(s.p->auto_report->solver, k ? "CBC" : "GLPK");
+        obj[k] = s.p->auto_report->objective_s;
+        setup_free(&s);
+    }
+    assert_true(fabs(obj[0] - obj[1]) <= 1e-9 * obj[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_partition_auto_not_worse_than_megatron),
         cmocka_unit_test(test_partition_auto_deterministic),
         cmocka_unit_test(test_plan_estimate_overlap),
+        cmocka_unit_test(test_partition_auto_cbc_matches_glpk),
     };
     return cmocka_run_group_tests_name("partition_auto", tests, NULL, NULL);
 }
