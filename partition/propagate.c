@@ -818,41 +818,32 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
  * reruns is bounded, so lowering stays linear in practice. */
 #define MAX_REPROPAGATIONS 64
 
+/* A tensor lowering has settled is frozen; any other unpinned one goes
+ * back to replicated, for propagation to fill in again. */
+static void freeze_or_clear(TensorPlan *tp, const Tensor *t, int settled)
+{
+    if (settled) {
+        tp->fixed = 1;
+    } else if (!tp->fixed) {
+        sharding_replicated(&tp->sharding, t->rank < 0 ? 0 : t->rank);
+        tp->origin = ORIGIN_DEFAULT;
+        tp->via = NULL;
+        tp->from = NULL;
+        tp->depth = 0;
+    }
+}
+
 static int repropagate(Plan *p, int upto, const char *taken, Diag *d)
 {
     const Graph *g = p->g;
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Node *n = g->nodes[ni];
-        for (int k = 0; k < n->noutputs; k++) {
-            const Tensor *t = n->outputs[k];
-            if (!t)
-                continue;
-            TensorPlan *tp = &p->tensors[t->id];
-            if (ni <= upto) {
-                tp->fixed = 1;
-            } else if (!tp->fixed) {
-                sharding_replicated(&tp->sharding, t->rank < 0 ? 0 : t->rank);
-                tp->origin = ORIGIN_DEFAULT;
-                tp->via = NULL;
-                tp->from = NULL;
-                tp->depth = 0;
-            }
-        }
-        for (int k = 0; k < n->ninputs; k++) {
-            const Tensor *t = n->inputs[k];
-            if (!t || t->producer)
-                continue;
-            TensorPlan *tp = &p->tensors[t->id];
-            if (taken[t->id]) {
-                tp->fixed = 1;
-            } else if (!tp->fixed) {
-                sharding_replicated(&tp->sharding, t->rank < 0 ? 0 : t->rank);
-                tp->origin = ORIGIN_DEFAULT;
-                tp->via = NULL;
-                tp->from = NULL;
-                tp->depth = 0;
-            }
-        }
+        for (int k = 0; k < n->noutputs; k++)
+            if (n->outputs[k])
+                freeze_or_clear(&p->tensors[n->outputs[k]->id], n->outputs[k], ni <= upto);
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] && !n->inputs[k]->producer) /* sources: settled once a reader took them */
+                freeze_or_clear(&p->tensors[n->inputs[k]->id], n->inputs[k], taken[n->inputs[k]->id]);
     }
     return propagate(p, d);
 }
