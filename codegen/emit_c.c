@@ -152,6 +152,27 @@ static const Sharding *step_before(const Program *pr, int r, int j)
     return j ? &pr_r->r.steps[j - 1].after : &pr_r->src;
 }
 
+/* Does step j of reshard r move a padded dim (an uneven split, sharding.c)?
+ * Then the reshard search made it a whole-dim move (reshard.c), and the
+ * blocks are cut to their valid part on the way. */
+static int step_padded(const Program *pr, int r, int j)
+{
+    const PlanReshard *rr = &pr->plan->reshards[r];
+    const ReshardStep *s = &rr->r.steps[j];
+    const Mesh *m = &pr->plan->mesh;
+    return s->dim >= 0 && (sharding_dim_uneven(step_before(pr, r, j), m, rr->tensor, s->dim) ||
+                           sharding_dim_uneven(&s->after, m, rr->tensor, s->dim));
+}
+
+/* `valid[] = {...}`: elements of dim n inside each of p blocks. */
+static void emit_valid(FILE *f, int64_t n, int p)
+{
+    fprintf(f, "valid[] = {");
+    for (int q = 0; q < p; q++)
+        fprintf(f, "%s%lld", q ? ", " : "", (long long)sharding_block_valid(n, p, q));
+    fprintf(f, "}");
+}
+
 static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
 {
     char g[128], l[128], s[128], nm[ESC_NAME_CAP];
@@ -199,9 +220,34 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
     fprintf(f, "    /* %s of %s over %s: %s -> %s, %lld bytes sent per rank */\n", coll_name(s->kind),
             CMT(rr->tensor->name, nm), comm + 5, sharding_str(before, &pr->plan->mesh, bs, sizeof bs),
             sharding_str(&s->after, &pr->plan->mesh, as, sizeof as), (long long)s->bytes);
+    int padded = step_padded(pr, r, j);
+    int64_t gn = s->dim >= 0 ? rr->tensor->dims[s->dim] : 0;
     switch (s->kind) {
     case COLL_SLICE: {
         int key = program_group_key(pr, axes, na);
+        if (padded) { /* from the whole dim: the block's valid part, then zeros */
+            int64_t len = out->dims[s->dim], valid = sharding_block_valid(gn, p, key), dims[IR_MAX_RANK];
+            memcpy(dims, out->dims, sizeof dims);
+            dims[s->dim] = valid;
+            fprintf(f, "    { /* block %d of %d: %lld of its %lld along dim %d are inside the tensor */\n"
+                       "        static const int64_t dims[] = ", key, p, (long long)valid, (long long)len, s->dim);
+            emit_dims(f, dims, out->rank);
+            fprintf(f, ", strides[] = ");
+            emit_dims(f, sout, out->rank);
+            fprintf(f, ", strides_in[] = ");
+            emit_dims(f, sin, in->rank);
+            fprintf(f, ";\n        k_strided_move(%s, strides, 0, %s, strides_in, %lld, %zu, %d, dims);\n", out->name,
+                    in->name, (long long)(key * len * sin[s->dim]), es, in->rank);
+            if (valid < len) {
+                dims[s->dim] = len - valid;
+                fprintf(f, "        static const int64_t pad[] = ");
+                emit_dims(f, dims, out->rank);
+                fprintf(f, ";\n        k_strided_zero(%s, %zu, %d, pad, strides, %lld); /* padding */\n", out->name, es,
+                        out->rank, (long long)(valid * sout[s->dim]));
+            }
+            fprintf(f, "    }\n");
+            break;
+        }
         fprintf(f, "    {\n        static const int64_t dims[] = ");
         emit_dims(f, out->dims, out->rank);
         fprintf(f, ", strides[] = ");
@@ -250,7 +296,27 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
         bdims[dim] /= p;
         int64_t blk = numel(in) / p;
         const char *send = in->name;
-        if (sb->pack >= 0) {
+        if (padded) { /* reduce-scatter from the whole dim: p zero-padded blocks */
+            int64_t len = out->dims[dim], sblk[IR_MAX_RANK];
+            blk = numel(out);
+            send = pr->bufs[sb->pack].name;
+            contiguous_strides(out->dims, out->rank, sblk);
+            fprintf(f, "    { /* pack: block q of dim %d (valid[q] of its %lld, then zeros) goes to group rank q */\n"
+                       "        static const int64_t ", dim, (long long)len);
+            emit_valid(f, gn, p);
+            fprintf(f, ", strides[] = ");
+            emit_dims(f, sin, in->rank);
+            fprintf(f, ", strides_blk[] = ");
+            emit_dims(f, sblk, out->rank);
+            fprintf(f, ";\n        for (int q = 0; q < %d; q++) {\n            int64_t dims[] = ", p);
+            emit_dims(f, out->dims, out->rank);
+            fprintf(f, ";\n            dims[%d] = valid[q];\n"
+                       "            if (valid[q] < %lld)\n                k_zero(%s + q * %lld, %lld);\n"
+                       "            k_strided_move(%s + q * %lld, strides_blk, 0, %s, strides, q * %lld, %zu, %d, dims);\n"
+                       "        }\n    }\n",
+                    dim, (long long)len, send, (long long)blk, (long long)(blk * (int64_t)es), send, (long long)blk,
+                    in->name, (long long)(len * sin[dim]), es, in->rank);
+        } else if (sb->pack >= 0) {
             send = pr->bufs[sb->pack].name;
             fprintf(f, "    { /* pack: block q of dim %d goes to group rank q */\n"
                        "        static const int64_t dims[] = ", dim);
@@ -313,6 +379,25 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
     size_t es = dtype_size(in->dtype);
     int64_t sout[IR_MAX_RANK], bdims[IR_MAX_RANK];
     contiguous_strides(out->dims, out->rank, sout);
+    if (s->kind == COLL_ALL_GATHER && step_padded(pr, r, j)) {
+        int64_t len = in->dims[s->dim], sin[IR_MAX_RANK];
+        contiguous_strides(in->dims, in->rank, sin);
+        fprintf(f, "    { /* unpack: the block from group rank q lands at q * %lld of dim %d, its padding dropped */\n"
+                   "        static const int64_t ", (long long)len, s->dim);
+        emit_valid(f, pr->plan->reshards[r].tensor->dims[s->dim], p);
+        fprintf(f, ", strides[] = ");
+        emit_dims(f, sout, out->rank);
+        fprintf(f, ", strides_blk[] = ");
+        emit_dims(f, sin, in->rank);
+        fprintf(f, ";\n        for (int q = 0; q < %d; q++) {\n            int64_t dims[] = ", p);
+        emit_dims(f, in->dims, in->rank);
+        fprintf(f, ";\n            dims[%d] = valid[q];\n"
+                   "            k_strided_move(%s, strides, q * %lld, %s + q * %lld, strides_blk, 0, %zu, %d, dims);\n"
+                   "        }\n    }\n",
+                s->dim, out->name, (long long)(len * sout[s->dim]), pr->bufs[sb->unpack].name, (long long)numel(in),
+                es, in->rank);
+        return;
+    }
     memcpy(bdims, in->dims, sizeof bdims);
     if (s->kind == COLL_ALL_TO_ALL)
         bdims[s->dim_to] /= p;

@@ -587,6 +587,54 @@ static const EmitFn emit_fns[OP_COUNT] = {
 #undef OP
 };
 
+/* A node that sums over a padded factor (an uneven split, see sharding.c)
+ * must not sum the padding: on a rank whose block runs past the dim's
+ * end, the operands' padding is zeroed first. Every such reduction is a
+ * sum (rules refuse padding elsewhere: rule_factor_can_pad), so zeros
+ * leave it exact; weights and inputs are zero-padded when loaded. */
+static void emit_pad_mask(const EmitCtx *c)
+{
+    const Program *pr = c->pr;
+    const Node *n = c->n;
+    const NodePlan *np = &pr->plan->nodes[n->id];
+    const FactorRule *r = &np->rule;
+    const Mesh *m = &pr->plan->mesh;
+    for (int f = 0; f < r->nfactors; f++) {
+        if (r->kind[f] != FK_REDUCTION || !np->fnaxes[f])
+            continue;
+        int64_t k = 1;
+        for (int a = 0; a < np->fnaxes[f]; a++)
+            k *= m->axes[np->faxes[f][a]].size;
+        int64_t blk = program_group_key(pr, np->faxes[f], np->fnaxes[f]), len = sharding_block(r->size[f], k);
+        int64_t valid = sharding_block_valid(r->size[f], k, blk);
+        if (r->size[f] % k == 0 || valid == len)
+            continue;
+        for (int t = 0; t < n->ninputs; t++) {
+            const Buffer *b = emit_in(c, t);
+            if (!b || b->kind == BUF_WEIGHT || b->kind == BUF_INPUT)
+                continue;
+            for (int i = 0; i < b->rank; i++) {
+                const DimFactors *df = &r->dims[t][i];
+                if (df->n != 1 || df->f[0] != f)
+                    continue;
+                IR_ASSERT(b->dims[i] == len);
+                int64_t dims[IR_MAX_RANK], st[IR_MAX_RANK];
+                memcpy(dims, b->dims, sizeof dims);
+                emit_strides(b->dims, b->rank, st);
+                dims[i] = len - valid;
+                fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed before the sum */\n"
+                              "        static const int64_t dims[] = ",
+                        (long long)blk, i, (long long)valid, (long long)len);
+                emit_dims(c->f, dims, b->rank);
+                fprintf(c->f, ", strides[] = ");
+                emit_dims(c->f, st, b->rank);
+                fprintf(c->f, ";\n        k_strided_zero(%s, %zu, %d, dims, strides, %lld);\n    }\n", b->name,
+                        dtype_size(b->dtype), b->rank, (long long)(valid * st[i]));
+            }
+        }
+    }
+}
+
 int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
 {
     EmitCtx c = {pr, n, f};
@@ -609,6 +657,7 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
                     (int)s->dtype, (long long)(s->bytes / (int64_t)dtype_size(s->dtype)), dtype_name(s->dtype),
                     dtype_name(b->dtype));
         }
+    emit_pad_mask(&c);
     if (emit_fns[n->op](&c, d))
         return -1;
     for (int k = 0; w && k < n->noutputs; k++)

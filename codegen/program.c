@@ -197,7 +197,25 @@ static void build_reshard_bufs(Program *pr, int r)
         sb->out = out;
         sb->pack = sb->unpack = -1;
         const Buffer ib = pr->bufs[in]; /* a copy: buf_new may move pr->bufs */
-        if (s->kind == COLL_ALL_GATHER && outer_of(&ib, s->dim) > 1) {
+        /* A padded dim (sharding.c) is gathered into p whole blocks and
+         * unpacked without their padding, and scattered from p whole
+         * blocks packed with zero padding, wherever it lies in memory. */
+        const Sharding *before = j ? &pr_r->r.steps[j - 1].after : &pr_r->src;
+        int p = mesh_group_size(&pr->plan->mesh, s->axes);
+        int padded = s->dim >= 0 && (sharding_dim_uneven(before, &pr->plan->mesh, t, s->dim) ||
+                                     sharding_dim_uneven(&s->after, &pr->plan->mesh, t, s->dim));
+        int64_t blocks[IR_MAX_RANK];
+        if (padded && s->kind == COLL_ALL_GATHER) {
+            memcpy(blocks, ib.dims, sizeof blocks);
+            blocks[s->dim] *= p;
+            snprintf(base, sizeof base, "%s_r%d_s%d_recv", t->name, r, j);
+            sb->unpack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, t->rank, blocks, NULL);
+        } else if (padded && s->kind == COLL_REDUCE_SCATTER) {
+            memcpy(blocks, local, sizeof blocks);
+            blocks[s->dim] *= p;
+            snprintf(base, sizeof base, "%s_r%d_s%d_send", t->name, r, j);
+            sb->pack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, t->rank, blocks, NULL);
+        } else if (s->kind == COLL_ALL_GATHER && outer_of(&ib, s->dim) > 1) {
             snprintf(base, sizeof base, "%s_r%d_s%d_recv", t->name, r, j);
             sb->unpack = buf_new(pr, base, NULL, BUF_RESHARD, t->dtype, t->rank, local, NULL);
         } else if (s->kind == COLL_ALL_TO_ALL) {

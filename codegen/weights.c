@@ -43,13 +43,21 @@ static void take_block(unsigned char *dst, const unsigned char *src, const Tenso
     for (int i = 0; i < rank - 1; i++)
         rows *= ldims[i];
     size_t row_bytes = (size_t)ldims[rank - 1] * es;
+    /* A padded block (sharding.c) stores zeros past the dim's end: dst
+     * comes zeroed, so those rows and columns are left alone. */
+    int64_t last0 = index[rank - 1] * ldims[rank - 1], ncopy = t->dims[rank - 1] - last0;
+    ncopy = ncopy < 0 ? 0 : ncopy > ldims[rank - 1] ? ldims[rank - 1] : ncopy;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = index[rank - 1] * ldims[rank - 1];
+        int64_t rem = r, goff = last0;
+        int pad = 0;
         for (int i = rank - 2; i >= 0; i--) {
-            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
+            int64_t g = index[i] * ldims[i] + rem % ldims[i];
+            pad |= g >= t->dims[i];
+            goff += g * gstride[i];
             rem /= ldims[i];
         }
-        memcpy(dst + (size_t)r * row_bytes, src + (size_t)goff * es, row_bytes);
+        if (!pad && ncopy)
+            memcpy(dst + (size_t)r * row_bytes, src + (size_t)goff * es, (size_t)ncopy * es);
     }
 }
 

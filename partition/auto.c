@@ -264,7 +264,7 @@ static const Annotation *annotation_of(const Search *s, const Tensor *t)
 }
 
 /* Recursively gives mesh axes a = 0.. to factors (or none). */
-static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cur, int64_t *left, int *overflow)
+static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cur, int64_t *left /* shards per factor so far */, int *overflow)
 {
     const Mesh *m = s->m;
     if (a == m->naxes) {
@@ -279,12 +279,13 @@ static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cu
     }
     enum_strats(s, ni, r, a + 1, cur, left, overflow); /* axis a unused */
     for (int f = 0; f < r->nfactors && m->axes[a].size > 1; f++) { /* a size-1 axis splits nothing */
-        if (r->kind[f] == FK_NEED_REPL || left[f] % m->axes[a].size)
+        /* left[f]: shards the factor has so far (it may be padded: sharding.c) */
+        if (r->kind[f] == FK_NEED_REPL || !rule_factor_fits(r, f, left[f] * m->axes[a].size))
             continue;
         cur->fa[f][cur->fn[f]++] = (unsigned char)a;
-        left[f] /= m->axes[a].size;
-        enum_strats(s, ni, r, a + 1, cur, left, overflow);
         left[f] *= m->axes[a].size;
+        enum_strats(s, ni, r, a + 1, cur, left, overflow);
+        left[f] /= m->axes[a].size;
         cur->fn[f]--;
     }
 }
@@ -379,7 +380,7 @@ static int leader_strats(Search *s, int ni, Diag *d)
     memset(&cur, 0, sizeof cur);
     int64_t left[RULE_MAX_FACTORS];
     for (int f = 0; f < r->nfactors; f++)
-        left[f] = r->size[f];
+        left[f] = 1;
     int overflow = 0;
     enum_strats(s, ni, r, 0, &cur, left, &overflow);
     if (overflow) {
@@ -431,7 +432,7 @@ static void follower_strats(Search *s, int ni, int k0)
     }
 }
 
-/* Every layout of a source: each axis on one dim it divides, or on none. */
+/* Every layout of a source: each axis on one dim (evenly or padded), or on none. */
 static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, int64_t *left, Sharding *out,
                          int *n, int cap)
 {
@@ -442,12 +443,12 @@ static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, i
     }
     enum_layouts(m, t, a + 1, cur, left, out, n, cap);
     for (int i = 0; i < t->rank && m->axes[a].size > 1; i++) {
-        if (t->dims[i] <= 1 || left[i] % m->axes[a].size)
+        if (t->dims[i] <= 1 || left[i] * m->axes[a].size > t->dims[i]) /* left: shards so far; may pad */
             continue;
         cur->axes[i][cur->naxes[i]++] = (unsigned char)a;
-        left[i] /= m->axes[a].size;
-        enum_layouts(m, t, a + 1, cur, left, out, n, cap);
         left[i] *= m->axes[a].size;
+        enum_layouts(m, t, a + 1, cur, left, out, n, cap);
+        left[i] /= m->axes[a].size;
         cur->naxes[i]--;
     }
 }
@@ -563,7 +564,8 @@ static int build_choices(Search *s, Diag *d)
             Sharding cur;
             sharding_replicated(&cur, t->rank);
             int64_t left[IR_MAX_RANK];
-            memcpy(left, t->dims, sizeof left);
+            for (int i = 0; i < IR_MAX_RANK; i++)
+                left[i] = 1;
             enum_layouts(m, t, 0, &cur, left, lay, &nl, 256);
         } else {
             sharding_replicated(&lay[nl++], t->rank);

@@ -81,9 +81,23 @@ int64_t sharding_dim_shards(const Sharding *s, const Mesh *m, int dim);
 /* Parses "[dp,_,tp]" or "[dp+tp,_]" with optional " partial(dp)". */
 int sharding_parse(const char *text, const Mesh *m, Sharding *s, char *err, size_t errcap);
 char *sharding_str(const Sharding *s, const Mesh *m, char *buf, size_t cap);
-/* Checks divisibility and axis reuse; the error names tensor, dim, size. */
+/* Checks the rank and that no dim has more shards than elements; the
+ * error names tensor, dim, size. */
 int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d);
+/* Local (block) dims: ceil(n / shards) per dim; see "Uneven splits" in
+ * sharding.c. */
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out);
+/* Block length of a dim of n over k shards, and the valid (unpadded) part
+ * of block b of it. */
+static inline int64_t sharding_block(int64_t n, int64_t k) { return (n + k - 1) / k; }
+static inline int64_t sharding_block_valid(int64_t n, int64_t k, int64_t b)
+{
+    int64_t l = sharding_block(n, k), v = n - b * l;
+    return v < 0 ? 0 : v > l ? l : v;
+}
+/* Does the split of dim `dim` (of every dim) leave padding? */
+int sharding_dim_uneven(const Sharding *s, const Mesh *m, const Tensor *t, int dim);
+int sharding_is_uneven(const Sharding *s, const Mesh *m, const Tensor *t);
 int64_t sharding_local_bytes(const Sharding *s, const Mesh *m, const Tensor *t);
 
 /* ---- rules.c ------------------------------------------------------------ */
@@ -110,6 +124,7 @@ typedef struct FactorRule {
     int64_t size[RULE_MAX_FACTORS];
     unsigned char kind[RULE_MAX_FACTORS];
     const char *why[RULE_MAX_FACTORS]; /* for need-replication: the reason */
+    unsigned char nopad[RULE_MAX_FACTORS]; /* a reduction padding would change */
     int ntensors;
     Tensor **tensors;
     DimFactors (*dims)[IR_MAX_RANK];   /* [ntensors][rank] */
@@ -130,6 +145,13 @@ int rule_too_big(const Node *n, Diag *d);
 #include "../ir/ops.def"
 #undef OP
 int op_has_rule(OpKind op);
+/* May factor f be split over shards that do not divide it (padded, see
+ * sharding.c)? Only if every dim holding it holds nothing else, so its
+ * blocks are the dims' blocks, and its reduction (if any) is a sum that
+ * zeroed padding leaves alone. */
+int rule_factor_can_pad(const FactorRule *r, int f);
+/* May factor f (of size n) take axes of `shards` shards in all? */
+int rule_factor_fits(const FactorRule *r, int f, int64_t shards);
 
 /* ---- plan --------------------------------------------------------------- */
 

@@ -47,22 +47,24 @@ static int tensor_prio(const TensorPlan *tp)
 }
 
 /* Splits the axes of dim `dim` of sharding s among the dim's factors
- * (major first). A factor takes axes while they divide what is left of it;
- * a later factor gets axes only once the earlier ones are fully split. */
+ * (major first). A factor takes axes while they divide what is left of it
+ * (or, the dim's only factor, while it may be padded: sharding.c); a later
+ * factor gets axes only once the earlier ones are fully split. */
 static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors *df,
                            const Sharding *s, int dim, Candidate *out /* per factor */)
 {
     int k = 0;
     for (int fi = 0; fi < df->n && k < s->naxes[dim]; fi++) {
         int f = df->f[fi];
-        int64_t left = r->size[f];
+        int64_t left = r->size[f], prod = 1;
         Candidate *c = &out[f];
         while (k < s->naxes[dim]) {
             int sz = m->axes[s->axes[dim][k]].size;
-            if (left % sz)
+            if (left % sz && !(df->n == 1 && rule_factor_fits(r, f, prod * sz)))
                 break;
             c->axes[c->n++] = s->axes[dim][k++];
-            left /= sz;
+            left = left % sz ? 1 : left / sz; /* padded: the dim's only factor */
+            prod *= sz;
         }
         if (left != 1)
             break; /* this factor is not fully split: no axes for later ones */
@@ -174,7 +176,7 @@ static void merge_factors(const Plan *p, const FactorRule *r, NodePlan *np, Cand
         Candidate *c = &win[f];
         int k = 0;
         int64_t prod = 1;
-        while (k < c->n && !(taken & (1u << c->axes[k])) && r->size[f] % (prod * m->axes[c->axes[k]].size) == 0) {
+        while (k < c->n && !(taken & (1u << c->axes[k])) && rule_factor_fits(r, f, prod * m->axes[c->axes[k]].size)) {
             prod *= m->axes[c->axes[k]].size;
             np->faxes[f][k] = c->axes[k];
             taken |= 1u << c->axes[k];

@@ -121,10 +121,57 @@ static int dim_of_axis(const Sharding *s, int ax)
     return -1;
 }
 
+/* Padded layouts (sharding.c), when the search gave up: reduce, gather
+ * each split dim whole, slice each dim dst splits, partialize: every step
+ * a whole-dim move, so blocks stay aligned. */
+static void reshard_whole_dims(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst,
+                               Reshard *out)
+{
+    Sharding cur = *src, next;
+    if (cur.partial) {
+        next = cur;
+        next.partial = 0;
+        push(m, t, out, COLL_ALL_REDUCE, cur.partial, -1, -1, &cur, &next);
+        cur = next;
+    }
+    for (int i = 0; i < cur.rank; i++) {
+        if (!cur.naxes[i] || (cur.naxes[i] == dst->naxes[i] && !memcmp(cur.axes[i], dst->axes[i], cur.naxes[i])))
+            continue;
+        unsigned axes = 0;
+        for (int k = 0; k < cur.naxes[i]; k++)
+            axes |= 1u << cur.axes[i][k];
+        next = cur;
+        next.naxes[i] = 0;
+        push(m, t, out, COLL_ALL_GATHER, axes, i, -1, &cur, &next);
+        cur = next;
+    }
+    for (int i = 0; i < cur.rank; i++) {
+        if (cur.naxes[i] || !dst->naxes[i])
+            continue;
+        unsigned axes = 0;
+        next = cur;
+        for (int k = 0; k < dst->naxes[i]; k++) {
+            axes |= 1u << dst->axes[i][k];
+            next.axes[i][next.naxes[i]++] = dst->axes[i][k];
+        }
+        push(m, t, out, COLL_SLICE, axes, i, -1, &cur, &next);
+        cur = next;
+    }
+    if (dst->partial) {
+        next = cur;
+        next.partial = dst->partial;
+        push(m, t, out, COLL_PARTIALIZE, dst->partial, -1, -1, &cur, &next);
+    }
+}
+
 static void reshard_greedy(const Mesh *m, const Tensor *t, const Sharding *src, const Sharding *dst,
                            Reshard *out)
 {
     memset(out, 0, sizeof(*out));
+    if (sharding_is_uneven(src, m, t) || sharding_is_uneven(dst, m, t)) {
+        reshard_whole_dims(m, t, src, dst, out);
+        return;
+    }
     Sharding cur = *src, next;
     for (int guard = 0; guard < 4 * RESHARD_MAX_STEPS && !sharding_equal(&cur, dst); guard++) {
         unsigned pending = cur.partial & ~dst->partial;
@@ -267,9 +314,25 @@ typedef struct Move {
     int dim, dim_to;
 } Move;
 
-static int divisible(const Mesh *m, const Tensor *t, const Sharding *s, int dim)
+/* May a move change dim `dim` from layout a to layout b? A padded dim
+ * (sharding.c) keeps its blocks aligned only through whole-dim moves:
+ * every axis gathered at once, or axes put on an unsplit dim (blocks of
+ * ceil(n/4) are not halves of blocks of ceil(n/2)). Such a move needs at
+ * least one element per shard. */
+static int aligned(const Mesh *m, const Tensor *t, const Sharding *a, const Sharding *b, int dim)
 {
-    return t->dims[dim] % sharding_dim_shards(s, m, dim) == 0;
+    if (t->dims[dim] < sharding_dim_shards(b, m, dim))
+        return 0;
+    if (!sharding_dim_uneven(a, m, t, dim) && !sharding_dim_uneven(b, m, t, dim))
+        return 1;
+    return a->naxes[dim] == 0 || b->naxes[dim] == 0;
+}
+
+/* An all-to-all moves blocks between two dims; neither may be padded. */
+static int even_both(const Mesh *m, const Tensor *t, const Sharding *a, const Sharding *b, int i, int j)
+{
+    return !sharding_dim_uneven(a, m, t, i) && !sharding_dim_uneven(b, m, t, i) &&
+           !sharding_dim_uneven(a, m, t, j) && !sharding_dim_uneven(b, m, t, j);
 }
 
 static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned relevant, Move *mv)
@@ -281,7 +344,9 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
         for (int k = s->naxes[i] - 1; k >= 0 && n < SEARCH_MAX_MOVES; k--) { /* all-gather a tail */
             tail |= 1u << s->axes[i][k];
             mv[n] = (Move){.to = *s, .kind = COLL_ALL_GATHER, .axes = tail, .dim = i, .dim_to = -1};
-            mv[n++].to.naxes[i] = (unsigned char)k;
+            mv[n].to.naxes[i] = (unsigned char)k;
+            if (aligned(m, t, s, &mv[n].to, i))
+                n++;
         }
         for (int j = 0; j < s->rank && s->naxes[i] && n < SEARCH_MAX_MOVES; j++) { /* all-to-all */
             if (j == i)
@@ -290,7 +355,7 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
             mv[n] = (Move){.to = *s, .kind = COLL_ALL_TO_ALL, .axes = 1u << ax, .dim = i, .dim_to = j};
             mv[n].to.naxes[i]--;
             mv[n].to.axes[j][mv[n].to.naxes[j]++] = (unsigned char)ax;
-            if (divisible(m, t, &mv[n].to, j))
+            if (t->dims[j] % sharding_dim_shards(&mv[n].to, m, j) == 0 && even_both(m, t, s, &mv[n].to, i, j))
                 n++;
         }
         for (int ax = 0; ax < m->naxes && n < SEARCH_MAX_MOVES; ax++) {
@@ -300,12 +365,12 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
                 mv[n] = (Move){.to = *s, .kind = COLL_REDUCE_SCATTER, .axes = 1u << ax, .dim = i, .dim_to = -1};
                 mv[n].to.partial &= ~(1u << ax);
                 mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
-                if (divisible(m, t, &mv[n].to, i))
+                if (aligned(m, t, s, &mv[n].to, i))
                     n++;
             } else if (!((used >> ax) & 1)) { /* local slice */
                 mv[n] = (Move){.to = *s, .kind = COLL_SLICE, .axes = 1u << ax, .dim = i, .dim_to = -1};
                 mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
-                if (divisible(m, t, &mv[n].to, i))
+                if (aligned(m, t, s, &mv[n].to, i))
                     n++;
             }
         }
@@ -329,7 +394,7 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
                     if (sub & (1u << ax))
                         mv[n].to.axes[i][mv[n].to.naxes[i]++] = (unsigned char)ax;
                 }
-                if (divisible(m, t, &mv[n].to, i))
+                if (aligned(m, t, s, &mv[n].to, i))
                     n++;
             }
     }

@@ -456,6 +456,28 @@ int op_has_rule(OpKind op)
     return rule_fns[op] != rule_none;
 }
 
+int rule_factor_can_pad(const FactorRule *r, int f)
+{
+    if (r->nopad[f] || r->kind[f] == FK_NEED_REPL)
+        return 0;
+    for (int t = 0; t < r->ntensors; t++) {
+        if (!r->tensors[t])
+            continue;
+        for (int i = 0; i < r->tensors[t]->rank; i++) {
+            const DimFactors *df = &r->dims[t][i];
+            for (int k = 0; k < df->n; k++)
+                if (df->f[k] == f && df->n > 1)
+                    return 0;
+        }
+    }
+    return 1;
+}
+
+int rule_factor_fits(const FactorRule *r, int f, int64_t shards)
+{
+    return r->size[f] % shards == 0 || (shards <= r->size[f] && rule_factor_can_pad(r, f));
+}
+
 int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d)
 {
     memset(r, 0, sizeof(*r));

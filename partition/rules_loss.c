@@ -43,6 +43,7 @@ int rule_loss(const Node *n, FactorRule *r, Diag *d)
         int cls = i == 1;
         int f = rule_new_factor(r, x->dims[i], cls ? FK_NEED_REPL : batch,
                                 cls ? "the target picks its class from the whole class dim" : why);
+        r->nopad[f] = batch == FK_REDUCTION; /* a zeroed padding row still has a loss */
         rule_map_dim(r, 0, i, f);
         if (has_lp)
             rule_map_dim(r, rule_out_idx(n, 1), i, f);

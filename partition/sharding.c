@@ -2,9 +2,19 @@
  *
  * Text form, like JAX's PartitionSpec: one entry per tensor dim in
  * brackets, "_" for replicated, "a+b" for a dim split over axes a (major)
- * then b (minor); a trailing " partial(a,b)" marks unreduced axes. A dim of
- * size N split over axes of sizes n1..nk must satisfy N % (n1*...*nk) == 0;
- * uneven splits are an error, never silently replicated.
+ * then b (minor); a trailing " partial(a,b)" marks unreduced axes.
+ *
+ * Uneven splits: a dim of size N over K = n1*...*nk shards that K does not
+ * divide is cut into blocks of L = ceil(N/K), and every rank stores a
+ * full block of L, the part past N (on the last ranks) being padding.
+ * Padding rather than ragged blocks keeps every rank's local shape, and so
+ * every collective's count, the same, which NCCL needs (it has no
+ * all-gatherv) and which lets one emitter serve all ranks. Padding is
+ * never observed: it is zero in weights and inputs, dropped by gathers and
+ * output writes, and zeroed before a node sums over the dim (see
+ * emit_c.c); rules that cannot tolerate it (a dim made of several factors,
+ * a non-linear reduction) refuse the split (sharding_factor_can_pad). A
+ * split into more shards than the dim has elements is an error.
  */
 #include "partition.h"
 
@@ -191,13 +201,13 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
     }
     for (int i = 0; i < s->rank; i++) {
         int64_t n = sharding_dim_shards(s, m, i);
-        if (t->dims[i] % n) {
+        if (t->dims[i] < n) {
             char axes[96];
             size_t off = 0;
             for (int k = 0; k < s->naxes[i]; k++)
                 off += (size_t)snprintf(axes + off, sizeof axes - off, "%s%s=%d", k ? "*" : "",
                                         m->axes[s->axes[i][k]].name, m->axes[s->axes[i][k]].size);
-            diag_add(d, "tensor \"%s\": dim %d (size %lld) is not divisible by %s", t->name, i,
+            diag_add(d, "tensor \"%s\": dim %d (size %lld) is smaller than its split over %s", t->name, i,
                      (long long)t->dims[i], axes);
             return -1;
         }
@@ -208,13 +218,26 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out)
 {
     for (int i = 0; i < t->rank; i++)
-        out[i] = t->dims[i] / sharding_dim_shards(s, m, i);
+        out[i] = sharding_block(t->dims[i], sharding_dim_shards(s, m, i));
+}
+
+int sharding_dim_uneven(const Sharding *s, const Mesh *m, const Tensor *t, int dim)
+{
+    return t->dims[dim] % sharding_dim_shards(s, m, dim) != 0;
+}
+
+int sharding_is_uneven(const Sharding *s, const Mesh *m, const Tensor *t)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (sharding_dim_uneven(s, m, t, i))
+            return 1;
+    return 0;
 }
 
 int64_t sharding_local_bytes(const Sharding *s, const Mesh *m, const Tensor *t)
 {
     int64_t n = (int64_t)dtype_size(t->dtype);
     for (int i = 0; i < t->rank; i++)
-        n *= t->dims[i] / sharding_dim_shards(s, m, i);
+        n *= sharding_block(t->dims[i], sharding_dim_shards(s, m, i));
     return n;
 }

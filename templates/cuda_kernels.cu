@@ -224,10 +224,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         return NULL;
     }
 #endif
-    size_t whole = block;
-    for (int i = 0; i < rank; i++)
-        whole *= (size_t)nshards[i];
-    unsigned char *out = (unsigned char *)rt_alloc(whole), *host = (unsigned char *)rt_alloc(block);
+    unsigned char *out = (unsigned char *)rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *host = (unsigned char *)rt_alloc(block);
     void *stage = NULL;
 #if WORLD > 1
     CHECK_CUDA(cudaMalloc(&stage, block ? block : 64));
@@ -769,6 +766,50 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     KShape s = k_shape(rank, dims, sy, NULL, NULL);
     if (s.n)
         kk_strided<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, (int)elsize, s, y_offset, 1);
+    CHECK_LAUNCH();
+}
+
+/* Zeros a strided region of y (the padding of an uneven split), and moves
+ * a strided region of x to a strided region of y (a block cut short by
+ * padding). */
+__global__ void kk_strided_zero(char *y, int elsize, KShape s, int64_t off)
+{
+    GRID_LOOP(i, s.n)
+    {
+        int64_t o, u1, u2;
+        k_offsets(s, i, &o, &u1, &u2);
+        for (int b = 0; b < elsize; b++)
+            y[(off + o) * elsize + b] = 0;
+    }
+}
+
+static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_t *dims, const int64_t *sy,
+                                  int64_t y_offset)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    if (s.n)
+        kk_strided_zero<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, (int)elsize, s, y_offset);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_strided_move(char *y, int64_t yoff, const char *x, int64_t xoff, int elsize, KShape s)
+{
+    GRID_LOOP(i, s.n)
+    {
+        int64_t oy, ox, u;
+        k_offsets(s, i, &oy, &ox, &u);
+        for (int b = 0; b < elsize; b++)
+            y[(yoff + oy) * elsize + b] = x[(xoff + ox) * elsize + b];
+    }
+}
+
+static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, const void *x, const int64_t *sx,
+                                  int64_t x_offset, size_t elsize, int rank, const int64_t *dims)
+{
+    KShape s = k_shape(rank, dims, sy, sx, NULL);
+    if (s.n)
+        kk_strided_move<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, y_offset, (const char *)x, x_offset,
+                                                                   (int)elsize, s);
     CHECK_LAUNCH();
 }
 

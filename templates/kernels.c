@@ -445,6 +445,58 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     }
 }
 
+/* Zeros a strided region of y (the padding of an uneven split). */
+static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_t *dims, const int64_t *sy,
+                                  int64_t y_offset)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    int64_t run = rank && sy[rank - 1] == 1 ? dims[rank - 1] : 1;
+    int r = rank && sy[rank - 1] == 1 ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memset((char *)y + oy * (int64_t)elsize, 0, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* y at strides sy = x at strides sx, over dims (a block cut short by
+ * padding on both sides of a copy). */
+static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, const void *x, const int64_t *sx,
+                                  int64_t x_offset, size_t elsize, int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    int unit = rank && sx[rank - 1] == 1 && sy[rank - 1] == 1;
+    int64_t run = unit ? dims[rank - 1] : 1;
+    int r = unit ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, ox = x_offset, oy = y_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            ox += sx[i];
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            ox -= sx[i] * dims[i];
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
 /* Gather along an axis of data viewed as [outer, len, inner]; this rank
  * holds rows [offset, offset + len) of a table of global_len rows, and
  * writes zeros for indices it does not own (a masked lookup whose partial

@@ -655,72 +655,96 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     }
 }
 
-/* Copies this rank's block of a full tensor: per dim, nshards[i] equal
- * blocks of which this rank holds block index[i]. */
+/* Blocks of a split tensor: dim i of gdims[i] elements in nshards[i]
+ * blocks of ceil(gdims[i] / nshards[i]); the last blocks may run past the
+ * dim's end, into padding that is zero in a rank's copy and is never
+ * written back (see "Uneven splits" in the compiler's sharding.c). */
+static inline int64_t rt_block_len(int64_t n, int64_t k)
+{
+    return (n + k - 1) / k;
+}
+
+/* Row r (all dims but the last) of a block: its element offset in the
+ * whole tensor, or -1 when it lies in padding; *ncopy: the elements of
+ * the row inside the tensor. */
+static inline int64_t rt_block_row(int64_t r, int rank, const int64_t *gdims, const int64_t *ldims,
+                                   const int64_t *index, int64_t *ncopy)
+{
+    int last = rank - 1;
+    int64_t goff = index[last] * ldims[last], stride = gdims[last], n = gdims[last] - goff;
+    *ncopy = n < 0 ? 0 : n > ldims[last] ? ldims[last] : n;
+    for (int i = last - 1; i >= 0; i--) {
+        int64_t g = index[i] * ldims[i] + r % ldims[i];
+        if (g >= gdims[i])
+            return -1;
+        r /= ldims[i];
+        goff += g * stride;
+        stride *= gdims[i];
+    }
+    return goff;
+}
+
 static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
                           const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8], inner = (int64_t)elsize;
-    int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
+    int64_t ldims[8];
     if (rank == 0) {
         memcpy(dst, src, elsize);
         return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)(ldims[last] * inner);
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = rt_block_len(gdims[i], nshards[i]);
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
+    memset(dst, 0, (size_t)rows * row_bytes); /* padding reads as zero */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = 0, stride = 1;
-        int64_t gstride[8];
-        for (int i = last; i >= 0; i--) {
-            gstride[i] = stride;
-            stride *= gdims[i];
-        }
-        for (int i = last - 1; i >= 0; i--) {
-            int64_t li = rem % ldims[i];
-            rem /= ldims[i];
-            goff += (index[i] * ldims[i] + li) * gstride[i];
-        }
-        goff += index[last] * ldims[last];
-        memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, (size_t)n * elsize);
     }
 }
 
-/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
+/* The inverse of rt_take_block: puts one rank's block into the whole
+ * tensor (its padding stays behind). */
 static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
                                 const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8], gstride[8], stride = 1;
-    int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
-    for (int i = last; i >= 0; i--) {
-        gstride[i] = stride;
-        stride *= gdims[i];
+    int64_t ldims[8];
+    if (rank == 0) {
+        memcpy(dst, src, elsize);
+        return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = rt_block_len(gdims[i], nshards[i]);
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = index[last] * ldims[last];
-        for (int i = last - 1; i >= 0; i--) {
-            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
-            rem /= ldims[i];
-        }
-        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, (size_t)n * elsize);
     }
 }
 
-/* The size of one block of a split output (every block is the same size). */
+/* The size of one block of a split output (every block is the same size,
+ * padding included). */
 static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
 {
     size_t n = elsize;
     for (int i = 0; i < rank; i++)
-        n *= (size_t)(gdims[i] / nshards[i]);
+        n *= (size_t)rt_block_len(gdims[i], nshards[i]);
+    return n;
+}
+
+/* The size of the whole tensor. */
+static inline size_t rt_whole_bytes(int rank, const int64_t *gdims, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)gdims[i];
     return n;
 }
 
@@ -745,10 +769,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         }
         return NULL;
     }
-    size_t whole = block;
-    for (int i = 0; i < rank; i++)
-        whole *= (size_t)nshards[i];
-    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    unsigned char *out = rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *stage = rt_alloc(block);
     for (int r = 0; r < WORLD; r++) {
         if (!sender[r])
             continue;

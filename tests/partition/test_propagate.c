@@ -280,17 +280,35 @@ static void test_annotate_unknown_axis(void **st) { (void)st; expect_flag_error(
 static void test_annotate_axis_twice(void **st) { (void)st; expect_flag_error("dp=2,tp=2", "W1=[tp,tp]", "W1=[tp,tp]", "axis \"tp\" is used twice"); }
 static void test_mesh_axis_size_zero(void **st) { (void)st; expect_flag_error("dp=2,tp=0", NULL, "--mesh dp=2,tp=0", "axis \"tp\" has size 0"); }
 static void test_annotate_wrong_rank(void **st) { (void)st; expect_flag_error("tp=2", "W1=[_,tp,_]", "W1=[_,tp,_]", "spec has 3 dims but tensor \"W1\" has rank 2"); }
-static void test_annotate_not_divisible(void **st) { (void)st; expect_flag_error("tp=3", "W1=[_,tp]", "tensor \"W1\"", "dim 1 (size 256) is not divisible by tp=3"); }
+static void test_annotate_smaller_than_split(void **st) { (void)st; expect_flag_error("tp=16", "x=[tp,_]", "tensor \"x\"", "dim 0 (size 8) is smaller than its split over tp=16"); }
 
-static void test_annotate_not_divisible_output(void **st)
+static void test_annotate_uneven(void **st)
 {
     (void)st;
-    /* Factors carry one size through every tensor that holds them, so
-     * propagation cannot create an uneven split; an uneven annotation on
-     * an output is refused, never silently replicated. */
-    char *msg = flag_error("tests/models/mlp.onnx", "tp=3", "y=[_,tp]");
-    assert_mentions(msg, "not divisible by tp=3", NULL);
-    free(msg);
+    /* 256 hidden units over tp=3: blocks of 86 (the last holds 84 and 2
+     * of padding); the split propagates to W2's rows and a, and fc2's
+     * partial sum is all-reduced, as for an even split. */
+    Setup s;
+    char buf[128];
+    const char *const shards[] = {"W1=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=3", NULL, shards, -1);
+    assert_string_equal(layout(&s, "W2", buf), "[tp,_]");
+    assert_string_equal(layout(&s, "a", buf), "[_,tp]");
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
+    const Tensor *w2 = graph_tensor_find(s.g, "W2");
+    int64_t local[IR_MAX_RANK];
+    sharding_local_dims(&s.p->tensors[w2->id].sharding, &s.mesh, w2, local);
+    assert_int_equal(local[0], 86);
+    setup_free(&s);
+    /* An uneven annotation on an output holds: 64 columns in blocks of 22. */
+    const char *const out[] = {"y=[_,tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=3", NULL, out, -1);
+    assert_string_equal(layout(&s, "y", buf), "[_,tp]");
+    const Tensor *y = graph_tensor_find(s.g, "y");
+    sharding_local_dims(&s.p->tensors[y->id].sharding, &s.mesh, y, local);
+    assert_int_equal(local[1], 22);
+    assert_true(sharding_is_uneven(&s.p->tensors[y->id].sharding, &s.mesh, y));
+    setup_free(&s);
 }
 
 static void test_annotation_that_cannot_hold(void **st)
@@ -322,8 +340,8 @@ int main(void)
         cmocka_unit_test(test_annotate_axis_twice),
         cmocka_unit_test(test_mesh_axis_size_zero),
         cmocka_unit_test(test_annotate_wrong_rank),
-        cmocka_unit_test(test_annotate_not_divisible),
-        cmocka_unit_test(test_annotate_not_divisible_output),
+        cmocka_unit_test(test_annotate_smaller_than_split),
+        cmocka_unit_test(test_annotate_uneven),
     };
     return cmocka_run_group_tests_name("partition/propagate", tests, NULL, NULL);
 }

@@ -242,6 +242,57 @@ static void test_reshard_multi_axis_reduction_large(void **st)
     assert_int_equal(r.bytes, 3 << 20);
 }
 
+/* Uneven splits: a [6,6] tensor is padded over 4 shards (blocks of 2, the
+ * last empty) and even over 2. Every pair of layouts still lowers to its
+ * target, and each step that changes a padded dim is a whole-dim move
+ * (from or to unsplit), never an all-to-all: blocks of ceil(6/4) are not
+ * halves of blocks of ceil(6/2), so any other move would misplace rows. */
+static void test_reshard_uneven_whole_dim_moves(void **st)
+{
+    (void)st;
+    Tensor odd = {.name = "odd", .dtype = DT_F32, .rank = 2, .dims = {6, 6}};
+    int padded_pairs = 0;
+    for (int a = 0; a < NLAYOUTS; a++)
+        for (int b = 0; b < NLAYOUTS; b++) {
+            Sharding src, dst;
+            Reshard r;
+            parse(layouts[a], &src);
+            parse(layouts[b], &dst);
+            reshard_lower(&mesh, &odd, &src, &dst, &r);
+            assert_true(r.nsteps == 0 ? sharding_equal(&src, &dst) : sharding_equal(&r.steps[r.nsteps - 1].after, &dst));
+            const Sharding *before = &src;
+            for (int j = 0; j < r.nsteps; j++) {
+                const ReshardStep *s = &r.steps[j];
+                if (s->dim >= 0 && (sharding_dim_uneven(before, &mesh, &odd, s->dim) ||
+                                    sharding_dim_uneven(&s->after, &mesh, &odd, s->dim))) {
+                    padded_pairs++;
+                    assert_int_not_equal(s->kind, COLL_ALL_TO_ALL);
+                    assert_true(before->naxes[s->dim] == 0 || s->after.naxes[s->dim] == 0);
+                }
+                before = &s->after;
+            }
+        }
+    assert_true(padded_pairs > 10);
+    /* [dp+tp,_] -> [dp,_]: gather dim 0 whole (6 rows from 4 blocks of 2),
+     * then keep dp's block of 3. */
+    Sharding src, dst;
+    Reshard r;
+    parse("[dp+tp,_]", &src);
+    parse("[dp,_]", &dst);
+    reshard_lower(&mesh, &odd, &src, &dst, &r);
+    assert_int_equal(r.nsteps, 2);
+    assert_int_equal(r.steps[0].kind, COLL_ALL_GATHER);
+    assert_int_equal(r.steps[0].axes, 3u);
+    assert_int_equal(r.steps[1].kind, COLL_SLICE);
+    int64_t local[2];
+    sharding_local_dims(&src, &mesh, &odd, local);
+    assert_int_equal(local[0], 2);
+    sharding_local_dims(&dst, &mesh, &odd, local);
+    assert_int_equal(local[0], 3);
+    assert_int_equal(sharding_block_valid(6, 4, 2), 2);
+    assert_int_equal(sharding_block_valid(6, 4, 3), 0);
+}
+
 static void test_reshard_cost_model(void **st)
 {
     (void)st;
@@ -298,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_reshard_lower_all_pairs_minimal),
         cmocka_unit_test(test_reshard_lower_table),
         cmocka_unit_test(test_reshard_multi_axis_reduction_large),
+        cmocka_unit_test(test_reshard_uneven_whole_dim_moves),
         cmocka_unit_test(test_reshard_cost_model),
         cmocka_unit_test(test_sharding_parse_print_roundtrip),
     };
