@@ -164,12 +164,12 @@ static int step_padded(const Program *pr, int r, int j)
                            sharding_dim_uneven(&s->after, m, rr->tensor, s->dim));
 }
 
-/* `valid[] = {...}`: elements of dim n inside each of p blocks. */
-static void emit_valid(FILE *f, int64_t n, int p)
+/* `valid[] = {...}`: elements of a dim of n inside each of p blocks of len. */
+static void emit_valid(FILE *f, int64_t n, int64_t len, int p)
 {
     fprintf(f, "valid[] = {");
     for (int q = 0; q < p; q++)
-        fprintf(f, "%s%lld", q ? ", " : "", (long long)sharding_block_valid(n, p, q));
+        fprintf(f, "%s%lld", q ? ", " : "", (long long)sharding_block_valid(n, len, q));
     fprintf(f, "}");
 }
 
@@ -226,7 +226,7 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
     case COLL_SLICE: {
         int key = program_group_key(pr, axes, na);
         if (padded) { /* from the whole dim: the block's valid part, then zeros */
-            int64_t len = out->dims[s->dim], valid = sharding_block_valid(gn, p, key), dims[IR_MAX_RANK];
+            int64_t len = out->dims[s->dim], valid = sharding_block_valid(gn, len, key), dims[IR_MAX_RANK];
             memcpy(dims, out->dims, sizeof dims);
             dims[s->dim] = valid;
             fprintf(f, "    { /* block %d of %d: %lld of its %lld along dim %d are inside the tensor */\n"
@@ -303,7 +303,7 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
             contiguous_strides(out->dims, out->rank, sblk);
             fprintf(f, "    { /* pack: block q of dim %d (valid[q] of its %lld, then zeros) goes to group rank q */\n"
                        "        static const int64_t ", dim, (long long)len);
-            emit_valid(f, gn, p);
+            emit_valid(f, gn, len, p);
             fprintf(f, ", strides[] = ");
             emit_dims(f, sin, in->rank);
             fprintf(f, ", strides_blk[] = ");
@@ -384,7 +384,7 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
         contiguous_strides(in->dims, in->rank, sin);
         fprintf(f, "    { /* unpack: the block from group rank q lands at q * %lld of dim %d, its padding dropped */\n"
                    "        static const int64_t ", (long long)len, s->dim);
-        emit_valid(f, pr->plan->reshards[r].tensor->dims[s->dim], p);
+        emit_valid(f, pr->plan->reshards[r].tensor->dims[s->dim], len, p);
         fprintf(f, ", strides[] = ");
         emit_dims(f, sout, out->rank);
         fprintf(f, ", strides_blk[] = ");
@@ -569,14 +569,11 @@ void emit_output_write(const Program *pr, int i, const char *data, FILE *f)
      * the dim's axes, major first) and whether it sends (coordinate 0 on
      * every axis the layout does not use). */
     char sb[128];
-    int64_t nshards[IR_MAX_RANK];
-    for (int d = 0; d < t->rank; d++)
-        nshards[d] = sharding_dim_shards(&b->layout, m, d);
     unsigned used = sharding_used_axes(&b->layout);
     fprintf(f, "            /* it stays %s over the mesh: rank 0 gathers one copy of each block */\n"
-               "            static const int64_t nshards[] = ",
+               "            static const int64_t blocks[] = ",
             sharding_str(&b->layout, m, sb, sizeof sb));
-    emit_dims(f, nshards, t->rank);
+    emit_dims(f, b->dims, t->rank);
     fprintf(f, ";\n            static const int64_t index[] = {");
     for (int r = 0; r < m->nranks; r++) {
         for (int d = 0; d < t->rank; d++) {
@@ -596,7 +593,7 @@ void emit_output_write(const Program *pr, int i, const char *data, FILE *f)
                 sends = 0;
         fprintf(f, "%s%d", r ? ", " : "", sends);
     }
-    fprintf(f, "};\n            void *whole = rt_gather_output(%s, %d, dims, nshards, index, sender, %zu, ", b->name,
+    fprintf(f, "};\n            void *whole = rt_gather_output(%s, %d, dims, blocks, index, sender, %zu, ", b->name,
             t->rank, dtype_size(t->dtype));
     esc_c_string(f, t->label);
     fprintf(f, ");\n            if (RANK == 0)\n"
@@ -622,18 +619,16 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
         const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        int64_t nsh[IR_MAX_RANK], idx[IR_MAX_RANK];
-        for (int k = 0; k < t->rank; k++) {
-            nsh[k] = sharding_dim_shards(&b->layout, m, k);
+        int64_t idx[IR_MAX_RANK];
+        for (int k = 0; k < t->rank; k++)
             idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
-        }
         fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", CMT(t->name, nm),
                 dtype_name(t->dtype),
                 shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
         fprintf(f, "        static const int64_t gdims[] = ");
         emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", nshards[] = ");
-        emit_dims(f, nsh, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
         fprintf(f, ", index[] = ");
         emit_dims(f, idx, t->rank);
         /* The exact name is matched against --in; the label (terminal-safe)
@@ -647,7 +642,7 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
                    "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
                    "        rt_check_input(label, path, &t, %d, %d, gdims);\n"
                    "        void *block = rt_alloc(%lld);\n"
-                   "        rt_take_block(block, t.data, %d, gdims, nshards, index, %zu);\n",
+                   "        rt_take_block(block, t.data, %d, gdims, blocks, index, %zu);\n",
                 dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
                 (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype));
         if (cuda)

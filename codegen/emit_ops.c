@@ -605,9 +605,10 @@ static void emit_pad_mask(const EmitCtx *c)
         int64_t k = 1;
         for (int a = 0; a < np->fnaxes[f]; a++)
             k *= m->axes[np->faxes[f][a]].size;
-        int64_t blk = program_group_key(pr, np->faxes[f], np->fnaxes[f]), len = sharding_block(r->size[f], k);
-        int64_t valid = sharding_block_valid(r->size[f], k, blk);
-        if (r->size[f] % k == 0 || valid == len)
+        int64_t blk = program_group_key(pr, np->faxes[f], np->fnaxes[f]);
+        int64_t len = sharding_block(r->size[f], k, rule_factor_unit(r, f));
+        int64_t valid = sharding_block_valid(r->size[f], len, blk);
+        if (valid == len)
             continue;
         for (int t = 0; t < n->ninputs; t++) {
             const Buffer *b = emit_in(c, t);

@@ -146,6 +146,10 @@ typedef struct Tensor {
     int64_t nbytes;
     unsigned is_input : 1, is_output : 1, is_initializer : 1;
     unsigned folded : 1;   /* computed at compile time from shapes (ir/fold.c) */
+    /* Per dim, the unit (in elements) an uneven split cuts it in: head_dim
+     * for a dim of heads x head_dim, 0 or 1 for single elements. Set by
+     * the partitioner from the graph (partition/units.c). */
+    int64_t split_unit[IR_MAX_RANK];
     /* Shape declared in the model (graph output or value_info), checked
      * against inference; decl_rank -1 when none was declared. */
     int decl_rank;

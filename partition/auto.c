@@ -443,8 +443,8 @@ static void enum_layouts(const Mesh *m, const Tensor *t, int a, Sharding *cur, i
     }
     enum_layouts(m, t, a + 1, cur, left, out, n, cap);
     for (int i = 0; i < t->rank && m->axes[a].size > 1; i++) {
-        if (t->dims[i] <= 1 || left[i] * m->axes[a].size > t->dims[i]) /* left: shards so far; may pad */
-            continue;
+        if (t->dims[i] <= 1 || left[i] * m->axes[a].size > t->dims[i] / (t->split_unit[i] > 1 ? t->split_unit[i] : 1))
+            continue; /* left: shards so far; the split may pad (sharding.c) */
         cur->axes[i][cur->naxes[i]++] = (unsigned char)a;
         left[i] *= m->axes[a].size;
         enum_layouts(m, t, a + 1, cur, left, out, n, cap);

@@ -34,9 +34,13 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
             tp->sharding.partial)
             continue;
         int dim = -1;
-        for (int k = 0; k < t->rank && dim < 0; k++)
-            if (t->dims[k] % (sharding_dim_shards(&tp->sharding, m, k) * m->axes[ax].size) == 0)
+        for (int k = 0; k < t->rank && dim < 0; k++) {
+            Sharding s = tp->sharding; /* evenly, before and after: a gather of part of a padded dim misplaces rows */
+            s.axes[k][s.naxes[k]++] = (unsigned char)ax;
+            if (t->dims[k] % sharding_dim_shards(&s, m, k) == 0 && !sharding_dim_uneven(&s, m, t, k) &&
+                !sharding_dim_uneven(&tp->sharding, m, t, k))
                 dim = k;
+        }
         if (dim < 0)
             continue; /* too small to split: stays as planned */
         Sharding use = tp->sharding, store = use;

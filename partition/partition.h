@@ -87,14 +87,20 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d);
 /* Local (block) dims: ceil(n / shards) per dim; see "Uneven splits" in
  * sharding.c. */
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out);
-/* Block length of a dim of n over k shards, and the valid (unpadded) part
- * of block b of it. */
-static inline int64_t sharding_block(int64_t n, int64_t k) { return (n + k - 1) / k; }
-static inline int64_t sharding_block_valid(int64_t n, int64_t k, int64_t b)
+/* Block length of a dim of n over k shards in units of u elements
+ * (0 or 1: single elements), and the valid (unpadded) part of block b of
+ * a dim of n cut into blocks of len. */
+static inline int64_t sharding_block(int64_t n, int64_t k, int64_t u)
 {
-    int64_t l = sharding_block(n, k), v = n - b * l;
-    return v < 0 ? 0 : v > l ? l : v;
+    u = u > 1 ? u : 1;
+    return (n / u + k - 1) / k * u;
 }
+static inline int64_t sharding_block_valid(int64_t n, int64_t len, int64_t b)
+{
+    int64_t v = n - b * len;
+    return v < 0 ? 0 : v > len ? len : v;
+}
+
 /* Does the split of dim `dim` (of every dim) leave padding? */
 int sharding_dim_uneven(const Sharding *s, const Mesh *m, const Tensor *t, int dim);
 int sharding_is_uneven(const Sharding *s, const Mesh *m, const Tensor *t);
@@ -145,12 +151,16 @@ int rule_too_big(const Node *n, Diag *d);
 #include "../ir/ops.def"
 #undef OP
 int op_has_rule(OpKind op);
+/* The unit (in the factor's own elements) an uneven split of factor f
+ * is cut in: that of the dims holding it (units.c). */
+int64_t rule_factor_unit(const FactorRule *r, int f);
 /* May factor f be split over shards that do not divide it (padded, see
- * sharding.c)? Only if every dim holding it holds nothing else, so its
- * blocks are the dims' blocks, and its reduction (if any) is a sum that
+ * sharding.c)? Only if each dim holding it is cut where the factor is:
+ * it holds the factor alone, or first with the rest in the dim's unit
+ * (heads x head_dim by heads), and its reduction, if any, is a sum that
  * zeroed padding leaves alone. */
 int rule_factor_can_pad(const FactorRule *r, int f);
-/* May factor f (of size n) take axes of `shards` shards in all? */
+/* May factor f take axes of `shards` shards in all (evenly, or padded)? */
 int rule_factor_fits(const FactorRule *r, int f, int64_t shards);
 
 /* ---- plan --------------------------------------------------------------- */
@@ -339,6 +349,8 @@ void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
                      const Sharding *src, const Sharding *dst);
 void plan_free(Plan *p);
+/* Sets every tensor dim's split_unit from the plan's rules (units.c). */
+void partition_split_units(const Plan *p);
 
 /* ---- auto.c ------------------------------------------------------------ */
 

@@ -47,27 +47,26 @@ static int tensor_prio(const TensorPlan *tp)
 }
 
 /* Splits the axes of dim `dim` of sharding s among the dim's factors
- * (major first). A factor takes axes while they divide what is left of it
- * (or, the dim's only factor, while it may be padded: sharding.c); a later
- * factor gets axes only once the earlier ones are fully split. */
+ * (major first). A factor takes axes while they divide it (or while it
+ * may be padded: rule_factor_fits); a later factor gets axes only once the
+ * earlier ones are fully split. */
 static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors *df,
                            const Sharding *s, int dim, Candidate *out /* per factor */)
 {
     int k = 0;
     for (int fi = 0; fi < df->n && k < s->naxes[dim]; fi++) {
         int f = df->f[fi];
-        int64_t left = r->size[f], prod = 1;
+        int64_t prod = 1;
         Candidate *c = &out[f];
         while (k < s->naxes[dim]) {
             int sz = m->axes[s->axes[dim][k]].size;
-            if (left % sz && !(df->n == 1 && rule_factor_fits(r, f, prod * sz)))
+            if (!rule_factor_fits(r, f, prod * sz))
                 break;
             c->axes[c->n++] = s->axes[dim][k++];
-            left = left % sz ? 1 : left / sz; /* padded: the dim's only factor */
             prod *= sz;
         }
-        if (left != 1)
-            break; /* this factor is not fully split: no axes for later ones */
+        if (prod != r->size[f])
+            break; /* this factor is not fully split (or padded): no axes for later ones */
     }
 }
 
@@ -218,6 +217,7 @@ int plan_build_rules(Plan *p, Diag *d)
     for (int i = 0; i < p->g->nnodes; i++)
         if (rule_build(&p->arena, p->g->nodes[i], &p->nodes[i].rule, d))
             return -1;
+    partition_split_units(p);
     return 0;
 }
 

@@ -128,6 +128,19 @@ static void print_header(const Plan *p, FILE *f)
     fprintf(f, "\n");
 }
 
+/* Local dims, a padded one (an uneven split: sharding.c) marked "*". */
+static const char *local_str(const Sharding *s, const Mesh *m, const Tensor *t, const int64_t *local, char *buf,
+                             size_t cap)
+{
+    size_t off = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < t->rank && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%lld%s", i ? ", " : "", (long long)local[i],
+                                sharding_dim_uneven(s, m, t, i) ? "*" : "");
+    if (off < cap)
+        snprintf(buf + off, cap - off, "]");
+    return buf;
+}
+
 void plan_print_text(const Plan *p, FILE *f)
 {
     plan_print_text_sched(p, NULL, f);
@@ -151,6 +164,7 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             fprintf(f, "         (at most %.1f%% above the optimum: the gap to the best bound when the time ran out)\n",
                     100 * ar->gap);
     }
+    int npadded = 0;
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
@@ -159,10 +173,14 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
         int64_t local[IR_MAX_RANK];
         sharding_local_dims(&p->tensors[i].sharding, m, t, local);
         origin_str(p, t, o, sizeof o);
+        local_str(&p->tensors[i].sharding, m, t, local, c, sizeof c);
+        npadded += strchr(c, '*') != NULL;
         fprintf(f, "  %-22s %-16s %-22s %-16s %s\n", t->label, shape_str(t->dims, t->rank, a, sizeof a),
-                sharding_str(&p->tensors[i].sharding, m, b, sizeof b),
-                shape_str(local, t->rank, c, sizeof c), o);
+                sharding_str(&p->tensors[i].sharding, m, b, sizeof b), c, o);
     }
+    if (npadded)
+        fprintf(f, "  (* %d tensors split unevenly: blocks of ceil(n/shards), the last ones padded to that size)\n",
+                npadded);
     fprintf(f, "\ncollectives\n  %-3s %-15s %-18s %-6s %12s  %-36s %s\n", "#", "kind", "tensor", "axes",
             "bytes/rank", "layout change", "cause");
     int idx = 0;
@@ -252,6 +270,13 @@ void plan_print_json(const Plan *p, FILE *f)
         json_write_str(f, sharding_str(&tp->sharding, m, b, sizeof b));
         fprintf(f, ", \"local_shape\": ");
         json_write_dims(f, local, t->rank);
+        if (sharding_is_uneven(&tp->sharding, m, t)) { /* per dim: the padding past the dim's end */
+            int64_t pad[IR_MAX_RANK];
+            for (int k = 0; k < t->rank; k++)
+                pad[k] = local[k] * sharding_dim_shards(&tp->sharding, m, k) - t->dims[k];
+            fprintf(f, ", \"padding\": ");
+            json_write_dims(f, pad, t->rank);
+        }
         fprintf(f, ", \"origin\": \"%s\"", origin_name(tp->origin));
         if (tp->origin == ORIGIN_PROPAGATED || tp->origin == ORIGIN_COST) {
             fprintf(f, ", \"via\": ");

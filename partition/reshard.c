@@ -321,7 +321,7 @@ typedef struct Move {
  * least one element per shard. */
 static int aligned(const Mesh *m, const Tensor *t, const Sharding *a, const Sharding *b, int dim)
 {
-    if (t->dims[dim] < sharding_dim_shards(b, m, dim))
+    if (t->dims[dim] / (t->split_unit[dim] > 1 ? t->split_unit[dim] : 1) < sharding_dim_shards(b, m, dim))
         return 0;
     if (!sharding_dim_uneven(a, m, t, dim) && !sharding_dim_uneven(b, m, t, dim))
         return 1;
@@ -355,7 +355,7 @@ static int gen_moves(const Mesh *m, const Tensor *t, const Sharding *s, unsigned
             mv[n] = (Move){.to = *s, .kind = COLL_ALL_TO_ALL, .axes = 1u << ax, .dim = i, .dim_to = j};
             mv[n].to.naxes[i]--;
             mv[n].to.axes[j][mv[n].to.naxes[j]++] = (unsigned char)ax;
-            if (t->dims[j] % sharding_dim_shards(&mv[n].to, m, j) == 0 && even_both(m, t, s, &mv[n].to, i, j))
+            if (even_both(m, t, s, &mv[n].to, i, j))
                 n++;
         }
         for (int ax = 0; ax < m->naxes && n < SEARCH_MAX_MOVES; ax++) {

@@ -456,17 +456,44 @@ int op_has_rule(OpKind op)
     return rule_fns[op] != rule_none;
 }
 
+static int64_t dim_unit(const Tensor *t, int i)
+{
+    return t->split_unit[i] > 1 ? t->split_unit[i] : 1;
+}
+
+/* Product of the factors after position k of a dim. */
+static int64_t minor_of(const FactorRule *r, const DimFactors *df, int k)
+{
+    int64_t m = 1;
+    for (int j = k + 1; j < df->n; j++)
+        m *= r->size[df->f[j]];
+    return m;
+}
+
+int64_t rule_factor_unit(const FactorRule *r, int f)
+{
+    for (int t = 0; t < r->ntensors; t++)
+        for (int i = 0; r->tensors[t] && i < r->tensors[t]->rank; i++) {
+            const DimFactors *df = &r->dims[t][i];
+            for (int k = 0; k < df->n; k++)
+                if (df->f[k] == f && k == 0 && dim_unit(r->tensors[t], i) % minor_of(r, df, 0) == 0)
+                    return dim_unit(r->tensors[t], i) / minor_of(r, df, 0);
+        }
+    return 1;
+}
+
 int rule_factor_can_pad(const FactorRule *r, int f)
 {
     if (r->nopad[f] || r->kind[f] == FK_NEED_REPL)
         return 0;
+    int64_t u = rule_factor_unit(r, f);
     for (int t = 0; t < r->ntensors; t++) {
         if (!r->tensors[t])
             continue;
         for (int i = 0; i < r->tensors[t]->rank; i++) {
             const DimFactors *df = &r->dims[t][i];
             for (int k = 0; k < df->n; k++)
-                if (df->f[k] == f && df->n > 1)
+                if (df->f[k] == f && (k != 0 || dim_unit(r->tensors[t], i) != u * minor_of(r, df, 0)))
                     return 0;
         }
     }
@@ -475,7 +502,10 @@ int rule_factor_can_pad(const FactorRule *r, int f)
 
 int rule_factor_fits(const FactorRule *r, int f, int64_t shards)
 {
-    return r->size[f] % shards == 0 || (shards <= r->size[f] && rule_factor_can_pad(r, f));
+    int64_t u = rule_factor_unit(r, f);
+    if (r->size[f] % shards == 0 && (r->size[f] / u) % shards == 0)
+        return 1;
+    return shards <= r->size[f] / u && rule_factor_can_pad(r, f);
 }
 
 int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d)

@@ -7,18 +7,23 @@
  * Uneven splits: a dim of size N over K = n1*...*nk shards that K does not
  * divide is cut into blocks of L = ceil(N/K), and every rank stores a
  * full block of L, the part past N (on the last ranks) being padding.
+ * Blocks are made of whole units of the dim (Tensor.split_unit, units.c):
+ * a dim of 12 heads x 64 over 8 shards is cut into blocks of 2 heads, 128
+ * elements, so a Reshape can keep it split; the last two shards are all
+ * padding. An even split is the same in any unit.
  * Padding rather than ragged blocks keeps every rank's local shape, and so
  * every collective's count, the same, which NCCL needs (it has no
  * all-gatherv) and which lets one emitter serve all ranks. Padding is
  * never observed: it is zero in weights and inputs, dropped by gathers and
  * output writes, and zeroed before a node sums over the dim (see
- * emit_c.c); rules that cannot tolerate it (a dim made of several factors,
- * a non-linear reduction) refuse the split (sharding_factor_can_pad). A
- * split into more shards than the dim has elements is an error.
+ * emit_ops.c); rules that cannot tolerate it (a dim cut inside a unit, a
+ * non-linear reduction) refuse the split (rule_factor_can_pad). A split
+ * into more shards than the dim has units is an error.
  */
 #include "partition.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sharding_replicated(Sharding *s, int rank)
@@ -200,8 +205,8 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
         return -1;
     }
     for (int i = 0; i < s->rank; i++) {
-        int64_t n = sharding_dim_shards(s, m, i);
-        if (t->dims[i] < n) {
+        int64_t n = sharding_dim_shards(s, m, i), u = t->split_unit[i] > 1 ? t->split_unit[i] : 1;
+        if (t->dims[i] / u < n) {
             char axes[96];
             size_t off = 0;
             for (int k = 0; k < s->naxes[i]; k++)
@@ -218,12 +223,13 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out)
 {
     for (int i = 0; i < t->rank; i++)
-        out[i] = sharding_block(t->dims[i], sharding_dim_shards(s, m, i));
+        out[i] = sharding_block(t->dims[i], sharding_dim_shards(s, m, i), t->split_unit[i]);
 }
 
 int sharding_dim_uneven(const Sharding *s, const Mesh *m, const Tensor *t, int dim)
 {
-    return t->dims[dim] % sharding_dim_shards(s, m, dim) != 0;
+    int64_t k = sharding_dim_shards(s, m, dim);
+    return sharding_block(t->dims[dim], k, t->split_unit[dim]) * k != t->dims[dim];
 }
 
 int sharding_is_uneven(const Sharding *s, const Mesh *m, const Tensor *t)
@@ -238,6 +244,6 @@ int64_t sharding_local_bytes(const Sharding *s, const Mesh *m, const Tensor *t)
 {
     int64_t n = (int64_t)dtype_size(t->dtype);
     for (int i = 0; i < t->rank; i++)
-        n *= sharding_block(t->dims[i], sharding_dim_shards(s, m, i));
+        n *= sharding_block(t->dims[i], sharding_dim_shards(s, m, i), t->split_unit[i]);
     return n;
 }

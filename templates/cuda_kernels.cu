@@ -208,11 +208,11 @@ static inline void rt_barrier(const char *what)
  * it works built with MPI=0 too), and assembles the whole tensor on the
  * host. `local` is a device pointer. Returns the tensor on rank 0 (the
  * caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
                                      const int64_t *index, const unsigned char *sender, size_t elsize,
                                      const char *name)
 {
-    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize);
+    const size_t block = rt_block_bytes(rank, blocks, elsize);
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
 #if WORLD > 1
@@ -241,7 +241,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         }
 #endif
         CHECK_CUDA(cudaMemcpy(host, src, block, cudaMemcpyDeviceToHost));
-        rt_put_block(out, host, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+        rt_put_block(out, host, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
     }
     if (stage)
         CHECK_CUDA(cudaFree(stage));

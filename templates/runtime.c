@@ -655,15 +655,11 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     }
 }
 
-/* Blocks of a split tensor: dim i of gdims[i] elements in nshards[i]
- * blocks of ceil(gdims[i] / nshards[i]); the last blocks may run past the
- * dim's end, into padding that is zero in a rank's copy and is never
- * written back (see "Uneven splits" in the compiler's sharding.c). */
-static inline int64_t rt_block_len(int64_t n, int64_t k)
-{
-    return (n + k - 1) / k;
-}
-
+/* Blocks of a split tensor: dim i of gdims[i] elements is cut into blocks
+ * of blocks[i] (ceil(gdims[i] / shards), in whole units: the compiler's
+ * sharding.c); the last blocks may run past the dim's end, into padding
+ * that is zero in a rank's copy and is never written back. Rank r holds
+ * block index[i] along dim i. */
 /* Row r (all dims but the last) of a block: its element offset in the
  * whole tensor, or -1 when it lies in padding; *ncopy: the elements of
  * the row inside the tensor. */
@@ -684,8 +680,8 @@ static inline int64_t rt_block_row(int64_t r, int rank, const int64_t *gdims, co
     return goff;
 }
 
-static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
-                          const int64_t *index, size_t elsize)
+static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
+                                 const int64_t *index, size_t elsize)
 {
     int64_t ldims[8];
     if (rank == 0) {
@@ -694,7 +690,7 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
     }
     int64_t rows = 1;
     for (int i = 0; i < rank; i++) {
-        ldims[i] = rt_block_len(gdims[i], nshards[i]);
+        ldims[i] = blocks[i];
         rows *= i < rank - 1 ? ldims[i] : 1;
     }
     size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
@@ -708,7 +704,7 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
 
 /* The inverse of rt_take_block: puts one rank's block into the whole
  * tensor (its padding stays behind). */
-static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
                                 const int64_t *index, size_t elsize)
 {
     int64_t ldims[8];
@@ -718,7 +714,7 @@ static inline void rt_put_block(void *dst, const void *src, int rank, const int6
     }
     int64_t rows = 1;
     for (int i = 0; i < rank; i++) {
-        ldims[i] = rt_block_len(gdims[i], nshards[i]);
+        ldims[i] = blocks[i];
         rows *= i < rank - 1 ? ldims[i] : 1;
     }
     size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
@@ -731,11 +727,11 @@ static inline void rt_put_block(void *dst, const void *src, int rank, const int6
 
 /* The size of one block of a split output (every block is the same size,
  * padding included). */
-static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+static inline size_t rt_block_bytes(int rank, const int64_t *blocks, size_t elsize)
 {
     size_t n = elsize;
     for (int i = 0; i < rank; i++)
-        n *= (size_t)rt_block_len(gdims[i], nshards[i]);
+        n *= (size_t)blocks[i];
     return n;
 }
 
@@ -755,11 +751,11 @@ static inline size_t rt_whole_bytes(int rank, const int64_t *gdims, size_t elsiz
  * whose block another rank already sends (a copy over an axis the layout
  * does not use). Point to point, in pieces MPI's int counts can hold.
  * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
                                      const int64_t *index, const unsigned char *sender, size_t elsize,
                                      const char *name)
 {
-    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    const size_t block = rt_block_bytes(rank, blocks, elsize), piece = (size_t)1 << 30;
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
     if (RANK != 0) {
@@ -782,7 +778,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
             }
             src = stage;
         }
-        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+        rt_put_block(out, src, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
     }
     free(stage);
     return out;

@@ -8,7 +8,8 @@ LayerNorm, Gather from embedding tables, Concat/Split/Slice, Where, Conv/
 MaxPool/GlobalAveragePool/BatchNormalization, Cast, Constant; --extended adds
 the exporter ops of issue 9), a random mesh of 1-4 ranks as one or two named
 axes, and a few random valid annotations (each dim split over an ordered
-subset of the mesh axes whose product divides it, each axis at most once per
+subset of the mesh axes whose product divides it, or for one tensor in four
+is at most it: an uneven, padded split; each axis at most once per
 tensor; sometimes none), given by --shard or a --shardings file, now and
 then with --link classes, --shard-weights/--prefetch, --fuse-bytes or a
 symbolic batch dim bound by --dim. The case is compiled with `onnx2spmd
@@ -1254,15 +1255,18 @@ class Case:
 
 def random_spec(rng, shape, mesh):
     """Each dim gets an ordered subset of the mesh axes whose product divides
-    it; every axis at most once per tensor."""
+    it (or, one tensor in four, whose product is at most the dim: an uneven
+    split, padded); every axis at most once per tensor."""
     sizes = dict(mesh)
     dims = [[] for _ in shape]
+    uneven = rng.random() < 0.25
     for i in rng.permutation(len(mesh)):
         name, size = mesh[i]
         if rng.random() < 0.15:
             continue
         ok = [j for j, d in enumerate(shape)
-              if d % (size * int(np.prod([sizes[x] for x in dims[j]]))) == 0 and (d > 1 or rng.random() < 0.2)]
+              if (d % (k := size * int(np.prod([sizes[x] for x in dims[j]]))) == 0 or (uneven and k <= d))
+              and (d > 1 or rng.random() < 0.2)]
         if ok:
             dims[int(ok[rng.integers(len(ok))])].append(name)
     return "[" + ",".join("+".join(d) if d else "_" for d in dims) + "]"

@@ -289,8 +289,8 @@ static void test_reshard_uneven_whole_dim_moves(void **st)
     assert_int_equal(local[0], 2);
     sharding_local_dims(&dst, &mesh, &odd, local);
     assert_int_equal(local[0], 3);
-    assert_int_equal(sharding_block_valid(6, 4, 2), 2);
-    assert_int_equal(sharding_block_valid(6, 4, 3), 0);
+    assert_int_equal(sharding_block_valid(6, 2, 2), 2);
+    assert_int_equal(sharding_block_valid(6, 2, 3), 0);
 }
 
 static void test_reshard_cost_model(void **st)
