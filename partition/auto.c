@@ -280,7 +280,8 @@ static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cu
     enum_strats(s, ni, r, a + 1, cur, left, overflow); /* axis a unused */
     for (int f = 0; f < r->nfactors && m->axes[a].size > 1; f++) { /* a size-1 axis splits nothing */
         /* left[f]: shards the factor has so far (it may be padded: sharding.c) */
-        if (r->kind[f] == FK_NEED_REPL || !rule_factor_fits(r, f, left[f] * m->axes[a].size))
+        if (r->kind[f] == FK_NEED_REPL || !rule_factor_fits(r, f, left[f] * m->axes[a].size) ||
+            left[f] * m->axes[a].size > r->size[f] / rule_factor_unit(r, f)) /* no rank left all padding */
             continue;
         cur->fa[f][cur->fn[f]++] = (unsigned char)a;
         left[f] *= m->axes[a].size;
@@ -1304,7 +1305,7 @@ Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, c
     if (!s.strats || !s.nstrats || !s.node_choice || !s.src_choice)
         abort();
     int rc = -1;
-    if (plan_build_rules(p, d) || build_choices(&s, d))
+    if (plan_build_rules(p, d) || plan_check_annotations(p, ann, d) || build_choices(&s, d))
         goto cleanup;
     s.rep->nchoices = s.nchoices;
     for (int ci = 0; ci < s.nchoices; ci++)

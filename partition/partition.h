@@ -81,8 +81,8 @@ int64_t sharding_dim_shards(const Sharding *s, const Mesh *m, int dim);
 /* Parses "[dp,_,tp]" or "[dp+tp,_]" with optional " partial(dp)". */
 int sharding_parse(const char *text, const Mesh *m, Sharding *s, char *err, size_t errcap);
 char *sharding_str(const Sharding *s, const Mesh *m, char *buf, size_t cap);
-/* Checks the rank and that no dim has more shards than elements; the
- * error names tensor, dim, size. */
+/* Checks the rank (any split is valid: sharding.c pads); the error names
+ * the tensor. */
 int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d);
 /* Local (block) dims: ceil(n / shards) per dim; see "Uneven splits" in
  * sharding.c. */
@@ -349,8 +349,12 @@ void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
                      const Sharding *src, const Sharding *dst);
 void plan_free(Plan *p);
-/* Sets every tensor dim's split_unit from the plan's rules (units.c). */
+/* Sets every tensor dim's split_unit (units.c): from the plan's rules, or
+ * from the graph alone, before its annotations are checked. */
 void partition_split_units(const Plan *p);
+void partition_units(const Graph *g);
+/* Checks every annotation against the units of its tensor's dims. */
+int plan_check_annotations(const Plan *p, const AnnotationList *ann, Diag *d);
 
 /* ---- auto.c ------------------------------------------------------------ */
 

@@ -317,12 +317,9 @@ typedef struct Move {
 /* May a move change dim `dim` from layout a to layout b? A padded dim
  * (sharding.c) keeps its blocks aligned only through whole-dim moves:
  * every axis gathered at once, or axes put on an unsplit dim (blocks of
- * ceil(n/4) are not halves of blocks of ceil(n/2)). Such a move needs at
- * least one element per shard. */
+ * ceil(n/4) are not halves of blocks of ceil(n/2)). */
 static int aligned(const Mesh *m, const Tensor *t, const Sharding *a, const Sharding *b, int dim)
 {
-    if (t->dims[dim] / (t->split_unit[dim] > 1 ? t->split_unit[dim] : 1) < sharding_dim_shards(b, m, dim))
-        return 0;
     if (!sharding_dim_uneven(a, m, t, dim) && !sharding_dim_uneven(b, m, t, dim))
         return 1;
     return a->naxes[dim] == 0 || b->naxes[dim] == 0;

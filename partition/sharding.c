@@ -17,8 +17,9 @@
  * never observed: it is zero in weights and inputs, dropped by gathers and
  * output writes, and zeroed before a node sums over the dim (see
  * emit_ops.c); rules that cannot tolerate it (a dim cut inside a unit, a
- * non-linear reduction) refuse the split (rule_factor_can_pad). A split
- * into more shards than the dim has units is an error.
+ * non-linear reduction) refuse the split (rule_factor_can_pad). More
+ * shards than the dim has units leave the last ranks all padding: 4
+ * heads over tp=8 run on ranks 0-3 (XLA pads alike).
  */
 #include "partition.h"
 
@@ -204,19 +205,7 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
                  sharding_str(s, m, buf, sizeof buf), s->rank, t->rank);
         return -1;
     }
-    for (int i = 0; i < s->rank; i++) {
-        int64_t n = sharding_dim_shards(s, m, i), u = t->split_unit[i] > 1 ? t->split_unit[i] : 1;
-        if (t->dims[i] / u < n) {
-            char axes[96];
-            size_t off = 0;
-            for (int k = 0; k < s->naxes[i]; k++)
-                off += (size_t)snprintf(axes + off, sizeof axes - off, "%s%s=%d", k ? "*" : "",
-                                        m->axes[s->axes[i][k]].name, m->axes[s->axes[i][k]].size);
-            diag_add(d, "tensor \"%s\": dim %d (size %lld) is smaller than its split over %s", t->name, i,
-                     (long long)t->dims[i], axes);
-            return -1;
-        }
-    }
+    (void)m;
     return 0;
 }
 

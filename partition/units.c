@@ -24,6 +24,7 @@
 #include "partition.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static int uf_find(int *parent, int x)
 {
@@ -47,9 +48,9 @@ static int64_t gcd64(int64_t a, int64_t b)
 /* Slot of (tensor, dim). */
 #define SLOT(t, i) ((t)->id * IR_MAX_RANK + (i))
 
-void partition_split_units(const Plan *p)
+/* rules[i]: node i's rule, or one with no factors if it has none. */
+static void split_units(const Graph *g, const FactorRule *const *rules)
 {
-    const Graph *g = p->g;
     int nslots = g->ntensors * IR_MAX_RANK;
     int *parent = malloc((size_t)(nslots ? nslots : 1) * sizeof(int));
     int64_t *unit = malloc((size_t)(nslots ? nslots : 1) * sizeof(int64_t));
@@ -62,7 +63,7 @@ void partition_split_units(const Plan *p)
     }
     /* Classes: the dims holding one factor alone. single[f]: one of them. */
     for (int ni = 0; ni < g->nnodes; ni++) {
-        const FactorRule *r = &p->nodes[ni].rule;
+        const FactorRule *r = rules[ni];
         for (int f = 0; f < r->nfactors; f++)
             single[f] = -1;
         for (int t = 0; t < r->ntensors; t++) {
@@ -83,7 +84,7 @@ void partition_split_units(const Plan *p)
     for (int pass = 0, changed = 1; changed && pass < 8; pass++) {
         changed = 0;
         for (int ni = 0; ni < g->nnodes; ni++) {
-            const FactorRule *r = &p->nodes[ni].rule;
+            const FactorRule *r = rules[ni];
             for (int f = 0; f < r->nfactors; f++)
                 single[f] = -1;
             for (int t = 0; t < r->ntensors; t++) {
@@ -129,4 +130,32 @@ void partition_split_units(const Plan *p)
     free(parent);
     free(unit);
     free(single);
+}
+
+void partition_split_units(const Plan *p)
+{
+    const FactorRule **rules = malloc((size_t)(p->g->nnodes + 1) * sizeof(*rules));
+    if (!rules)
+        abort();
+    for (int i = 0; i < p->g->nnodes; i++)
+        rules[i] = &p->nodes[i].rule;
+    split_units(p->g, rules);
+    free(rules);
+}
+
+void partition_units(const Graph *g)
+{
+    Arena a = {0};
+    FactorRule *rules = arena_alloc(&a, (size_t)(g->nnodes + 1) * sizeof(FactorRule));
+    const FactorRule **ptrs = arena_alloc(&a, (size_t)(g->nnodes + 1) * sizeof(*ptrs));
+    Diag d;
+    diag_init(&d, NULL);
+    for (int i = 0; i < g->nnodes; i++) {
+        if (rule_build(&a, g->nodes[i], &rules[i], &d)) /* planning will say so; no units from it */
+            memset(&rules[i], 0, sizeof rules[i]);
+        ptrs[i] = &rules[i];
+    }
+    split_units(g, ptrs);
+    diag_free(&d);
+    arena_free(&a);
 }

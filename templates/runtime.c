@@ -660,6 +660,7 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
  * sharding.c); the last blocks may run past the dim's end, into padding
  * that is zero in a rank's copy and is never written back. Rank r holds
  * block index[i] along dim i. */
+
 /* Row r (all dims but the last) of a block: its element offset in the
  * whole tensor, or -1 when it lies in padding; *ncopy: the elements of
  * the row inside the tensor. */

@@ -664,72 +664,93 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     }
 }
 
-/* Copies this rank's block of a full tensor: per dim, nshards[i] equal
- * blocks of which this rank holds block index[i]. */
-static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
-                          const int64_t *index, size_t elsize)
+/* Blocks of a split tensor: dim i of gdims[i] elements is cut into blocks
+ * of blocks[i] (ceil(gdims[i] / shards), in whole units: the compiler's
+ * sharding.c); the last blocks may run past the dim's end, into padding
+ * that is zero in a rank's copy and is never written back. Rank r holds
+ * block index[i] along dim i. */
+
+/* Row r (all dims but the last) of a block: its element offset in the
+ * whole tensor, or -1 when it lies in padding; *ncopy: the elements of
+ * the row inside the tensor. */
+static inline int64_t rt_block_row(int64_t r, int rank, const int64_t *gdims, const int64_t *ldims,
+                                   const int64_t *index, int64_t *ncopy)
 {
-    int64_t ldims[8], inner = (int64_t)elsize;
     int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
+    int64_t goff = index[last] * ldims[last], stride = gdims[last], n = gdims[last] - goff;
+    *ncopy = n < 0 ? 0 : n > ldims[last] ? ldims[last] : n;
+    for (int i = last - 1; i >= 0; i--) {
+        int64_t g = index[i] * ldims[i] + r % ldims[i];
+        if (g >= gdims[i])
+            return -1;
+        r /= ldims[i];
+        goff += g * stride;
+        stride *= gdims[i];
+    }
+    return goff;
+}
+
+static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
+                                 const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8];
     if (rank == 0) {
         memcpy(dst, src, elsize);
         return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)(ldims[last] * inner);
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = blocks[i];
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
+    memset(dst, 0, (size_t)rows * row_bytes); /* padding reads as zero */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = 0, stride = 1;
-        int64_t gstride[8];
-        for (int i = last; i >= 0; i--) {
-            gstride[i] = stride;
-            stride *= gdims[i];
-        }
-        for (int i = last - 1; i >= 0; i--) {
-            int64_t li = rem % ldims[i];
-            rem /= ldims[i];
-            goff += (index[i] * ldims[i] + li) * gstride[i];
-        }
-        goff += index[last] * ldims[last];
-        memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, (size_t)n * elsize);
     }
 }
 
-/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
-static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+/* The inverse of rt_take_block: puts one rank's block into the whole
+ * tensor (its padding stays behind). */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
                                 const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8], gstride[8], stride = 1;
-    int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
-    for (int i = last; i >= 0; i--) {
-        gstride[i] = stride;
-        stride *= gdims[i];
+    int64_t ldims[8];
+    if (rank == 0) {
+        memcpy(dst, src, elsize);
+        return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = blocks[i];
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = index[last] * ldims[last];
-        for (int i = last - 1; i >= 0; i--) {
-            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
-            rem /= ldims[i];
-        }
-        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, (size_t)n * elsize);
     }
 }
 
-/* The size of one block of a split output (every block is the same size). */
-static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+/* The size of one block of a split output (every block is the same size,
+ * padding included). */
+static inline size_t rt_block_bytes(int rank, const int64_t *blocks, size_t elsize)
 {
     size_t n = elsize;
     for (int i = 0; i < rank; i++)
-        n *= (size_t)(gdims[i] / nshards[i]);
+        n *= (size_t)blocks[i];
+    return n;
+}
+
+/* The size of the whole tensor. */
+static inline size_t rt_whole_bytes(int rank, const int64_t *gdims, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)gdims[i];
     return n;
 }
 
@@ -740,11 +761,11 @@ static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_
  * whose block another rank already sends (a copy over an axis the layout
  * does not use). Point to point, in pieces MPI's int counts can hold.
  * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
                                      const int64_t *index, const unsigned char *sender, size_t elsize,
                                      const char *name)
 {
-    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    const size_t block = rt_block_bytes(rank, blocks, elsize), piece = (size_t)1 << 30;
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
     if (RANK != 0) {
@@ -754,10 +775,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         }
         return NULL;
     }
-    size_t whole = block;
-    for (int i = 0; i < rank; i++)
-        whole *= (size_t)nshards[i];
-    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    unsigned char *out = rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *stage = rt_alloc(block);
     for (int r = 0; r < WORLD; r++) {
         if (!sender[r])
             continue;
@@ -770,7 +788,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
             }
             src = stage;
         }
-        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+        rt_put_block(out, src, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
     }
     free(stage);
     return out;
@@ -1433,6 +1451,58 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     }
 }
 
+/* Zeros a strided region of y (the padding of an uneven split). */
+static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_t *dims, const int64_t *sy,
+                                  int64_t y_offset)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    int64_t run = rank && sy[rank - 1] == 1 ? dims[rank - 1] : 1;
+    int r = rank && sy[rank - 1] == 1 ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memset((char *)y + oy * (int64_t)elsize, 0, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* y at strides sy = x at strides sx, over dims (a block cut short by
+ * padding on both sides of a copy). */
+static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, const void *x, const int64_t *sx,
+                                  int64_t x_offset, size_t elsize, int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    if (n == 0)
+        return;
+    int unit = rank && sx[rank - 1] == 1 && sy[rank - 1] == 1;
+    int64_t run = unit ? dims[rank - 1] : 1;
+    int r = unit ? rank - 1 : rank;
+    int64_t idx[K_MAX_RANK] = {0}, ox = x_offset, oy = y_offset;
+    for (int64_t k = 0; k < n; k += run) {
+        memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        for (int i = r - 1; i >= 0; i--) {
+            ox += sx[i];
+            oy += sy[i];
+            if (++idx[i] < dims[i])
+                break;
+            ox -= sx[i] * dims[i];
+            oy -= sy[i] * dims[i];
+            idx[i] = 0;
+        }
+    }
+}
+
 /* Gather along an axis of data viewed as [outer, len, inner]; this rank
  * holds rows [offset, offset + len) of a table of global_len rows, and
  * writes zeros for indices it does not own (a masked lookup whose partial
@@ -1693,7 +1763,7 @@ int main(int argc, char **argv)
     g_weights = rt_load_weights(argv[0], "weights.rank0.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
     g_arena = rt_alloc(20480);
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
-        static const int64_t gdims[] = {8, 64}, nshards[] = {1, 1}, index[] = {0, 0};
+        static const int64_t gdims[] = {8, 64}, blocks[] = {8, 64}, index[] = {0, 0};
         static const char name[] = "x", label[] = "x";
         const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);
         if (!path)
@@ -1702,7 +1772,7 @@ int main(int argc, char **argv)
         rt_read_tensor(path, &t);
         rt_check_input(label, path, &t, 1, 2, gdims);
         void *block = rt_alloc(2048);
-        rt_take_block(block, t.data, 2, gdims, nshards, index, 4);
+        rt_take_block(block, t.data, 2, gdims, blocks, index, 4);
         I_x = (float *)block;
     }
     if (args.iters > 0) {
@@ -1724,10 +1794,10 @@ int main(int argc, char **argv)
         if (strcmp(args.out_name[i], "y") == 0) {
             static const int64_t dims[] = {8, 64};
             /* it stays [_,tp] over the mesh: rank 0 gathers one copy of each block */
-            static const int64_t nshards[] = {1, 2};
+            static const int64_t blocks[] = {8, 32};
             static const int64_t index[] = {0, 0, 0, 1};
             static const unsigned char sender[] = {1, 1};
-            void *whole = rt_gather_output(B_y, 2, dims, nshards, index, sender, 4, "y");
+            void *whole = rt_gather_output(B_y, 2, dims, blocks, index, sender, 4, "y");
             if (RANK == 0)
                 rt_write_npy(args.out_path[i], 1, 2, dims, whole);
             free(whole);

@@ -666,72 +666,93 @@ static inline void rt_write_npy(const char *path, int dtype, int rank, const int
     }
 }
 
-/* Copies this rank's block of a full tensor: per dim, nshards[i] equal
- * blocks of which this rank holds block index[i]. */
-static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
-                          const int64_t *index, size_t elsize)
+/* Blocks of a split tensor: dim i of gdims[i] elements is cut into blocks
+ * of blocks[i] (ceil(gdims[i] / shards), in whole units: the compiler's
+ * sharding.c); the last blocks may run past the dim's end, into padding
+ * that is zero in a rank's copy and is never written back. Rank r holds
+ * block index[i] along dim i. */
+
+/* Row r (all dims but the last) of a block: its element offset in the
+ * whole tensor, or -1 when it lies in padding; *ncopy: the elements of
+ * the row inside the tensor. */
+static inline int64_t rt_block_row(int64_t r, int rank, const int64_t *gdims, const int64_t *ldims,
+                                   const int64_t *index, int64_t *ncopy)
 {
-    int64_t ldims[8], inner = (int64_t)elsize;
     int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
+    int64_t goff = index[last] * ldims[last], stride = gdims[last], n = gdims[last] - goff;
+    *ncopy = n < 0 ? 0 : n > ldims[last] ? ldims[last] : n;
+    for (int i = last - 1; i >= 0; i--) {
+        int64_t g = index[i] * ldims[i] + r % ldims[i];
+        if (g >= gdims[i])
+            return -1;
+        r /= ldims[i];
+        goff += g * stride;
+        stride *= gdims[i];
+    }
+    return goff;
+}
+
+static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
+                                 const int64_t *index, size_t elsize)
+{
+    int64_t ldims[8];
     if (rank == 0) {
         memcpy(dst, src, elsize);
         return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)(ldims[last] * inner);
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = blocks[i];
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
+    memset(dst, 0, (size_t)rows * row_bytes); /* padding reads as zero */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = 0, stride = 1;
-        int64_t gstride[8];
-        for (int i = last; i >= 0; i--) {
-            gstride[i] = stride;
-            stride *= gdims[i];
-        }
-        for (int i = last - 1; i >= 0; i--) {
-            int64_t li = rem % ldims[i];
-            rem /= ldims[i];
-            goff += (index[i] * ldims[i] + li) * gstride[i];
-        }
-        goff += index[last] * ldims[last];
-        memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)r * row_bytes, (const char *)src + (size_t)goff * elsize, (size_t)n * elsize);
     }
 }
 
-/* The inverse of rt_take_block: puts one rank's block into the whole tensor. */
-static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *nshards,
+/* The inverse of rt_take_block: puts one rank's block into the whole
+ * tensor (its padding stays behind). */
+static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
                                 const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8], gstride[8], stride = 1;
-    int last = rank - 1;
-    for (int i = 0; i < rank; i++)
-        ldims[i] = gdims[i] / nshards[i];
-    for (int i = last; i >= 0; i--) {
-        gstride[i] = stride;
-        stride *= gdims[i];
+    int64_t ldims[8];
+    if (rank == 0) {
+        memcpy(dst, src, elsize);
+        return;
     }
     int64_t rows = 1;
-    for (int i = 0; i < last; i++)
-        rows *= ldims[i];
-    size_t row_bytes = (size_t)ldims[last] * elsize;
+    for (int i = 0; i < rank; i++) {
+        ldims[i] = blocks[i];
+        rows *= i < rank - 1 ? ldims[i] : 1;
+    }
+    size_t row_bytes = (size_t)ldims[rank - 1] * elsize;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, goff = index[last] * ldims[last];
-        for (int i = last - 1; i >= 0; i--) {
-            goff += (index[i] * ldims[i] + rem % ldims[i]) * gstride[i];
-            rem /= ldims[i];
-        }
-        memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+        int64_t n, goff = rt_block_row(r, rank, gdims, ldims, index, &n);
+        if (goff >= 0 && n)
+            memcpy((char *)dst + (size_t)goff * elsize, (const char *)src + (size_t)r * row_bytes, (size_t)n * elsize);
     }
 }
 
-/* The size of one block of a split output (every block is the same size). */
-static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_t *nshards, size_t elsize)
+/* The size of one block of a split output (every block is the same size,
+ * padding included). */
+static inline size_t rt_block_bytes(int rank, const int64_t *blocks, size_t elsize)
 {
     size_t n = elsize;
     for (int i = 0; i < rank; i++)
-        n *= (size_t)(gdims[i] / nshards[i]);
+        n *= (size_t)blocks[i];
+    return n;
+}
+
+/* The size of the whole tensor. */
+static inline size_t rt_whole_bytes(int rank, const int64_t *gdims, size_t elsize)
+{
+    size_t n = elsize;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)gdims[i];
     return n;
 }
 
@@ -742,11 +763,11 @@ static inline size_t rt_block_bytes(int rank, const int64_t *gdims, const int64_
  * whose block another rank already sends (a copy over an axis the layout
  * does not use). Point to point, in pieces MPI's int counts can hold.
  * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
                                      const int64_t *index, const unsigned char *sender, size_t elsize,
                                      const char *name)
 {
-    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize), piece = (size_t)1 << 30;
+    const size_t block = rt_block_bytes(rank, blocks, elsize), piece = (size_t)1 << 30;
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
     if (RANK != 0) {
@@ -756,10 +777,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         }
         return NULL;
     }
-    size_t whole = block;
-    for (int i = 0; i < rank; i++)
-        whole *= (size_t)nshards[i];
-    unsigned char *out = rt_alloc(whole), *stage = rt_alloc(block);
+    unsigned char *out = rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *stage = rt_alloc(block);
     for (int r = 0; r < WORLD; r++) {
         if (!sender[r])
             continue;
@@ -772,7 +790,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
             }
             src = stage;
         }
-        rt_put_block(out, src, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+        rt_put_block(out, src, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
     }
     free(stage);
     return out;
@@ -1198,11 +1216,11 @@ static inline void rt_barrier(const char *what)
  * it works built with MPI=0 too), and assembles the whole tensor on the
  * host. `local` is a device pointer. Returns the tensor on rank 0 (the
  * caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *nshards,
+static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
                                      const int64_t *index, const unsigned char *sender, size_t elsize,
                                      const char *name)
 {
-    const size_t block = rt_block_bytes(rank, gdims, nshards, elsize);
+    const size_t block = rt_block_bytes(rank, blocks, elsize);
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
 #if WORLD > 1
@@ -1214,10 +1232,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         return NULL;
     }
 #endif
-    size_t whole = block;
-    for (int i = 0; i < rank; i++)
-        whole *= (size_t)nshards[i];
-    unsigned char *out = (unsigned char *)rt_alloc(whole), *host = (unsigned char *)rt_alloc(block);
+    unsigned char *out = (unsigned char *)rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *host = (unsigned char *)rt_alloc(block);
     void *stage = NULL;
 #if WORLD > 1
     CHECK_CUDA(cudaMalloc(&stage, block ? block : 64));
@@ -1234,7 +1249,7 @@ static inline void *rt_gather_output(const void *local, int rank, const int64_t 
         }
 #endif
         CHECK_CUDA(cudaMemcpy(host, src, block, cudaMemcpyDeviceToHost));
-        rt_put_block(out, host, rank, gdims, nshards, &index[(size_t)r * (size_t)rank], elsize);
+        rt_put_block(out, host, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
     }
     if (stage)
         CHECK_CUDA(cudaFree(stage));
@@ -1759,6 +1774,50 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     KShape s = k_shape(rank, dims, sy, NULL, NULL);
     if (s.n)
         kk_strided<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, (int)elsize, s, y_offset, 1);
+    CHECK_LAUNCH();
+}
+
+/* Zeros a strided region of y (the padding of an uneven split), and moves
+ * a strided region of x to a strided region of y (a block cut short by
+ * padding). */
+__global__ void kk_strided_zero(char *y, int elsize, KShape s, int64_t off)
+{
+    GRID_LOOP(i, s.n)
+    {
+        int64_t o, u1, u2;
+        k_offsets(s, i, &o, &u1, &u2);
+        for (int b = 0; b < elsize; b++)
+            y[(off + o) * elsize + b] = 0;
+    }
+}
+
+static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_t *dims, const int64_t *sy,
+                                  int64_t y_offset)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    if (s.n)
+        kk_strided_zero<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, (int)elsize, s, y_offset);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_strided_move(char *y, int64_t yoff, const char *x, int64_t xoff, int elsize, KShape s)
+{
+    GRID_LOOP(i, s.n)
+    {
+        int64_t oy, ox, u;
+        k_offsets(s, i, &oy, &ox, &u);
+        for (int b = 0; b < elsize; b++)
+            y[(yoff + oy) * elsize + b] = x[(xoff + ox) * elsize + b];
+    }
+}
+
+static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, const void *x, const int64_t *sx,
+                                  int64_t x_offset, size_t elsize, int rank, const int64_t *dims)
+{
+    KShape s = k_shape(rank, dims, sy, sx, NULL);
+    if (s.n)
+        kk_strided_move<<<k_blocks(s.n), K_THREADS, 0, g_stream>>>((char *)y, y_offset, (const char *)x, x_offset,
+                                                                   (int)elsize, s);
     CHECK_LAUNCH();
 }
 
@@ -3127,7 +3186,7 @@ int main(int argc, char **argv)
     }
     CHECK_CUDA(cudaMalloc((void **)&g_arena, 86016));
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
-        static const int64_t gdims[] = {2, 16}, nshards[] = {2, 1}, index[] = {1, 0};
+        static const int64_t gdims[] = {2, 16}, blocks[] = {1, 16}, index[] = {1, 0};
         static const char name[] = "tokens", label[] = "tokens";
         const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);
         if (!path)
@@ -3136,7 +3195,7 @@ int main(int argc, char **argv)
         rt_read_tensor(path, &t);
         rt_check_input(label, path, &t, 7, 2, gdims);
         void *block = rt_alloc(128);
-        rt_take_block(block, t.data, 2, gdims, nshards, index, 8);
+        rt_take_block(block, t.data, 2, gdims, blocks, index, 8);
         CHECK_CUDA(cudaMalloc((void **)&I_tokens, 128));
         CHECK_CUDA(cudaMemcpy(I_tokens, block, 128, cudaMemcpyHostToDevice));
         free(block);
@@ -3171,10 +3230,10 @@ int main(int argc, char **argv)
         if (strcmp(args.out_name[i], "logits") == 0) {
             static const int64_t dims[] = {2, 16, 256};
             /* it stays [dp,_,_] over the mesh: rank 0 gathers one copy of each block */
-            static const int64_t nshards[] = {2, 1, 1};
+            static const int64_t blocks[] = {1, 16, 256};
             static const int64_t index[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
             static const unsigned char sender[] = {1, 0, 1, 0};
-            void *whole = rt_gather_output(B_logits, 3, dims, nshards, index, sender, 4, "logits");
+            void *whole = rt_gather_output(B_logits, 3, dims, blocks, index, sender, 4, "logits");
             if (RANK == 0)
                 rt_write_npy(args.out_path[i], 1, 3, dims, whole);
             free(whole);

@@ -54,7 +54,6 @@ plan_err 'unknown mesh axis "mp"' $M --mesh tp=2 --shard 'W1=[_,mp]'
 plan_err 'axis "tp" is used twice' $M --mesh dp=2,tp=2 --shard 'W1=[tp,tp]'
 plan_err 'axis "tp" has size 0' $M --mesh dp=2,tp=0
 plan_err 'tensor "W1" has rank 2' $M --mesh tp=2 --shard 'W1=[tp]'
-plan_err 'dim 0 (size 8) is smaller than its split over tp=16' $M --mesh tp=16 --shard 'x=[tp,_]'
 plan_err '--mesh is required' $M
 plan_err 'unknown link class' $M --mesh tp=2 --link tp=carrier-pigeon
 plan_err 'no tensor named "nope"' $M --mesh tp=2 --explain nope

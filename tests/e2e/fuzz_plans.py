@@ -9,7 +9,7 @@ MaxPool/GlobalAveragePool/BatchNormalization, Cast, Constant; --extended adds
 the exporter ops of issue 9), a random mesh of 1-4 ranks as one or two named
 axes, and a few random valid annotations (each dim split over an ordered
 subset of the mesh axes whose product divides it, or for one tensor in four
-is at most it: an uneven, padded split; each axis at most once per
+is at most twice it: an uneven, padded split; each axis at most once per
 tensor; sometimes none), given by --shard or a --shardings file, now and
 then with --link classes, --shard-weights/--prefetch, --fuse-bytes or a
 symbolic batch dim bound by --dim. The case is compiled with `onnx2spmd
@@ -1255,8 +1255,8 @@ class Case:
 
 def random_spec(rng, shape, mesh):
     """Each dim gets an ordered subset of the mesh axes whose product divides
-    it (or, one tensor in four, whose product is at most the dim: an uneven
-    split, padded); every axis at most once per tensor."""
+    it (or, one tensor in four, whose product is at most twice the dim: an
+    uneven split, padded); every axis at most once per tensor."""
     sizes = dict(mesh)
     dims = [[] for _ in shape]
     uneven = rng.random() < 0.25
@@ -1265,7 +1265,7 @@ def random_spec(rng, shape, mesh):
         if rng.random() < 0.15:
             continue
         ok = [j for j, d in enumerate(shape)
-              if (d % (k := size * int(np.prod([sizes[x] for x in dims[j]]))) == 0 or (uneven and k <= d))
+              if (d % (k := size * int(np.prod([sizes[x] for x in dims[j]]))) == 0 or (uneven and k <= 2 * d))
               and (d > 1 or rng.random() < 0.2)]
         if ok:
             dims[int(ok[rng.integers(len(ok))])].append(name)

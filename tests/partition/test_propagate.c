@@ -244,6 +244,7 @@ static void test_partition_propagate_pinned_weight_gathers_activation(void **st)
 static char *flag_error(const char *model, const char *mesh, const char *shard)
 {
     Graph *g = load_ok(model);
+    partition_units(g);
     Mesh m;
     Diag d;
     Arena a = {0};
@@ -280,7 +281,6 @@ static void test_annotate_unknown_axis(void **st) { (void)st; expect_flag_error(
 static void test_annotate_axis_twice(void **st) { (void)st; expect_flag_error("dp=2,tp=2", "W1=[tp,tp]", "W1=[tp,tp]", "axis \"tp\" is used twice"); }
 static void test_mesh_axis_size_zero(void **st) { (void)st; expect_flag_error("dp=2,tp=0", NULL, "--mesh dp=2,tp=0", "axis \"tp\" has size 0"); }
 static void test_annotate_wrong_rank(void **st) { (void)st; expect_flag_error("tp=2", "W1=[_,tp,_]", "W1=[_,tp,_]", "spec has 3 dims but tensor \"W1\" has rank 2"); }
-static void test_annotate_smaller_than_split(void **st) { (void)st; expect_flag_error("tp=16", "x=[tp,_]", "tensor \"x\"", "dim 0 (size 8) is smaller than its split over tp=16"); }
 
 static void test_annotate_uneven(void **st)
 {
@@ -308,6 +308,41 @@ static void test_annotate_uneven(void **st)
     sharding_local_dims(&s.p->tensors[y->id].sharding, &s.mesh, y, local);
     assert_int_equal(local[1], 22);
     assert_true(sharding_is_uneven(&s.p->tensors[y->id].sharding, &s.mesh, y));
+    setup_free(&s);
+}
+
+static void test_split_units(void **st)
+{
+    (void)st;
+    /* attention.onnx reads q, k, v [2,8,32] as 4 heads x 8: their hidden
+     * dim, the weights' columns and biases that feed them, and the merged
+     * context are cut in units of a head (units.c); the per-head dims and
+     * x's hidden dim (a contraction of another factor) are not. */
+    Setup s;
+    char buf[128];
+    const char *const shards[] = {"Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]", NULL};
+    plan_ok(&s, "tests/models/attention.onnx", "tp=8", NULL, shards, -1);
+    static const struct { const char *t; int dim; int64_t unit; } want[] = {
+        {"q", 2, 8}, {"Wq", 1, 8}, {"bq", 0, 8}, {"ctx_m", 2, 8}, {"Wo", 0, 8}, {"q_h", 2, 0}, {"x", 2, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const Tensor *t = graph_tensor_find(s.g, want[i].t);
+        assert_non_null(t);
+        if (t->split_unit[want[i].dim] != want[i].unit)
+            print_error("%s dim %d: unit %lld\n", want[i].t, want[i].dim, (long long)t->split_unit[want[i].dim]);
+        assert_int_equal(t->split_unit[want[i].dim], want[i].unit);
+    }
+    /* 4 heads over tp=8: one head on each of ranks 0-3, ranks 4-7 padding;
+     * the attention stays split (no gather of q, k or v) and the output
+     * projection's partial sum is the one collective. */
+    assert_string_equal(layout(&s, "q_h", buf), "[_,_,tp,_]");
+    assert_string_equal(layout(&s, "probs", buf), "[_,tp,_,_]");
+    const Tensor *wq = graph_tensor_find(s.g, "Wq");
+    int64_t local[IR_MAX_RANK];
+    sharding_local_dims(&s.p->tensors[wq->id].sharding, &s.mesh, wq, local);
+    assert_int_equal(local[1], 8);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
     setup_free(&s);
 }
 
@@ -340,8 +375,8 @@ int main(void)
         cmocka_unit_test(test_annotate_axis_twice),
         cmocka_unit_test(test_mesh_axis_size_zero),
         cmocka_unit_test(test_annotate_wrong_rank),
-        cmocka_unit_test(test_annotate_smaller_than_split),
         cmocka_unit_test(test_annotate_uneven),
+        cmocka_unit_test(test_split_units),
     };
     return cmocka_run_group_tests_name("partition/propagate", tests, NULL, NULL);
 }
