@@ -43,6 +43,7 @@ CASES = [
     ("heads_tp8", "tp=8", HEADS + ["--shard", "l0_Wo=[tp,_]"]),
     ("vocab_tp8_out", "tp=8", VOCAB + ["--shard", "logits=[_,_,tp]"]),
     ("vocab_dp2_tp4", "dp=2,tp=4", VOCAB + MLP + ["--shard", "tokens=[dp,_]"]),
+    ("auto_tp8", "tp=8", ["--auto", "--mem-limit", "6M"]),  # 20 MB of weights do not fit replicated
 ]
 
 
@@ -81,6 +82,9 @@ def run(model, name, mesh, flags):
         return False, "max abs err %.3g" % err.max()
     plan = open(os.path.join(out, "plan.txt")).read()
     what = "logits"
+    if "--auto" in flags:
+        emb = re.search(r"^\s*tok_emb\s+\S+\s+\S+\s+(\[[^\]]*\])\s+(\[[^\]]*\])", plan, re.M)
+        what = "--auto: tok_emb %s local %s" % (emb.group(1), emb.group(2)) if emb else "--auto"
     if "lm_head=[_,tp]" in flags:
         lm = re.search(r"^\s*lm_head\s+\S+\s+\S+\s+(\[[^\]]*\])\s+(\[[^\]]*\])", plan, re.M)
         if not lm or lm.group(1) != "[_,tp]":
