@@ -598,18 +598,10 @@ static void emit_pad_mask(const EmitCtx *c)
     const Node *n = c->n;
     const NodePlan *np = &pr->plan->nodes[n->id];
     const FactorRule *r = &np->rule;
-    const Mesh *m = &pr->plan->mesh;
     for (int f = 0; f < r->nfactors; f++) {
         if (r->kind[f] != FK_REDUCTION || !np->fnaxes[f])
             continue;
-        int64_t k = 1;
-        for (int a = 0; a < np->fnaxes[f]; a++)
-            k *= m->axes[np->faxes[f][a]].size;
         int64_t blk = program_group_key(pr, np->faxes[f], np->fnaxes[f]);
-        int64_t len = sharding_block(r->size[f], k, rule_factor_unit(r, f));
-        int64_t valid = sharding_block_valid(r->size[f], len, blk);
-        if (valid == len)
-            continue;
         for (int t = 0; t < n->ninputs; t++) {
             const Buffer *b = emit_in(c, t);
             if (!b || b->kind == BUF_WEIGHT || b->kind == BUF_INPUT)
@@ -618,7 +610,9 @@ static void emit_pad_mask(const EmitCtx *c)
                 const DimFactors *df = &r->dims[t][i];
                 if (df->n != 1 || df->f[0] != f)
                     continue;
-                IR_ASSERT(b->dims[i] == len);
+                int64_t len = b->dims[i], valid = sharding_block_valid(r->size[f], len, blk);
+                if (valid == len)
+                    continue;
                 int64_t dims[IR_MAX_RANK], st[IR_MAX_RANK];
                 memcpy(dims, b->dims, sizeof dims);
                 emit_strides(b->dims, b->rank, st);

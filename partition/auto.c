@@ -280,10 +280,12 @@ static void enum_strats(Search *s, int ni, const FactorRule *r, int a, Strat *cu
     enum_strats(s, ni, r, a + 1, cur, left, overflow); /* axis a unused */
     for (int f = 0; f < r->nfactors && m->axes[a].size > 1; f++) { /* a size-1 axis splits nothing */
         /* left[f]: shards the factor has so far (it may be padded: sharding.c) */
-        if (r->kind[f] == FK_NEED_REPL || !rule_factor_fits(r, f, left[f] * m->axes[a].size) ||
-            left[f] * m->axes[a].size > r->size[f] / rule_factor_unit(r, f)) /* no rank left all padding */
+        if (r->kind[f] == FK_NEED_REPL || left[f] * m->axes[a].size > r->size[f] / rule_factor_unit(r, f))
+            continue; /* no rank left all padding */
+        cur->fa[f][cur->fn[f]] = (unsigned char)a;
+        if (!rule_factor_fits(r, f, m, cur->fa[f], cur->fn[f] + 1))
             continue;
-        cur->fa[f][cur->fn[f]++] = (unsigned char)a;
+        cur->fn[f]++;
         left[f] *= m->axes[a].size;
         enum_strats(s, ni, r, a + 1, cur, left, overflow);
         left[f] /= m->axes[a].size;

@@ -87,14 +87,14 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d);
 /* Local (block) dims: ceil(n / shards) per dim; see "Uneven splits" in
  * sharding.c. */
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out);
-/* Block length of a dim of n over k shards in units of u elements
- * (0 or 1: single elements), and the valid (unpadded) part of block b of
- * a dim of n cut into blocks of len. */
-static inline int64_t sharding_block(int64_t n, int64_t k, int64_t u)
-{
-    u = u > 1 ? u : 1;
-    return (n / u + k - 1) / k * u;
-}
+/* Block length of a dim of n elements, in units of u, split over the
+ * given mesh axes (major first): n / shards where the axes split the
+ * units evenly, or the units whole and then the unit evenly (a Reshape's
+ * heads over dp, head_dim over tp); else ceil(units / shards) whole units,
+ * the last blocks padded. */
+int64_t sharding_block_of(int64_t n, int64_t u, const Mesh *m, const unsigned char *axes, int naxes);
+/* The valid (unpadded) part of block b of a dim of n cut into blocks of
+ * len. */
 static inline int64_t sharding_block_valid(int64_t n, int64_t len, int64_t b)
 {
     int64_t v = n - b * len;
@@ -160,8 +160,8 @@ int64_t rule_factor_unit(const FactorRule *r, int f);
  * (heads x head_dim by heads), and its reduction, if any, is a sum that
  * zeroed padding leaves alone. */
 int rule_factor_can_pad(const FactorRule *r, int f);
-/* May factor f take axes of `shards` shards in all (evenly, or padded)? */
-int rule_factor_fits(const FactorRule *r, int f, int64_t shards);
+/* May factor f be split over these mesh axes (evenly, or padded)? */
+int rule_factor_fits(const FactorRule *r, int f, const Mesh *m, const unsigned char *axes, int naxes);
 
 /* ---- plan --------------------------------------------------------------- */
 

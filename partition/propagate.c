@@ -58,11 +58,13 @@ static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors 
         int f = df->f[fi];
         int64_t prod = 1;
         Candidate *c = &out[f];
-        while (k < s->naxes[dim]) {
+        while (k < s->naxes[dim] && prod != r->size[f]) { /* a fully split factor leaves the rest to the next */
             int sz = m->axes[s->axes[dim][k]].size;
-            if (!rule_factor_fits(r, f, prod * sz))
+            c->axes[c->n] = s->axes[dim][k];
+            if (!rule_factor_fits(r, f, m, c->axes, c->n + 1))
                 break;
-            c->axes[c->n++] = s->axes[dim][k++];
+            c->n++;
+            k++;
             prod *= sz;
         }
         if (prod != r->size[f])
@@ -175,7 +177,7 @@ static void merge_factors(const Plan *p, const FactorRule *r, NodePlan *np, Cand
         Candidate *c = &win[f];
         int k = 0;
         int64_t prod = 1;
-        while (k < c->n && !(taken & (1u << c->axes[k])) && rule_factor_fits(r, f, prod * m->axes[c->axes[k]].size)) {
+        while (k < c->n && !(taken & (1u << c->axes[k])) && rule_factor_fits(r, f, m, c->axes, k + 1)) {
             prod *= m->axes[c->axes[k]].size;
             np->faxes[f][k] = c->axes[k];
             taken |= 1u << c->axes[k];

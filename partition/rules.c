@@ -500,10 +500,12 @@ int rule_factor_can_pad(const FactorRule *r, int f)
     return 1;
 }
 
-int rule_factor_fits(const FactorRule *r, int f, int64_t shards)
+int rule_factor_fits(const FactorRule *r, int f, const Mesh *m, const unsigned char *axes, int naxes)
 {
-    int64_t u = rule_factor_unit(r, f);
-    if (r->size[f] % shards == 0 && (r->size[f] / u) % shards == 0)
+    int64_t k = 1;
+    for (int j = 0; j < naxes; j++)
+        k *= m->axes[axes[j]].size;
+    if (sharding_block_of(r->size[f], rule_factor_unit(r, f), m, axes, naxes) * k == r->size[f])
         return 1;
     return rule_factor_can_pad(r, f); /* blocks past the end are all padding, as 12 heads over 8 leave 2 */
 }

@@ -212,13 +212,32 @@ int sharding_check(const Sharding *s, const Mesh *m, const Tensor *t, Diag *d)
 void sharding_local_dims(const Sharding *s, const Mesh *m, const Tensor *t, int64_t *out)
 {
     for (int i = 0; i < t->rank; i++)
-        out[i] = sharding_block(t->dims[i], sharding_dim_shards(s, m, i), t->split_unit[i]);
+        out[i] = sharding_block_of(t->dims[i], t->split_unit[i], m, s->axes[i], s->naxes[i]);
+}
+
+int64_t sharding_block_of(int64_t n, int64_t u, const Mesh *m, const unsigned char *axes, int naxes)
+{
+    if (u <= 1 || n % u)
+        u = 1;
+    int64_t k = 1, left = n / u, minor = u;
+    int even = 1;
+    for (int j = 0; j < naxes; j++) {
+        int64_t a = m->axes[axes[j]].size;
+        k *= a;
+        if (left > 1 ? left % a != 0 : minor % a != 0)
+            even = 0;
+        else if (left > 1)
+            left /= a;
+        else
+            minor /= a;
+    }
+    return even ? n / k : (n / u + k - 1) / k * u;
 }
 
 int sharding_dim_uneven(const Sharding *s, const Mesh *m, const Tensor *t, int dim)
 {
-    int64_t k = sharding_dim_shards(s, m, dim);
-    return sharding_block(t->dims[dim], k, t->split_unit[dim]) * k != t->dims[dim];
+    return sharding_block_of(t->dims[dim], t->split_unit[dim], m, s->axes[dim], s->naxes[dim]) *
+               sharding_dim_shards(s, m, dim) != t->dims[dim];
 }
 
 int sharding_is_uneven(const Sharding *s, const Mesh *m, const Tensor *t)
@@ -233,6 +252,6 @@ int64_t sharding_local_bytes(const Sharding *s, const Mesh *m, const Tensor *t)
 {
     int64_t n = (int64_t)dtype_size(t->dtype);
     for (int i = 0; i < t->rank; i++)
-        n *= sharding_block(t->dims[i], sharding_dim_shards(s, m, i), t->split_unit[i]);
+        n *= sharding_block_of(t->dims[i], t->split_unit[i], m, s->axes[i], s->naxes[i]);
     return n;
 }

@@ -293,6 +293,28 @@ static void test_reshard_uneven_whole_dim_moves(void **st)
     assert_int_equal(sharding_block_valid(6, 2, 3), 0);
 }
 
+/* Block lengths (sharding_block_of) on a mesh a=2, b=4, c=8. */
+static void test_sharding_blocks(void **st)
+{
+    (void)st;
+    Mesh m3;
+    Diag d;
+    diag_init(&d, NULL);
+    assert_int_equal(mesh_parse("a=2,b=4,c=8", &m3, &d), 0);
+    static const unsigned char A[] = {0}, B[] = {1}, C[] = {2}, AA[] = {0, 1}, BA[] = {1, 0};
+    /* 12 heads x 64 over 8: blocks of 2 heads; over 4: 3 heads, even */
+    assert_int_equal(sharding_block_of(768, 64, &m3, C, 1), 128);
+    assert_int_equal(sharding_block_of(768, 64, &m3, B, 1), 192);
+    /* 2 x 4 (batch x seq) over a then b: batch whole, then seq: even */
+    assert_int_equal(sharding_block_of(8, 4, &m3, AA, 2), 1);
+    /* ... over b then a: b cuts inside the batch units: whole units, padded */
+    assert_int_equal(sharding_block_of(8, 4, &m3, BA, 2), 4);
+    /* GPT-2's vocabulary over 8, a single-element unit */
+    assert_int_equal(sharding_block_of(50257, 0, &m3, C, 1), 6283);
+    assert_int_equal(sharding_block_of(6, 1, &m3, A, 1), 3);
+    diag_free(&d);
+}
+
 static void test_reshard_cost_model(void **st)
 {
     (void)st;
@@ -350,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_reshard_lower_table),
         cmocka_unit_test(test_reshard_multi_axis_reduction_large),
         cmocka_unit_test(test_reshard_uneven_whole_dim_moves),
+        cmocka_unit_test(test_sharding_blocks),
         cmocka_unit_test(test_reshard_cost_model),
         cmocka_unit_test(test_sharding_parse_print_roundtrip),
     };
