@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_ops_sharded.sh: every per-op model (tests/models/ops) compiled on one
 # rank and on a 2-rank mesh with each input split along each dim it can be
-# split on, run under mpirun and compared with ONNX Runtime's outputs
+# split on (and on 3 ranks with one input split unevenly), run under mpirun
+# and compared with ONNX Runtime's outputs
 # (tests/golden/ops). Whatever layout the plan picks, the numbers must not
 # change. Prints one line per failing case and a count.
 set -u
@@ -34,6 +35,7 @@ for path in sorted(glob.glob("tests/models/ops/*.onnx")):
     for i in m.graph.initializer:
         if i.data_type == onnx.TensorProto.FLOAT:
             shapes[i.name] = list(i.dims)
+    uneven = None
     for nm in names:
         dims = shapes.get(nm)
         if not dims:
@@ -42,6 +44,10 @@ for path in sorted(glob.glob("tests/models/ops/*.onnx")):
             if size % 2 == 0 and size >= 2:
                 spec = ",".join("s" if k == d else "_" for k in range(len(dims)))
                 print("%s_%s%d|%s|s=2|--shard %s=[%s]" % (case, nm, d, case, nm, spec))
+            if uneven is None and size >= 2 and size % 3:
+                uneven = (nm, d, ",".join("s" if k == d else "_" for k in range(len(dims))))
+    if uneven:  # one uneven split per model: blocks of ceil(n/3), the last padded or empty
+        print("%s_%s%du|%s|s=3|--shard %s=[%s]" % (case, uneven[0], uneven[1], case, uneven[0], uneven[2]))
 PYEOF
 run_case() {
     IFS='|' read -r name model mesh flags <<<"$1"
@@ -76,5 +82,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 xargs -P "$JOBS" -d '\n' -I{} bash -c 'run_case "$@"' _ {} < "$OUT/cases.txt" > "$OUT/results.txt"
 grep -E "^FAIL" "$OUT/results.txt"
 ok=$(grep -c "^ok" "$OUT/results.txt"); bad=$(grep -c "^FAIL" "$OUT/results.txt"); skip=$(grep -c "^skip" "$OUT/results.txt")
-echo "ops sharded: $ok passed, $bad failed, $skip refused (uneven split) of $(wc -l < "$OUT/cases.txt") cases"
+echo "ops sharded: $ok passed, $bad failed, $skip refused of $(wc -l < "$OUT/cases.txt") cases ($(grep -c "u|" "$OUT/cases.txt") split unevenly over 3 ranks)"
 [ "$bad" = 0 ]
