@@ -861,13 +861,18 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
         abort();
     if (keep_factors)
         memset(taken, 1, (size_t)g->ntensors + 1); /* --auto laid the weights out */
+    int maxout = 1;
+    for (int ni = 0; ni < g->nnodes; ni++)
+        maxout = g->nodes[ni]->noutputs > maxout ? g->nodes[ni]->noutputs : maxout;
+    Sharding *before = malloc((size_t)maxout * sizeof(Sharding)); /* the outputs' layouts before lowering */
+    if (!before)
+        abort();
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Node *n = g->nodes[ni];
         NodePlan *np = &p->nodes[ni];
         np->in_reshard = arena_alloc(&p->arena, (size_t)(n->ninputs + 1) * sizeof(int));
         int rc;
-        Sharding before[8];
-        int nb = n->noutputs < 8 ? n->noutputs : 8;
+        int nb = n->noutputs;
         for (int k = 0; k < nb; k++)
             if (n->outputs[k])
                 before[k] = p->tensors[n->outputs[k]->id].sharding;
@@ -883,6 +888,7 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
         }
         if (rc) {
             free(taken);
+            free(before);
             return -1;
         }
         int moved = 0;
@@ -896,11 +902,13 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
             reprops++;
             if (repropagate(p, ni, taken, d)) {
                 free(taken);
+                free(before);
                 return -1;
             }
         }
     }
     free(taken);
+    free(before);
     p->out_reshard = arena_alloc(&p->arena, (size_t)(g->noutputs + 1) * sizeof(int));
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
