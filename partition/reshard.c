@@ -78,13 +78,23 @@ double coll_seconds(const Mesh *m, CollKind k, unsigned axes, int64_t local)
     return COLL_LAUNCH_S + (double)(n - 1) * l->latency_s + (double)coll_bytes(k, n, local) / l->bandwidth_Bps;
 }
 
+/* Bytes a rank puts into a step: its block before it, or for a
+ * reduce-scatter onto a padded dim, the p whole blocks it reduces. */
+static int64_t step_input_bytes(const Mesh *m, const Tensor *t, CollKind k, unsigned axes, const Sharding *before,
+                                const Sharding *after)
+{
+    if (k == COLL_REDUCE_SCATTER)
+        return sharding_local_bytes(after, m, t) * mesh_group_size(m, axes);
+    return sharding_local_bytes(before, m, t);
+}
+
 static void push(const Mesh *m, const Tensor *t, Reshard *out, CollKind k, unsigned axes,
                  int dim, int dim_to, const Sharding *before, const Sharding *after)
 {
     if (out->nsteps == RESHARD_MAX_STEPS)
         return;
     ReshardStep *s = &out->steps[out->nsteps++];
-    int64_t local = sharding_local_bytes(before, m, t);
+    int64_t local = step_input_bytes(m, t, k, axes, before, after);
     s->kind = k;
     s->axes = axes;
     s->dim = dim;
@@ -446,8 +456,8 @@ static int search(const Mesh *m, const Tensor *t, const Sharding *src, const Sha
         }
         v[best].done = 1;
         int nm = gen_moves(m, t, &v[best].s, relevant, mv);
-        int64_t local = sharding_local_bytes(&v[best].s, m, t);
         for (int k = 0; k < nm; k++) {
+            int64_t local = step_input_bytes(m, t, mv[k].kind, mv[k].axes, &v[best].s, &mv[k].to);
             int coll = mv[k].kind != COLL_SLICE && mv[k].kind != COLL_PARTIALIZE;
             int64_t b = coll_bytes(mv[k].kind, mesh_group_size(m, mv[k].axes), local);
             double sec = coll_seconds(m, mv[k].kind, mv[k].axes, local);
