@@ -596,36 +596,33 @@ static void emit_pad_mask(const EmitCtx *c)
 {
     const Program *pr = c->pr;
     const Node *n = c->n;
-    const NodePlan *np = &pr->plan->nodes[n->id];
-    const FactorRule *r = &np->rule;
-    for (int f = 0; f < r->nfactors; f++) {
-        if (r->kind[f] != FK_REDUCTION || !np->fnaxes[f])
+    const FactorRule *r = &pr->plan->nodes[n->id].rule;
+    for (int t = 0; t < n->ninputs; t++) {
+        const Buffer *b = emit_in(c, t);
+        if (!b || b->kind == BUF_WEIGHT || b->kind == BUF_INPUT)
             continue;
-        int64_t blk = program_group_key(pr, np->faxes[f], np->fnaxes[f]);
-        for (int t = 0; t < n->ninputs; t++) {
-            const Buffer *b = emit_in(c, t);
-            if (!b || b->kind == BUF_WEIGHT || b->kind == BUF_INPUT)
+        /* The operand's layout as the node reads it (a cast copy has none of its own). */
+        const Sharding *lay = &pr->bufs[program_operand_buf(pr, n, t)].layout;
+        for (int i = 0; i < b->rank; i++) {
+            const DimFactors *df = &r->dims[t][i];
+            if (df->n != 1 || r->kind[df->f[0]] != FK_REDUCTION || !lay->naxes[i])
                 continue;
-            for (int i = 0; i < b->rank; i++) {
-                const DimFactors *df = &r->dims[t][i];
-                if (df->n != 1 || df->f[0] != f)
-                    continue;
-                int64_t len = b->dims[i], valid = sharding_block_valid(r->size[f], len, blk);
-                if (valid == len)
-                    continue;
-                int64_t dims[IR_MAX_RANK], st[IR_MAX_RANK];
-                memcpy(dims, b->dims, sizeof dims);
-                emit_strides(b->dims, b->rank, st);
-                dims[i] = len - valid;
-                fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed before the sum */\n"
-                              "        static const int64_t dims[] = ",
-                        (long long)blk, i, (long long)valid, (long long)len);
-                emit_dims(c->f, dims, b->rank);
-                fprintf(c->f, ", strides[] = ");
-                emit_dims(c->f, st, b->rank);
-                fprintf(c->f, ";\n        k_strided_zero(%s, %zu, %d, dims, strides, %lld);\n    }\n", b->name,
-                        dtype_size(b->dtype), b->rank, (long long)(valid * st[i]));
-            }
+            int64_t blk = program_group_key(pr, lay->axes[i], lay->naxes[i]);
+            int64_t len = b->dims[i], valid = sharding_block_valid(n->inputs[t]->dims[i], len, blk);
+            if (valid == len)
+                continue;
+            int64_t dims[IR_MAX_RANK], st[IR_MAX_RANK];
+            memcpy(dims, b->dims, sizeof dims);
+            emit_strides(b->dims, b->rank, st);
+            dims[i] = len - valid;
+            fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed before the sum */\n"
+                          "        static const int64_t dims[] = ",
+                    (long long)blk, i, (long long)valid, (long long)len);
+            emit_dims(c->f, dims, b->rank);
+            fprintf(c->f, ", strides[] = ");
+            emit_dims(c->f, st, b->rank);
+            fprintf(c->f, ";\n        k_strided_zero(%s, %zu, %d, dims, strides, %lld);\n    }\n", b->name,
+                    dtype_size(b->dtype), b->rank, (long long)(valid * st[i]));
         }
     }
 }

@@ -283,6 +283,9 @@ typedef struct AutoReport {
     int optimal;                    /* proven optimal (else: best found in the time limit) */
     double gap;                     /* then: relative gap to the best bound */
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
+    double best_s;                  /* the fastest plan's (the first pass) */
+    int bytes_pass;                 /* the fewest-bytes pass (auto.c): 0 not run, 1 took its plan,
+                                       2 found none better, -1 ran out of time */
     double time_limit_s, solve_s;
     const char *solver;             /* "GLPK" or "CBC" */
     AutoNodeInfo *nodes;            /* by node index */

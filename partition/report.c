@@ -163,6 +163,14 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
         if (!ar->optimal)
             fprintf(f, "         (at most %.1f%% above the optimum: the gap to the best bound when the time ran out)\n",
                     100 * ar->gap);
+        char t1[32];
+        if (ar->bytes_pass == 1)
+            fprintf(f, "         then the fewest bytes within 1%% of the fastest (%s): this plan\n",
+                    time_str(ar->best_s, t1, sizeof t1));
+        else if (ar->bytes_pass == 2)
+            fprintf(f, "         no plan within 1%% of that time sends fewer bytes\n");
+        else if (ar->bytes_pass == -1)
+            fprintf(f, "         the fewest-bytes pass (within 1%% of that time) ran out of time: the fastest plan stands\n");
     }
     int npadded = 0;
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
@@ -336,9 +344,11 @@ void plan_print_json(const Plan *p, FILE *f)
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
                    "\"columns\": %d, \"nonzeros\": %d, \"solver\": \"%s\", \"optimal\": %s, \"gap\": %.6g, "
-                   "\"objective_s\": %.9g}",
+                   "\"objective_s\": %.9g, \"fastest_s\": %.9g, \"bytes_pass\": \"%s\"}",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
-                ar->optimal ? "true" : "false", ar->gap, ar->objective_s);
+                ar->optimal ? "true" : "false", ar->gap, ar->objective_s, ar->best_s,
+                ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of time"
+                                                                                                   : "not run");
     }
     fprintf(f, "\n}\n");
 }
