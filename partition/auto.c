@@ -947,12 +947,16 @@ static int solve_cbc(glp_prob *lp, double time_limit_s, MipResult *res)
  * leave less to the link model's errors: on GPT-2 medium over tp=2 this
  * turns a plan 0.2% faster on paper that all-gathers the residual stream
  * (92 MB per rank) into Megatron's all-reduces (84 MB). It runs after an
- * optimal first pass only, for half the first pass's time (at least
- * AUTO_BYTES_PASS_MIN_S), and its plan is taken only if proven optimal:
+ * optimal first pass only, on programs of at most AUTO_BYTES_PASS_MAX_COLS
+ * columns, for half the first pass's time (at least AUTO_BYTES_PASS_MIN_S),
+ * and its plan is taken only if proven optimal:
  * otherwise the first pass's stands and the report says so. Knapsack-like
  * programs under a tight --mem-limit are where it runs out of time. */
 #define AUTO_TIME_SLACK 0.01
 #define AUTO_BYTES_PASS_MIN_S 0.25
+/* Larger programs skip it: on the 64-rank Llama one (134,706 columns)
+ * it did not finish in twice the first pass's 4 s. */
+#define AUTO_BYTES_PASS_MAX_COLS 20000
 
 static void bytes_pass(Search *s, glp_prob *lp, const char *solver, const double *obj, const double *sent,
                        int ncols, double time_limit_s, MipResult *res)
@@ -1246,7 +1250,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     double first_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     s->rep->best_s = res.objective / US;
     s->rep->bytes_pass = 0;
-    if (!rc && res.status == MIP_OPTIMAL) {
+    if (!rc && res.status == MIP_OPTIMAL && ncols <= AUTO_BYTES_PASS_MAX_COLS) {
         double lim = first_s / 2 > AUTO_BYTES_PASS_MIN_S ? first_s / 2 : AUTO_BYTES_PASS_MIN_S;
         if (lim > opt->time_limit_s - first_s)
             lim = opt->time_limit_s - first_s;
