@@ -647,7 +647,6 @@ static int cmd_plan(int argc, char **argv, int compile)
     d.context = path;
     if (frontend_load_file(path, &opt, &g, &d))
         goto cleanup;
-    partition_units(g); /* before the annotations are checked against them */
     if (annotate_add_model(&ann, &arena, g, &mesh, &d))
         goto cleanup;
     d.context = NULL;

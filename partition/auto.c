@@ -1416,7 +1416,7 @@ Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, c
     if (!s.strats || !s.nstrats || !s.node_choice || !s.src_choice)
         abort();
     int rc = -1;
-    if (plan_build_rules(p, d) || plan_check_annotations(p, ann, d) || build_choices(&s, d))
+    if (plan_build_rules(p, d) || build_choices(&s, d))
         goto cleanup;
     s.rep->nchoices = s.nchoices;
     for (int ci = 0; ci < s.nchoices; ci++)

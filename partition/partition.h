@@ -352,12 +352,8 @@ void rule_factors_of(const Mesh *m, const FactorRule *r, int t, const Sharding *
 int plan_add_reshard(Plan *p, const Tensor *t, const Node *consumer, int operand, const char *reason,
                      const Sharding *src, const Sharding *dst);
 void plan_free(Plan *p);
-/* Sets every tensor dim's split_unit (units.c): from the plan's rules, or
- * from the graph alone, before its annotations are checked. */
+/* Sets every tensor dim's split_unit from the plan's rules (units.c). */
 void partition_split_units(const Plan *p);
-void partition_units(const Graph *g);
-/* Checks every annotation against the units of its tensor's dims. */
-int plan_check_annotations(const Plan *p, const AnnotationList *ann, Diag *d);
 
 /* ---- auto.c ------------------------------------------------------------ */
 

@@ -923,27 +923,10 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
     return 0;
 }
 
-int plan_check_annotations(const Plan *p, const AnnotationList *ann, Diag *d)
-{
-    for (int i = 0; ann && i < ann->n; i++) {
-        const Annotation *a = &ann->items[i];
-        const Tensor *t = graph_tensor_find(p->g, a->tensor);
-        Diag sub;
-        diag_init(&sub, NULL);
-        if (t && sharding_check(&a->sharding, &p->mesh, t, &sub)) {
-            diag_add(d, "annotation %s=%s: %s", a->tensor, a->spec, diag_first(&sub));
-            diag_free(&sub);
-            return -1;
-        }
-        diag_free(&sub);
-    }
-    return 0;
-}
-
 Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d)
 {
     Plan *p = plan_new(g, m);
-    if (plan_build_rules(p, d) || plan_check_annotations(p, ann, d))
+    if (plan_build_rules(p, d))
         goto fail;
     apply_annotations(p, ann);
     if (propagate(p, d) || plan_lower(p, 0, d))

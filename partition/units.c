@@ -24,7 +24,6 @@
 #include "partition.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 static int uf_find(int *parent, int x)
 {
@@ -141,21 +140,4 @@ void partition_split_units(const Plan *p)
         rules[i] = &p->nodes[i].rule;
     split_units(p->g, rules);
     free(rules);
-}
-
-void partition_units(const Graph *g)
-{
-    Arena a = {0};
-    FactorRule *rules = arena_alloc(&a, (size_t)(g->nnodes + 1) * sizeof(FactorRule));
-    const FactorRule **ptrs = arena_alloc(&a, (size_t)(g->nnodes + 1) * sizeof(*ptrs));
-    Diag d;
-    diag_init(&d, NULL);
-    for (int i = 0; i < g->nnodes; i++) {
-        if (rule_build(&a, g->nodes[i], &rules[i], &d)) /* planning will say so; no units from it */
-            memset(&rules[i], 0, sizeof rules[i]);
-        ptrs[i] = &rules[i];
-    }
-    split_units(g, ptrs);
-    diag_free(&d);
-    arena_free(&a);
 }

@@ -19,7 +19,6 @@ static void build(Built *b, const char *model, const char *mesh, const char *fil
 {
     memset(b, 0, sizeof(*b));
     b->g = load_ok(model);
-    partition_units(b->g);
     Diag d;
     diag_init(&d, model);
     assert_int_equal(mesh_parse(mesh, &b->mesh, &d), 0);

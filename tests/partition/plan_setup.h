@@ -36,7 +36,6 @@ static inline void plan_run(Setup *s, const char *model, const char *mesh, const
 {
     memset(s, 0, sizeof(*s));
     s->g = load_ok(model);
-    partition_units(s->g);
     diag_init(&s->d, model);
     assert_int_equal(mesh_parse(mesh, &s->mesh, &s->d), 0);
     assert_int_equal(annotate_add_model(&s->ann, &s->arena, s->g, &s->mesh, &s->d), 0);

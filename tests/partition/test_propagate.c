@@ -244,7 +244,6 @@ static void test_partition_propagate_pinned_weight_gathers_activation(void **st)
 static char *flag_error(const char *model, const char *mesh, const char *shard)
 {
     Graph *g = load_ok(model);
-    partition_units(g);
     Mesh m;
     Diag d;
     Arena a = {0};
