@@ -591,7 +591,9 @@ static const EmitFn emit_fns[OP_COUNT] = {
  * must not sum the padding: on a rank whose block runs past the dim's
  * end, the operands' padding is zeroed first. Every such reduction is a
  * sum (rules refuse padding elsewhere: rule_factor_can_pad), so zeros
- * leave it exact; weights and inputs are zero-padded when loaded. */
+ * leave it exact; weights and inputs are zero-padded when loaded. Other
+ * values' padding is never read into a valid element, so it may hold
+ * anything, except in integers (see below). */
 static void emit_pad_mask(const EmitCtx *c)
 {
     const Program *pr = c->pr;
@@ -603,9 +605,13 @@ static void emit_pad_mask(const EmitCtx *c)
             continue;
         /* The operand's layout as the node reads it (a cast copy has none of its own). */
         const Sharding *lay = &pr->bufs[program_operand_buf(pr, n, t)].layout;
+        /* An integer operand's padding may be an index: zeroed for every node,
+         * or a bounds check (Gather's) would trip over stale arena bytes. */
+        int ints = !dtype_is_float(b->dtype);
         for (int i = 0; i < b->rank; i++) {
             const DimFactors *df = &r->dims[t][i];
-            if (df->n != 1 || r->kind[df->f[0]] != FK_REDUCTION || !lay->naxes[i])
+            int sums = df->n == 1 && r->kind[df->f[0]] == FK_REDUCTION;
+            if (!lay->naxes[i] || !(sums || ints))
                 continue;
             int64_t blk = program_group_key(pr, lay->axes[i], lay->naxes[i]);
             int64_t len = b->dims[i], valid = sharding_block_valid(n->inputs[t]->dims[i], len, blk);
@@ -615,9 +621,10 @@ static void emit_pad_mask(const EmitCtx *c)
             memcpy(dims, b->dims, sizeof dims);
             emit_strides(b->dims, b->rank, st);
             dims[i] = len - valid;
-            fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed before the sum */\n"
+            fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed %s */\n"
                           "        static const int64_t dims[] = ",
-                    (long long)blk, i, (long long)valid, (long long)len);
+                    (long long)blk, i, (long long)valid, (long long)len,
+                    sums ? "before the sum" : "(an integer: it may be an index)");
             emit_dims(c->f, dims, b->rank);
             fprintf(c->f, ", strides[] = ");
             emit_dims(c->f, st, b->rank);
