@@ -164,13 +164,24 @@ static int step_padded(const Program *pr, int r, int j)
                            sharding_dim_uneven(&s->after, m, rr->tensor, s->dim));
 }
 
-/* `valid[] = {...}`: elements of a dim of n inside each of p blocks of len. */
-static void emit_valid(FILE *f, int64_t n, int64_t len, int p)
+/* Opens the loop over the p blocks of a padded dim (a dim of n elements
+ * in blocks of len) that packs or unpacks them: valid[q] is block q's part
+ * inside the tensor, strides those of the whole tensor, strides_blk those
+ * of one block (bdims), and dims block q's valid extent. The caller writes
+ * the body and closes both braces. */
+static void emit_block_loop(FILE *f, const char *what, int64_t n, int64_t len, int p, int dim, int rank,
+                            const int64_t *bdims, const int64_t *swhole, const int64_t *sblk)
 {
-    fprintf(f, "valid[] = {");
+    fprintf(f, "    { /* %s */\n        static const int64_t valid[] = {", what);
     for (int q = 0; q < p; q++)
         fprintf(f, "%s%lld", q ? ", " : "", (long long)sharding_block_valid(n, len, q));
-    fprintf(f, "}");
+    fprintf(f, "}, strides[] = ");
+    emit_dims(f, swhole, rank);
+    fprintf(f, ", strides_blk[] = ");
+    emit_dims(f, sblk, rank);
+    fprintf(f, ";\n        for (int q = 0; q < %d; q++) {\n            int64_t dims[] = ", p);
+    emit_dims(f, bdims, rank);
+    fprintf(f, ";\n            dims[%d] = valid[q];\n", dim);
 }
 
 static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
@@ -301,20 +312,14 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
             blk = numel(out);
             send = pr->bufs[sb->pack].name;
             contiguous_strides(out->dims, out->rank, sblk);
-            fprintf(f, "    { /* pack: block q of dim %d (valid[q] of its %lld, then zeros) goes to group rank q */\n"
-                       "        static const int64_t ", dim, (long long)len);
-            emit_valid(f, gn, len, p);
-            fprintf(f, ", strides[] = ");
-            emit_dims(f, sin, in->rank);
-            fprintf(f, ", strides_blk[] = ");
-            emit_dims(f, sblk, out->rank);
-            fprintf(f, ";\n        for (int q = 0; q < %d; q++) {\n            int64_t dims[] = ", p);
-            emit_dims(f, out->dims, out->rank);
-            fprintf(f, ";\n            dims[%d] = valid[q];\n"
-                       "            if (valid[q] < %lld)\n                k_zero(%s + q * %lld, %lld);\n"
+            char what[128];
+            snprintf(what, sizeof what, "pack: block q of dim %d (valid[q] of its %lld, then zeros) goes to group rank q",
+                     dim, (long long)len);
+            emit_block_loop(f, what, gn, len, p, dim, in->rank, out->dims, sin, sblk);
+            fprintf(f, "            if (valid[q] < %lld)\n                k_zero(%s + q * %lld, %lld);\n"
                        "            k_strided_move(%s + q * %lld, strides_blk, 0, %s, strides, q * %lld, %zu, %d, dims);\n"
                        "        }\n    }\n",
-                    dim, (long long)len, send, (long long)blk, (long long)(blk * (int64_t)es), send, (long long)blk,
+                    (long long)len, send, (long long)blk, (long long)(blk * (int64_t)es), send, (long long)blk,
                     in->name, (long long)(len * sin[dim]), es, in->rank);
         } else if (sb->pack >= 0) {
             send = pr->bufs[sb->pack].name;
@@ -382,20 +387,15 @@ static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
     if (s->kind == COLL_ALL_GATHER && step_padded(pr, r, j)) {
         int64_t len = in->dims[s->dim], sin[IR_MAX_RANK];
         contiguous_strides(in->dims, in->rank, sin);
-        fprintf(f, "    { /* unpack: the block from group rank q lands at q * %lld of dim %d, its padding dropped */\n"
-                   "        static const int64_t ", (long long)len, s->dim);
-        emit_valid(f, pr->plan->reshards[r].tensor->dims[s->dim], len, p);
-        fprintf(f, ", strides[] = ");
-        emit_dims(f, sout, out->rank);
-        fprintf(f, ", strides_blk[] = ");
-        emit_dims(f, sin, in->rank);
-        fprintf(f, ";\n        for (int q = 0; q < %d; q++) {\n            int64_t dims[] = ", p);
-        emit_dims(f, in->dims, in->rank);
-        fprintf(f, ";\n            dims[%d] = valid[q];\n"
-                   "            k_strided_move(%s, strides, q * %lld, %s + q * %lld, strides_blk, 0, %zu, %d, dims);\n"
+        char what[128];
+        snprintf(what, sizeof what, "unpack: the block from group rank q lands at q * %lld of dim %d, its padding dropped",
+                 (long long)len, s->dim);
+        emit_block_loop(f, what, pr->plan->reshards[r].tensor->dims[s->dim], len, p, s->dim, in->rank, in->dims, sout,
+                        sin);
+        fprintf(f, "            k_strided_move(%s, strides, q * %lld, %s + q * %lld, strides_blk, 0, %zu, %d, dims);\n"
                    "        }\n    }\n",
-                s->dim, out->name, (long long)(len * sout[s->dim]), pr->bufs[sb->unpack].name, (long long)numel(in),
-                es, in->rank);
+                out->name, (long long)(len * sout[s->dim]), pr->bufs[sb->unpack].name, (long long)numel(in), es,
+                in->rank);
         return;
     }
     memcpy(bdims, in->dims, sizeof bdims);

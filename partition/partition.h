@@ -144,6 +144,15 @@ int rule_build(Arena *a, const Node *n, FactorRule *r, Diag *d);
 int rule_new_factor(FactorRule *r, int64_t size, FactorKind kind, const char *why);
 void rule_map_dim(FactorRule *r, int t, int dim, int f);
 int rule_out_idx(const Node *n, int k);
+static inline int64_t rule_gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
 int rule_too_big(const Node *n, Diag *d);
 /* Rule functions, named in the rule column of ir/ops.def (rules.c and the
  * rules_<family>.c files); rule_none for an op that cannot be sharded. */

@@ -243,16 +243,6 @@ int rule_transpose(const Node *n, FactorRule *r, Diag *d)
     return 0;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* Reshape, Squeeze, Unsqueeze, Flatten: walk input and output dims
  * together (size-1 dims hold no factor). Where one side's dim is a
  * multiple of the other's, the smaller one becomes a factor of the larger
@@ -277,7 +267,7 @@ int rule_reshape(const Node *n, FactorRule *r, Diag *d)
         if (r->nfactors >= RULE_MAX_FACTORS || r->dims[0][i].n >= RULE_MAX_PER_DIM ||
             r->dims[yo][j].n >= RULE_MAX_PER_DIM)
             return rule_too_big(n, d);
-        int64_t fs = ri % rj == 0 ? rj : rj % ri == 0 ? ri : gcd64(ri, rj);
+        int64_t fs = ri % rj == 0 ? rj : rj % ri == 0 ? ri : rule_gcd(ri, rj);
         FactorKind kind = (ri % rj == 0 || rj % ri == 0) ? FK_PASS : FK_NEED_REPL;
         int f = rule_new_factor(r, fs, kind, kind == FK_NEED_REPL ? "Reshape regroups this dim unevenly" : NULL);
         rule_map_dim(r, 0, i, f);

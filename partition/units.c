@@ -34,18 +34,28 @@ static int uf_find(int *parent, int x)
     return x;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* Slot of (tensor, dim). */
 #define SLOT(t, i) ((t)->id * IR_MAX_RANK + (i))
+
+/* single[f]: the slot of a dim of rule r holding factor f alone, or -1;
+ * with parent, those dims are joined into one class. */
+static void single_dims(const FactorRule *r, int *single, int *parent)
+{
+    for (int f = 0; f < r->nfactors; f++)
+        single[f] = -1;
+    for (int t = 0; t < r->ntensors; t++) {
+        const Tensor *tt = r->tensors[t];
+        for (int i = 0; tt && i < tt->rank; i++) {
+            const DimFactors *df = &r->dims[t][i];
+            if (df->n != 1)
+                continue;
+            int f = df->f[0], s = SLOT(tt, i);
+            if (parent && single[f] >= 0)
+                parent[uf_find(parent, s)] = uf_find(parent, single[f]);
+            single[f] = s;
+        }
+    }
+}
 
 /* rules[i]: node i's rule, or one with no factors if it has none. */
 static void split_units(const Graph *g, const FactorRule *const *rules)
@@ -61,37 +71,14 @@ static void split_units(const Graph *g, const FactorRule *const *rules)
         unit[i] = 1;
     }
     /* Classes: the dims holding one factor alone. single[f]: one of them. */
-    for (int ni = 0; ni < g->nnodes; ni++) {
-        const FactorRule *r = rules[ni];
-        for (int f = 0; f < r->nfactors; f++)
-            single[f] = -1;
-        for (int t = 0; t < r->ntensors; t++) {
-            const Tensor *tt = r->tensors[t];
-            for (int i = 0; tt && i < tt->rank; i++) {
-                const DimFactors *df = &r->dims[t][i];
-                if (df->n != 1)
-                    continue;
-                int f = df->f[0], s = SLOT(tt, i);
-                if (single[f] < 0)
-                    single[f] = s;
-                else
-                    parent[uf_find(parent, s)] = uf_find(parent, single[f]);
-            }
-        }
-    }
+    for (int ni = 0; ni < g->nnodes; ni++)
+        single_dims(rules[ni], single, parent);
     /* Compound dims: a multiple of the minor factors times the major's unit. */
     for (int pass = 0, changed = 1; changed && pass < 8; pass++) {
         changed = 0;
         for (int ni = 0; ni < g->nnodes; ni++) {
             const FactorRule *r = rules[ni];
-            for (int f = 0; f < r->nfactors; f++)
-                single[f] = -1;
-            for (int t = 0; t < r->ntensors; t++) {
-                const Tensor *tt = r->tensors[t];
-                for (int i = 0; tt && i < tt->rank; i++)
-                    if (r->dims[t][i].n == 1)
-                        single[r->dims[t][i].f[0]] = SLOT(tt, i);
-            }
+            single_dims(r, single, NULL);
             for (int t = 0; t < r->ntensors; t++) {
                 const Tensor *tt = r->tensors[t];
                 for (int i = 0; tt && i < tt->rank; i++) {
@@ -103,7 +90,7 @@ static void split_units(const Graph *g, const FactorRule *const *rules)
                         minor *= r->size[df->f[k]];
                     int64_t want = minor * (single[df->f[0]] >= 0 ? unit[uf_find(parent, single[df->f[0]])] : 1);
                     int c = uf_find(parent, SLOT(tt, i));
-                    int64_t l = unit[c] / gcd64(unit[c], want) * want;
+                    int64_t l = unit[c] / rule_gcd(unit[c], want) * want;
                     if (l != unit[c] && l <= tt->dims[i] && tt->dims[i] % l == 0) {
                         unit[c] = l;
                         changed = 1;
