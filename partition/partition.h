@@ -130,7 +130,8 @@ typedef struct FactorRule {
     int64_t size[RULE_MAX_FACTORS];
     unsigned char kind[RULE_MAX_FACTORS];
     const char *why[RULE_MAX_FACTORS]; /* for need-replication: the reason */
-    unsigned char nopad[RULE_MAX_FACTORS]; /* a reduction padding would change */
+    unsigned char nopad[RULE_MAX_FACTORS]; /* may not be padded (a reduction padding would change,
+                                              indices into global planes) */
     int ntensors;
     Tensor **tensors;
     DimFactors (*dims)[IR_MAX_RANK];   /* [ntensors][rank] */

@@ -144,7 +144,9 @@ int rule_col2im(const Node *n, FactorRule *r, Diag *d)
     return 0;
 }
 
-/* MaxUnpool(x, indices, output_shape) -> y: x and indices alike. */
+/* MaxUnpool(x, indices, output_shape) -> y: x and indices alike. Batch
+ * and channels split only evenly: an index addresses its global [n, c]
+ * plane, which a padded plane does not have. */
 int rule_max_unpool(const Node *n, FactorRule *r, Diag *d)
 {
     (void)d;
@@ -154,6 +156,7 @@ int rule_max_unpool(const Node *n, FactorRule *r, Diag *d)
         if (x->dims[i] <= 1)
             continue;
         int f = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
+        r->nopad[f] = 1;
         rule_map_dim(r, 0, i, f);
         rule_map_dim(r, 1, i, f);
         rule_map_dim(r, yo, i, f);
