@@ -176,9 +176,7 @@ static void merge_factors(const Plan *p, const FactorRule *r, NodePlan *np, Cand
         int f = order[i];
         Candidate *c = &win[f];
         int k = 0;
-        int64_t prod = 1;
         while (k < c->n && !(taken & (1u << c->axes[k])) && rule_factor_fits(r, f, m, c->axes, k + 1)) {
-            prod *= m->axes[c->axes[k]].size;
             np->faxes[f][k] = c->axes[k];
             taken |= 1u << c->axes[k];
             k++;
