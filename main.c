@@ -59,6 +59,8 @@ static const char usage_text[] =
     "  --auto-time-limit S  the solver's time limit in seconds (default 30)\n"
     "  --auto-mps FILE   also write --auto's integer program to FILE (MPS)\n"
     "  --auto-solver S   glpk or cbc (default: COIN-OR CBC when libCbcSolver loads, else GLPK)\n"
+    "  --auto-tie MODE   identical layers solved once where that is proven exact: auto (from\n"
+    "                    3 layers), always (from 2) or off (the whole program)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
     "                    and live values under it; compile backs prefetch off\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
@@ -281,7 +283,7 @@ static void inspect_json(const Graph *g, int nodes)
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
-       OPT_AUTO_SOLVER };
+       OPT_AUTO_SOLVER, OPT_AUTO_TIE };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -517,6 +519,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"auto-time-limit", required_argument, 0, OPT_AUTO_TIME},
         {"auto-mps", required_argument, 0, OPT_AUTO_MPS},
         {"auto-solver", required_argument, 0, OPT_AUTO_SOLVER},
+        {"auto-tie", required_argument, 0, OPT_AUTO_TIE},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -567,6 +570,16 @@ static int cmd_plan(int argc, char **argv, int compile)
             if (strcmp(optarg, "glpk") != 0 && strcmp(optarg, "cbc") != 0)
                 return usage_error("--auto-solver %s: expected glpk or cbc", optarg);
             aopt.solver = optarg;
+            break;
+        case OPT_AUTO_TIE:
+            if (strcmp(optarg, "auto") == 0)
+                aopt.tie = AUTO_TIE_AUTO;
+            else if (strcmp(optarg, "off") == 0)
+                aopt.tie = AUTO_TIE_OFF;
+            else if (strcmp(optarg, "always") == 0)
+                aopt.tie = AUTO_TIE_ALWAYS;
+            else
+                return usage_error("--auto-tie %s: expected auto, off or always", optarg);
             break;
         case OPT_AUTO_TIME: {
             char *end;

@@ -287,6 +287,16 @@ typedef struct AutoNodeInfo {
     unsigned char alt_fa[AUTO_ALTS][RULE_MAX_FACTORS][MESH_MAX_AXES];
 } AutoNodeInfo;
 
+/* Repeated layers in --auto (auto.c): solved once when the tied
+ * program's optimum meets its relaxation's bound. */
+typedef enum TiedStatus {
+    TIED_NOT_TRIED = 0, /* no layers, too few, or --auto-tie off */
+    TIED_EXACT,         /* solved once: the optimum of the whole program */
+    TIED_INEXACT,       /* the bound stayed below: the whole program was solved */
+    TIED_UNSOLVED,      /* a tied program was not solved to optimality in its time */
+    TIED_DIFFER,        /* the layers' pieces of the bound are not one piece repeated */
+} TiedStatus;
+
 typedef struct AutoReport {
     int nchoices, noptions, nedges;
     int rows, cols, nonzeros;       /* the integer program's size */
@@ -296,6 +306,10 @@ typedef struct AutoReport {
     double best_s;                  /* the fastest plan's (the first pass) */
     int bytes_pass;                 /* the fewest-bytes pass (auto.c): 0 not run, 1 took its plan,
                                        2 found none better, -1 ran out of time */
+    int layers, layer_choices;      /* identical layers found (0: none) and the choices in each */
+    int tied;                       /* TiedStatus: were they solved once? */
+    double tied_s, bound_s;         /* then: the tied program's optimum and its relaxation's bound */
+    double tie_s;                   /* seconds spent on both */
     double time_limit_s, solve_s;
     const char *solver;             /* "GLPK" or "CBC" */
     AutoNodeInfo *nodes;            /* by node index */
@@ -367,11 +381,18 @@ void partition_split_units(const Plan *p);
 
 /* ---- auto.c ------------------------------------------------------------ */
 
+typedef enum AutoTie {
+    AUTO_TIE_AUTO = 0,  /* from AUTO_TIE_MIN_LAYERS layers up */
+    AUTO_TIE_OFF,       /* the whole program, always */
+    AUTO_TIE_ALWAYS,    /* from two layers up (tests) */
+} AutoTie;
+
 typedef struct AutoOptions {
     const char *solver;    /* "glpk" or "cbc"; NULL: CBC when it loads, else GLPK */
     int64_t mem_limit;     /* bytes per rank, 0 for none */
     double time_limit_s;   /* for the MILP solver */
     const char *mps_path;  /* also write the integer program there (MPS), or NULL */
+    int tie;               /* AutoTie: repeated layers solved once where exact */
 } AutoOptions;
 
 /* --auto: every layout chosen by an integer program over the cost model;

@@ -24,6 +24,17 @@ static void axes_str(const Mesh *m, unsigned axes, char *buf, size_t cap)
 }
 
 /* Seconds in the unit that reads best: "12.3 us", "4.56 ms", "1.2 s". */
+static const char *tied_name(int tied)
+{
+    switch (tied) {
+    case TIED_EXACT: return "exact";
+    case TIED_INEXACT: return "not exact";
+    case TIED_UNSOLVED: return "out of time";
+    case TIED_DIFFER: return "layers differ";
+    default: return "not tried";
+    }
+}
+
 static const char *time_str(double sec, char *buf, size_t cap)
 {
     if (sec < 1e-3)
@@ -163,7 +174,25 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
         if (!ar->optimal)
             fprintf(f, "         (at most %.1f%% above the optimum: the gap to the best bound when the time ran out)\n",
                     100 * ar->gap);
-        char t1[32];
+        char t1[32], t2[32];
+        if (ar->tied == TIED_EXACT)
+            fprintf(f, "         %d identical layers of %d choices solved once: exact, the tied optimum (%s) meets "
+                       "the bound that solves each layer on its own (%s)\n",
+                    ar->layers, ar->layer_choices, time_str(ar->tied_s, t1, sizeof t1),
+                    time_str(ar->bound_s, t2, sizeof t2));
+        else if (ar->tied == TIED_INEXACT)
+            fprintf(f, "         %d identical layers of %d choices, not solved once: the tied optimum (%s) stays "
+                       "above the bound (%s), so the whole program was solved\n",
+                    ar->layers, ar->layer_choices, time_str(ar->tied_s, t1, sizeof t1),
+                    time_str(ar->bound_s, t2, sizeof t2));
+        else if (ar->tied == TIED_UNSOLVED)
+            fprintf(f, "         %d identical layers of %d choices, not solved once: the tied program or its bound "
+                       "ran out of time, so the whole program was solved\n",
+                    ar->layers, ar->layer_choices);
+        else if (ar->tied == TIED_DIFFER)
+            fprintf(f, "         %d identical layers of %d choices, not solved once: they do not meet the rest of "
+                       "the graph alike, so the whole program was solved\n",
+                    ar->layers, ar->layer_choices);
         if (ar->bytes_pass == 1)
             fprintf(f, "         then the fewest bytes within 1%% of the fastest (%s): this plan\n",
                     time_str(ar->best_s, t1, sizeof t1));
@@ -344,11 +373,14 @@ void plan_print_json(const Plan *p, FILE *f)
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "
                    "\"columns\": %d, \"nonzeros\": %d, \"solver\": \"%s\", \"optimal\": %s, \"gap\": %.6g, "
-                   "\"objective_s\": %.9g, \"fastest_s\": %.9g, \"bytes_pass\": \"%s\"}",
+                   "\"objective_s\": %.9g, \"fastest_s\": %.9g, \"bytes_pass\": \"%s\", "
+                   "\"layers\": {\"count\": %d, \"choices\": %d, \"tied\": \"%s\", \"tied_s\": %.9g, "
+                   "\"bound_s\": %.9g, \"seconds\": %.6g}}",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
                 ar->optimal ? "true" : "false", ar->gap, ar->objective_s, ar->best_s,
                 ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of time"
-                                                                                                   : "not run");
+                                                                                                   : "not run",
+                ar->layers, ar->layer_choices, tied_name(ar->tied), ar->tied_s, ar->bound_s, ar->tie_s);
     }
     fprintf(f, "\n}\n");
 }

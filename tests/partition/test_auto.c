@@ -184,6 +184,98 @@ static void test_partition_auto_cbc_matches_glpk(void **st)
     assert_true(fabs(obj[0] - obj[1]) <= 1e-9 * obj[0]);
 }
 
+/* One --auto run: the first pass's optimum (the fastest plan), how the
+ * layers were solved, and the program's columns. */
+static double auto_fastest(const char *model, const char *mesh, const char *shard, const char *device, int tie,
+                           int64_t mem_limit, int *tied, int *cols)
+{
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok(model);
+    diag_init(&s.d, NULL);
+    assert_int_equal(mesh_parse(mesh, &s.mesh, &s.d), 0);
+    if (device)
+        assert_non_null(s.mesh.device = device_preset_find(device));
+    if (shard)
+        assert_int_equal(annotate_add_flag(&s.ann, &s.arena, s.g, &s.mesh, shard, "--shard", &s.d), 0);
+    AutoOptions o = {.mem_limit = mem_limit, .time_limit_s = 60, .tie = tie};
+    s.p = partition_auto(s.g, &s.mesh, &s.ann, &o, &s.d);
+    if (!s.p)
+        print_error("%s\n", diag_first(&s.d));
+    assert_non_null(s.p);
+    assert_true(s.p->auto_report->optimal);
+    double best = s.p->auto_report->best_s;
+    *tied = s.p->auto_report->tied;
+    *cols = s.p->auto_report->cols;
+    setup_free(&s);
+    return best;
+}
+
+static void test_partition_auto_tied_layers_keep_the_optimum(void **st)
+{
+    (void)st;
+    /* Identical layers solved once must give the whole program's optimum:
+     * taken only where the tied optimum meets the bound, else the whole
+     * program is solved. Models with two layers (tied from two up with
+     * AUTO_TIE_ALWAYS), meshes of 2-4 ranks, the CPU and H100 presets,
+     * with and without a memory limit (which the bound leaves out). */
+    static const struct {
+        const char *model, *mesh, *shard, *device;
+        int64_t mem;
+        int exact; /* 1: must be solved once; 0: either */
+    } cases[] = {
+        {"tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tokens=[dp,_]", "cpu", 0, 1},
+        {"tests/models/tiny_gpt.onnx", "tp=4", NULL, NULL, 0, 1},
+        {"tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tokens=[dp,_]", NULL, 360 * 1024, 0},
+        {"tests/models/exports/llama_ts.onnx", "dp=2,tp=2", NULL, "cpu", 0, 1},
+        {"tests/models/exports/llama_dynamo.onnx", "tp=4", NULL, "cpu", 0, 1},
+        {"tests/models/exports/gpt2_dynamo.onnx", "dp=2,tp=2", NULL, "cpu", 0, 0},
+        {"tests/models/exports/gpt2_ts.onnx", "dp=2,tp=2", NULL, NULL, 600 * 1024, 0},
+        {"tests/models/exports/bert_dynamo.onnx", "tp=2", NULL, "cpu", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int tied_off, tied_on, cols_off, cols_on;
+        double off = auto_fastest(cases[i].model, cases[i].mesh, cases[i].shard, cases[i].device, AUTO_TIE_OFF,
+                                  cases[i].mem, &tied_off, &cols_off);
+        double on = auto_fastest(cases[i].model, cases[i].mesh, cases[i].shard, cases[i].device, AUTO_TIE_ALWAYS,
+                                 cases[i].mem, &tied_on, &cols_on);
+        if (fabs(off - on) > 1e-6 * off)
+            print_error("%s on %s: whole %.9g s, tied %.9g s (tie status %d)\n", cases[i].model, cases[i].mesh, off,
+                        on, tied_on);
+        assert_true(fabs(off - on) <= 1e-6 * off);
+        assert_int_equal(tied_off, TIED_NOT_TRIED);
+        if (cases[i].exact) {
+            assert_int_equal(tied_on, TIED_EXACT);
+            assert_true(cols_on < cols_off);
+        }
+        if (tied_on != TIED_EXACT)
+            assert_int_equal(cols_on, cols_off); /* the whole program, solved as without layers */
+    }
+}
+
+static void test_partition_auto_differing_layer_not_tied(void **st)
+{
+    (void)st;
+    /* An annotation on one layer's tensor makes it unlike the other: the
+     * two blocks of 11 choices are not taken for identical layers (a
+     * shorter repeat inside one may be), and the annotation holds. */
+    static const char *const shards[] = {"tokens=[dp,_]", "l1_fc1=[dp,_,tp]", NULL};
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/tiny_gpt.onnx");
+    diag_init(&s.d, NULL);
+    assert_int_equal(mesh_parse("dp=2,tp=2", &s.mesh, &s.d), 0);
+    for (int i = 0; shards[i]; i++)
+        assert_int_equal(annotate_add_flag(&s.ann, &s.arena, s.g, &s.mesh, shards[i], "--shard", &s.d), 0);
+    AutoOptions o = {.time_limit_s = 30, .tie = AUTO_TIE_ALWAYS};
+    s.p = partition_auto(s.g, &s.mesh, &s.ann, &o, &s.d);
+    assert_non_null(s.p);
+    assert_true(s.p->auto_report->layer_choices < 11);
+    char b[128];
+    assert_string_equal(layout(&s, "l1_fc1", b), "[dp,_,tp]");
+    setup_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +288,8 @@ int main(void)
         cmocka_unit_test(test_partition_auto_deterministic),
         cmocka_unit_test(test_plan_estimate_overlap),
         cmocka_unit_test(test_partition_auto_cbc_matches_glpk),
+        cmocka_unit_test(test_partition_auto_tied_layers_keep_the_optimum),
+        cmocka_unit_test(test_partition_auto_differing_layer_not_tied),
     };
     return cmocka_run_group_tests_name("partition_auto", tests, NULL, NULL);
 }
