@@ -61,6 +61,12 @@ static const char usage_text[] =
     "  --auto-solver S   glpk or cbc (default: COIN-OR CBC when libCbcSolver loads, else GLPK)\n"
     "  --auto-tie MODE   identical layers solved once where that is proven exact: auto (from\n"
     "                    3 layers), always (from 2) or off (the whole program)\n"
+    "  --pipeline-axis A the mesh axis whose coordinates are pipeline stages\n"
+    "                    (default: an axis named pp, if any)\n"
+    "  --microbatches M  split the batch into M microbatches, run through the\n"
+    "                    stages one after another (GPipe's forward schedule)\n"
+    "  --stage-boundaries T1,T2,...  end stage k after the node producing Tk\n"
+    "                    (default: a search for the fastest balanced split)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
     "                    and live values under it; compile backs prefetch off\n"
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
@@ -283,7 +289,7 @@ static void inspect_json(const Graph *g, int nodes)
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
-       OPT_AUTO_SOLVER, OPT_AUTO_TIE };
+       OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -440,7 +446,7 @@ static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag
     ProgramOptions po = *popt;
     po.mem_limit = 0;
     int64_t most = 0;
-    for (int r = 0; r < p->mesh.nranks; r++) {
+    for (int r = 0; r < plan_world_ranks(p); r++) {
         Program *pr = program_build(p, r, &po, d);
         if (!pr)
             return -1;
@@ -520,6 +526,9 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"auto-mps", required_argument, 0, OPT_AUTO_MPS},
         {"auto-solver", required_argument, 0, OPT_AUTO_SOLVER},
         {"auto-tie", required_argument, 0, OPT_AUTO_TIE},
+        {"pipeline-axis", required_argument, 0, OPT_PIPELINE_AXIS},
+        {"microbatches", required_argument, 0, OPT_MICROBATCHES},
+        {"stage-boundaries", required_argument, 0, OPT_STAGE_BOUNDARIES},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -532,6 +541,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
     const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
     const char *explain = NULL, *dot = NULL;
+    const char *pipeline_axis = NULL, *boundaries = NULL;
+    int microbatches = 1, pipelined = 0, pp_axis = -1;
     const char *shards[256];
     int nshards = 0, json = 0, c, rc = EXIT_BAD_INPUT;
     DimBinding dims[64];
@@ -571,6 +582,16 @@ static int cmd_plan(int argc, char **argv, int compile)
                 return usage_error("--auto-solver %s: expected glpk or cbc", optarg);
             aopt.solver = optarg;
             break;
+        case OPT_PIPELINE_AXIS: pipeline_axis = optarg; break;
+        case OPT_STAGE_BOUNDARIES: boundaries = optarg; break;
+        case OPT_MICROBATCHES: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > 4096)
+                return usage_error("--microbatches %s: expected a count from 1 to 4096", optarg);
+            microbatches = (int)v;
+            break;
+        }
         case OPT_AUTO_TIE:
             if (strcmp(optarg, "auto") == 0)
                 aopt.tie = AUTO_TIE_AUTO;
@@ -657,6 +678,21 @@ static int cmd_plan(int argc, char **argv, int compile)
         diag_add(&d, "--device %s: unknown device (H100, H200, A100, cpu)", device);
         goto cleanup;
     }
+    /* A pipeline: the stages are planned on the other axes (and the
+     * microbatches' loop axis); world keeps the mesh as given. */
+    Mesh world = mesh;
+    if (!pipeline_axis && mesh_axis_find(&mesh, "pp") >= 0)
+        pipeline_axis = "pp";
+    if (!pipeline_axis && (microbatches > 1 || boundaries)) {
+        diag_add(&d, "%s: the mesh has no pipeline axis (name one pp, or give --pipeline-axis)",
+                 boundaries ? "--stage-boundaries" : "--microbatches");
+        goto cleanup;
+    }
+    if (pipeline_axis) {
+        if (pipeline_mesh(&world, pipeline_axis, microbatches, &mesh, &pp_axis, &d))
+            goto cleanup;
+        pipelined = 1;
+    }
     d.context = path;
     if (frontend_load_file(path, &opt, &g, &d))
         goto cleanup;
@@ -667,6 +703,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         if (annotate_add_flag(&ann, &arena, g, &mesh, shards[i], "--shard", &d))
             goto cleanup;
     if (shardings && annotate_add_file(&ann, &arena, g, &mesh, shardings, &d))
+        goto cleanup;
+    if (pipelined && pipeline_annotate(&ann, &arena, g, &mesh, &d))
         goto cleanup;
     d.context = path;
     aopt.mem_limit = popt.mem_limit;
@@ -686,6 +724,8 @@ static int cmd_plan(int argc, char **argv, int compile)
     d.context = NULL;
     if (!use_auto && shard_weights && partition_shard_weights(p, shard_weights, &d))
         goto cleanup;
+    if (pipelined && pipeline_build(p, &world, pp_axis, microbatches, boundaries, popt.mem_limit, &d))
+        goto cleanup;
     if (dot && write_dot(p, dot, &d))
         goto cleanup;
     if (!compile && (p->program_bytes = program_bytes_max(p, &popt, &d)) < 0)
@@ -695,7 +735,8 @@ static int cmd_plan(int argc, char **argv, int compile)
         char cmdline[4096] = "onnx2spmd compile";
         for (int i = 1; i < argc; i++)
             snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
-        int64_t *ab = calloc((size_t)mesh.nranks, sizeof(int64_t)), *wb = calloc((size_t)mesh.nranks, sizeof(int64_t));
+        int nworld = plan_world_ranks(p);
+        int64_t *ab = calloc((size_t)nworld, sizeof(int64_t)), *wb = calloc((size_t)nworld, sizeof(int64_t));
         popt.cuda = strcmp(target, "cuda") == 0;
         CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .tf32 = tf32, .cuda_arch = cuda_arch,
                              .command_line = cmdline, .model = path,
@@ -706,8 +747,8 @@ static int cmd_plan(int argc, char **argv, int compile)
             free(wb);
             goto cleanup;
         }
-        printf("compiled %s for %s (%d ranks) into %s\n", path, mesh_spec, mesh.nranks, out_dir);
-        for (int r = 0; r < mesh.nranks; r++)
+        printf("compiled %s for %s (%d ranks) into %s\n", path, mesh_spec, nworld, out_dir);
+        for (int r = 0; r < nworld; r++)
             printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", r, (long long)ab[r], (long long)wb[r]);
         free(ab);
         free(wb);

@@ -28,6 +28,7 @@ typedef enum BufKind {
     BUF_VALUE,    /* a node's output, in the arena */
     BUF_RESHARD,  /* a step of a reshard (result or packing scratch), in the arena */
     BUF_SCRATCH,  /* a node's scratch (im2col), in the arena */
+    BUF_RECV,     /* pipeline: a value another stage sends, in receive slots */
 } BufKind;
 
 typedef struct Buffer {
@@ -71,8 +72,10 @@ typedef struct Program {
     Arena arena;
     const Plan *plan;
     const Graph *g;
-    int rank;
-    int coords[MESH_MAX_AXES];
+    int rank;               /* the MPI rank (with a pipeline, in the world mesh) */
+    int stage;              /* pipeline stage, or -1 without a pipeline */
+    int coords[MESH_MAX_AXES]; /* in the plan's mesh (a pipeline's: microbatch 0) */
+    char *here;             /* reshard -> held by this program (its stage's) */
     Buffer *bufs;
     int nbufs, bufs_cap;
     int *name_set;          /* hash set of buffer names (index + 1), for uniqueness */
@@ -98,6 +101,8 @@ typedef struct Program {
 
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d);
 void program_free(Program *prog);
+/* Does this rank's program run node n (its pipeline stage's)? */
+int program_runs(const Program *pr, const Node *n);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
 int program_operand_buf(const Program *prog, const Node *n, int k);
 /* Buffer holding graph output i, gathered (the reshard result when it has one). */
@@ -128,6 +133,21 @@ void emit_rt_node(FILE *f, const char *label);
 void emit_inputs(const Program *pr, FILE *f, int cuda);
 /* Writes rank<k>.c (or .cu) for one program. */
 int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
+
+/* One instruction of forward() (emit_c.c), for emit_pipe.c's loop. */
+void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc);
+
+/* ---- emit_pipe.c -------------------------------------------------------- */
+
+/* A pipeline stage's send and receive slots, per-microbatch inputs and
+ * outputs, and pipe_init() that allocates them. */
+void emit_pipe_decls(const Program *pr, FILE *f, int cuda);
+/* forward(): the stage once per microbatch, with its sends and receives. */
+int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc);
+/* main()'s reading of every microbatch's input blocks (stage 0). */
+void emit_pipe_inputs(const Program *pr, FILE *f, int cuda);
+/* main()'s --out: the last stage assembles the outputs on its first rank. */
+void emit_pipe_outputs(const Program *pr, FILE *f);
 
 /* ---- emit_cuda.c -------------------------------------------------------- */
 

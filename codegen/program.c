@@ -89,7 +89,7 @@ static int buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind,
     for (const unsigned char *s = (const unsigned char *)base; *s && k < sizeof id - 1; s++)
         id[k++] = (*s < 0x80 && isalnum(*s)) ? (char)*s : '_';
     id[k] = 0;
-    const char *prefix = kind == BUF_WEIGHT ? "W" : kind == BUF_INPUT ? "I" : "B";
+    const char *prefix = kind == BUF_WEIGHT ? "W" : kind == BUF_INPUT ? "I" : kind == BUF_RECV ? "R" : "B";
     snprintf(b->name, sizeof b->name, "%s_%s", prefix, id);
     for (int n = 2; name_taken(pr, b->name); n++)
         snprintf(b->name, sizeof b->name, "%s_%s_%d", prefix, id, n);
@@ -139,6 +139,31 @@ static void live(Program *pr, int b, int at)
         pr->bufs[b].first = at;
     if (at > pr->bufs[b].last)
         pr->bufs[b].last = at;
+}
+
+/* Pipeline stages: does this program run node n, read tensor t, hold
+ * reshard r? (Always, without a pipeline.) */
+int program_runs(const Program *pr, const Node *n)
+{
+    return pr->stage < 0 || pr->plan->pipe->stage_of[n->id] == pr->stage;
+}
+
+static int reads(const Program *pr, const Tensor *t)
+{
+    if (pr->stage < 0)
+        return 1;
+    for (int c = 0; c < t->nconsumers; c++)
+        if (program_runs(pr, t->consumers[c]))
+            return 1;
+    return t->is_output && pr->stage == pr->plan->pipe->nstages - 1;
+}
+
+static int holds_reshard(const Program *pr, int r)
+{
+    const PlanReshard *rs = &pr->plan->reshards[r];
+    if (pr->stage < 0)
+        return 1;
+    return rs->consumer ? program_runs(pr, rs->consumer) : pr->stage == pr->plan->pipe->nstages - 1;
 }
 
 int program_group_key(const Program *pr, const unsigned char *axes, int naxes)
@@ -255,6 +280,9 @@ static void find_fusions(Program *pr)
     for (int i = 0; i + 1 < g->nnodes; i++) {
         const Node *n = g->nodes[i], *u = g->nodes[i + 1];
         const Tensor *t = n->outputs[0];
+        if (p->pipe && (!program_runs(pr, n) || p->pipe->stage_of[i] != p->pipe->stage_of[i + 1] ||
+                        (t && p->pipe->readers[t->id])))
+            continue; /* another stage's, or a value another stage reads: it must exist */
         /* The reader: an activation of t, or a residual Add of t and a
          * tensor of the same shape. */
         int slot = u->inputs[0] == t ? 0 : u->ninputs > 1 && u->inputs[1] == t ? 1 : -1;
@@ -328,16 +356,16 @@ static void schedule(Program *pr, int prefetch)
     if (!reader || !start_before || !after || !reader_pos || !readers || !is_reader)
         abort();
     for (int r = 0; r < nr; r++)
-        reader[r] = nn;
+        reader[r] = pr->here[r] ? nn : -1;
     /* One pass over every operand: its first reader is the lowest node. */
     for (int i = nn - 1; i >= 0; i--)
-        for (int k = 0; k < g->nodes[i]->ninputs; k++) {
+        for (int k = 0; program_runs(pr, g->nodes[i]) && k < g->nodes[i]->ninputs; k++) {
             int r = p->nodes[i].in_reshard[k];
             if (r >= 0 && r < nr)
                 reader[r] = i;
         }
     for (int r = 0; r < nr; r++)
-        if (p->reshards[r].weight_gather && reader[r] < nn)
+        if (p->reshards[r].weight_gather && reader[r] >= 0 && reader[r] < nn)
             is_reader[reader[r]] = 1;
     for (int i = 0; i < nn; i++)
         if (is_reader[i]) {
@@ -345,12 +373,17 @@ static void schedule(Program *pr, int prefetch)
             readers[nreaders++] = i;
         }
     for (int r = 0; r < nr; r++) {
-        start_before[r] = -1; /* -1: program start; -2: after its producer */
+        start_before[r] = -1; /* -1: program start; -2: after its producer; -3: not here */
         after[r] = -1;
-        if (p->reshards[r].tensor->producer) {
+        const Node *prod = p->reshards[r].tensor->producer;
+        if (!pr->here[r]) {
+            start_before[r] = -3;
+        } else if (prod && !program_runs(pr, prod)) {
+            /* received from another stage: starts when the step does */
+        } else if (prod) {
             start_before[r] = -2;
             after[r] = p->reshards[r].tensor->producer->id;
-        } else if (p->reshards[r].weight_gather && reader[r] < nn) {
+        } else if (p->reshards[r].weight_gather && reader[r] >= 0 && reader[r] < nn) {
             int j = reader_pos[reader[r]];
             start_before[r] = j - prefetch >= 0 ? readers[j - prefetch] : -1;
         }
@@ -376,7 +409,7 @@ static void schedule(Program *pr, int prefetch)
             inst_add(pr, INST_WAIT, n, r);
         }
         int fused_away = i + 1 < nn && pr->fused_from[i + 1] == i;
-        if (!fused_away)
+        if (!fused_away && program_runs(pr, n))
             inst_add(pr, INST_COMPUTE, n, -1);
         for (int q = posts.off[i]; q < posts.off[i + 1]; q++) {
             int r = posts.items[q];
@@ -526,8 +559,9 @@ static void liveness(Program *pr)
             }
         }
     }
-    /* Graph outputs (or their gathered form) survive to the end. */
-    for (int i = 0; i < g->noutputs; i++)
+    /* Graph outputs (or their gathered form) survive to the end (with a
+     * pipeline, on the last stage, where they are written). */
+    for (int i = 0; (pr->stage < 0 || pr->stage == p->pipe->nstages - 1) && i < g->noutputs; i++)
         live(pr, program_output_buf(pr, i), end);
 }
 
@@ -794,8 +828,17 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->g = g;
     pr->cuda = opt->cuda;
     pr->rank = rank;
+    pr->stage = -1;
+    int vrank = rank; /* this rank's place in the plan's mesh */
+    if (p->pipe) {
+        pr->stage = pipeline_stage_of_rank(p->pipe, rank);
+        vrank = pipeline_sub_rank(p->pipe, rank); /* microbatch 0 (the loop axis is outermost) */
+    }
     for (int a = 0; a < p->mesh.naxes; a++)
-        pr->coords[a] = mesh_coord(&p->mesh, rank, a);
+        pr->coords[a] = mesh_coord(&p->mesh, vrank, a);
+    pr->here = arena_alloc(&pr->arena, (size_t)p->nreshards + 1);
+    for (int r = 0; r < p->nreshards; r++)
+        pr->here[r] = (char)holds_reshard(pr, r);
     pr->tensor_buf = arena_alloc(&pr->arena, (size_t)(g->ntensors + 1) * sizeof(int));
     pr->reshard_buf = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->steps = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(*pr->steps));
@@ -814,26 +857,44 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
         /* A graph output can be a constant too (folded shape arithmetic). */
-        if (t->is_initializer && (t->nconsumers || t->is_output))
+        if (t->is_initializer && (t->nconsumers || t->is_output) && reads(pr, t))
             pr->tensor_buf[i] = tensor_buf(pr, t, BUF_WEIGHT);
     }
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == OP_CONSTANT)
+        if (g->nodes[i]->op == OP_CONSTANT && reads(pr, g->nodes[i]->outputs[0]))
             pr->tensor_buf[g->nodes[i]->outputs[0]->id] = tensor_buf(pr, g->nodes[i]->outputs[0], BUF_WEIGHT);
+    /* With a pipeline, stage 0 reads the inputs; a stage receives what it
+     * reads from another (inputs included). */
     for (int i = 0; i < g->ninputs; i++)
-        pr->tensor_buf[g->inputs[i]->id] = tensor_buf(pr, g->inputs[i], BUF_INPUT);
+        if (pr->stage <= 0)
+            pr->tensor_buf[g->inputs[i]->id] = tensor_buf(pr, g->inputs[i], BUF_INPUT);
+        else if (reads(pr, g->inputs[i]))
+            pr->tensor_buf[g->inputs[i]->id] = tensor_buf(pr, g->inputs[i], BUF_RECV);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        for (int k = 0; k < n->noutputs; k++)
-            if (n->outputs[k] && pr->tensor_buf[n->outputs[k]->id] < 0)
-                pr->tensor_buf[n->outputs[k]->id] = tensor_buf(pr, n->outputs[k], BUF_VALUE);
+        for (int k = 0; k < n->noutputs; k++) {
+            const Tensor *t = n->outputs[k];
+            if (!t || pr->tensor_buf[t->id] >= 0)
+                continue;
+            if (program_runs(pr, n))
+                pr->tensor_buf[t->id] = tensor_buf(pr, t, BUF_VALUE);
+            else if (reads(pr, t))
+                pr->tensor_buf[t->id] = tensor_buf(pr, t, BUF_RECV);
+        }
     }
     for (int r = 0; r < p->nreshards; r++)
-        build_reshard_bufs(pr, r);
-    for (int i = 0; i < g->nnodes; i++)
-        widen_bufs(pr, g->nodes[i]);
-    for (int i = 0; i < g->nnodes; i++)
-        pr->node_scratch[i] = conv_scratch(pr, g->nodes[i]);
+        if (pr->here[r])
+            build_reshard_bufs(pr, r);
+        else
+            pr->reshard_buf[r] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        pr->wide[i] = NULL;
+        pr->node_scratch[i] = -1;
+        if (program_runs(pr, g->nodes[i])) {
+            widen_bufs(pr, g->nodes[i]);
+            pr->node_scratch[i] = conv_scratch(pr, g->nodes[i]);
+        }
+    }
     find_fusions(pr);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
@@ -851,7 +912,8 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
                 diag_add(d, "rank %d: the weights outgrow 64-bit offsets at %s", rank, b->name);
                 goto fail;
             }
-        } else if (b->kind == BUF_INPUT && ck_add_i64(pr->input_bytes, b->bytes, &pr->input_bytes)) {
+        } else if ((b->kind == BUF_INPUT || b->kind == BUF_RECV) &&
+                   ck_add_i64(pr->input_bytes, b->bytes, &pr->input_bytes)) {
             diag_add(d, "rank %d: the inputs' total size overflows 64 bits at %s", rank, b->name);
             goto fail;
         }

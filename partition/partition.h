@@ -39,6 +39,7 @@ typedef struct MeshAxis {
     char name[32];
     int size;
     const LinkClass *link;
+    int loop;              /* microbatches (pipeline.c): iterations of one rank, not ranks */
 } MeshAxis;
 
 typedef struct Mesh {
@@ -328,6 +329,7 @@ typedef struct Plan {
     int *out_reshard;      /* per graph output: index into reshards, or -1 */
     int iterations;        /* propagation node visits */
     AutoReport *auto_report; /* --auto: the search's decisions, else NULL */
+    struct Pipeline *pipe;   /* pipeline stages (pipeline.c), else NULL */
     int64_t program_bytes; /* most any rank's program holds, when the driver built them; else 0 */
 } Plan;
 
@@ -426,6 +428,64 @@ typedef struct MipResult {
 int cbc_available(void);
 /* -1 if CBC cannot be loaded; else 0 with *res filled. */
 int cbc_solve(const MipProblem *mp, double time_limit_s, MipResult *res);
+
+/* ---- pipeline.c --------------------------------------------------------- */
+
+#define PIPE_MAX_STAGES 32
+
+typedef struct PipelineStage {
+    int first, last;           /* its nodes, by index */
+    double compute_s;          /* per microbatch: its nodes and their reshards */
+    double send_s;             /* per microbatch: sending what leaves it */
+    int64_t weight_bytes;      /* per rank */
+    int64_t activation_bytes;  /* per rank: peak live values of a microbatch */
+    int64_t boundary_bytes;    /* per rank: send and receive slots (two each) */
+} PipelineStage;
+
+typedef struct Pipeline {
+    Mesh world;                /* the --mesh as given, with the pipeline axis */
+    int axis;                  /* the pipeline axis, in world */
+    int nstages, microbatches;
+    int nsub;                  /* ranks per stage */
+    int mb_axis;               /* the microbatch axis in the plan's mesh, or -1 (one microbatch) */
+    int automatic;             /* boundaries chosen by the search (else --stage-boundaries) */
+    int *stage_of;             /* node index -> stage */
+    int *tensor_stage;         /* tensor id -> the stage producing it (graph inputs: 0), -1 weights */
+    unsigned *readers;         /* tensor id -> the other stages reading it (graph outputs: the last) */
+    PipelineStage stages[PIPE_MAX_STAGES];
+} Pipeline;
+
+/* The mesh a pipeline's stages are planned on: the world's axes but the
+ * pipeline axis, after a loop axis "mb" of the microbatches when there
+ * are several. */
+int pipeline_mesh(const Mesh *world, const char *axis, int microbatches, Mesh *spmd, int *pp_axis, Diag *d);
+/* Puts the microbatch axis outermost on the batch dim of every graph
+ * input that has the batch (the first input's first dim). */
+int pipeline_annotate(AnnotationList *l, Arena *a, const Graph *g, const Mesh *spmd, Diag *d);
+/* Cuts the planned graph into stages (boundaries: tensor names, or NULL
+ * for the search) and sets p->pipe. */
+int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, const char *boundaries,
+                   int64_t mem_limit, Diag *d);
+/* The search: n items in order into nstages consecutive non-empty stages,
+ * minimising the slowest stage, a stage costing its items' cost plus
+ * cut[i] for the cut before its end item i (cut[n] unused); mem[] per item
+ * summed, act[] per item maxed, the sum under limit (0: none). first[s]
+ * gets stage s's first item. Returns the slowest stage's time, or -1. */
+double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
+                      int64_t limit, int nstages, int *first);
+int pipeline_stage_of_rank(const Pipeline *pp, int world_rank);
+int pipeline_sub_rank(const Pipeline *pp, int world_rank);
+int pipeline_world_rank(const Pipeline *pp, int stage, int sub);
+/* Per microbatch, compute and send; and the batch under GPipe's schedule,
+ * (M + p - 1) times the slowest stage. */
+double pipeline_stage_seconds(const Pipeline *pp, int s);
+double pipeline_batch_seconds(const Pipeline *pp);
+/* The processes a plan runs on: the world's ranks with a pipeline, else
+ * the mesh's. */
+static inline int plan_world_ranks(const Plan *p)
+{
+    return p->pipe ? p->pipe->world.nranks : p->mesh.nranks;
+}
 
 /* ---- fsdp.c ------------------------------------------------------------- */
 

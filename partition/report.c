@@ -152,6 +152,76 @@ static const char *local_str(const Sharding *s, const Mesh *m, const Tensor *t, 
     return buf;
 }
 
+/* The stages: their nodes, time per microbatch, memory per rank; the
+ * bubble; and GPipe's forward schedule as a stage x time table. */
+static void print_pipeline(const Plan *p, FILE *f)
+{
+    const Pipeline *pp = p->pipe;
+    const Graph *g = p->g;
+    int ns = pp->nstages, m = pp->microbatches;
+    char t1[32], t2[32], t3[32];
+    fprintf(f, "\npipeline %d stages over %s (%d ranks each), %d microbatch%s; boundaries %s\n", ns,
+            pp->world.axes[pp->axis].name, pp->nsub, m, m == 1 ? "" : "es",
+            pp->automatic ? "chosen by the search (the slowest stage as fast as it can be)" : "from --stage-boundaries");
+    fprintf(f, "  %-5s %-5s %-24s %-24s %10s %10s %10s %12s %12s %12s\n", "stage", "ranks", "first node", "last node",
+            "compute", "send", "per mb", "weights", "activations", "boundaries");
+    for (int s = 0; s < ns; s++) {
+        const PipelineStage *st = &pp->stages[s];
+        char ranks[32];
+        int r0 = pipeline_world_rank(pp, s, 0), r1 = pipeline_world_rank(pp, s, pp->nsub - 1);
+        if (r0 == r1)
+            snprintf(ranks, sizeof ranks, "%d", r0);
+        else
+            snprintf(ranks, sizeof ranks, "%d..%d", r0 < r1 ? r0 : r1, r0 < r1 ? r1 : r0);
+        fprintf(f, "  %-5d %-5s %-24.24s %-24.24s %10s %10s %10s %12lld %12lld %12lld\n", s, ranks,
+                g->nodes[st->first]->label, g->nodes[st->last]->label, time_str(st->compute_s, t1, sizeof t1),
+                time_str(st->send_s, t2, sizeof t2), time_str(pipeline_stage_seconds(pp, s), t3, sizeof t3),
+                (long long)st->weight_bytes, (long long)st->activation_bytes, (long long)st->boundary_bytes);
+    }
+    fprintf(f, "  bubble        (p-1)/(M+p-1) = %d/%d = %.1f%% of the schedule\n", ns - 1, m + ns - 1,
+            100.0 * (ns - 1) / (m + ns - 1));
+    fprintf(f, "  batch         %s: (M+p-1) x the slowest stage, per microbatch\n",
+            time_str(pipeline_batch_seconds(pp), t1, sizeof t1));
+    fprintf(f, "  (the estimate above is per microbatch, all stages' nodes on one rank)\n");
+    /* Values crossing stages. */
+    int nx = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        nx += pp->readers[i] != 0;
+    fprintf(f, "  crossing      %d value%s, each shard to shard (sub-rank r of one stage to sub-rank r of another)\n",
+            nx, nx == 1 ? "" : "s");
+    for (int i = 0, shown = 0; i < g->ntensors && shown < 16; i++) {
+        if (!pp->readers[i])
+            continue;
+        const Tensor *t = g->tensors[i];
+        char lay[128];
+        fprintf(f, "    %-24.24s %-16s stage %d ->", t->label, sharding_str(&p->tensors[i].sharding, &p->mesh, lay, sizeof lay),
+                pp->tensor_stage[i]);
+        for (int s = 0; s < ns; s++)
+            if (pp->readers[i] & (1u << s))
+                fprintf(f, " %d", s);
+        fprintf(f, "  %lld bytes\n", (long long)sharding_local_bytes(&p->tensors[i].sharding, &p->mesh, t));
+        if (++shown == 16 && nx > 16)
+            fprintf(f, "    ... and %d more\n", nx - 16);
+    }
+    /* The schedule: time slot t runs microbatch t - s on stage s. */
+    int slots = m + ns - 1, shown = slots < 24 ? slots : 24;
+    fprintf(f, "  schedule      stage x time slot: the microbatch each stage runs (GPipe forward)\n        ");
+    for (int t = 0; t < shown; t++)
+        fprintf(f, " %3d", t);
+    fprintf(f, "%s\n", shown < slots ? " ..." : "");
+    for (int s = 0; s < ns; s++) {
+        fprintf(f, "  %5d ", s);
+        for (int t = 0; t < shown; t++) {
+            int mb = t - s;
+            if (mb >= 0 && mb < m)
+                fprintf(f, " %3d", mb);
+            else
+                fprintf(f, "   .");
+        }
+        fprintf(f, "\n");
+    }
+}
+
 void plan_print_text(const Plan *p, FILE *f)
 {
     plan_print_text_sched(p, NULL, f);
@@ -276,6 +346,8 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
     if (p->program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
                 (long long)p->program_bytes);
+    if (p->pipe)
+        print_pipeline(p, f);
 }
 
 void plan_print_json(const Plan *p, FILE *f)
@@ -381,6 +453,25 @@ void plan_print_json(const Plan *p, FILE *f)
                 ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of time"
                                                                                                    : "not run",
                 ar->layers, ar->layer_choices, tied_name(ar->tied), ar->tied_s, ar->bound_s, ar->tie_s);
+    }
+    if (p->pipe) {
+        const Pipeline *pp = p->pipe;
+        fprintf(f, ",\n  \"pipeline\": {\"axis\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"ranks_per_stage\": %d, "
+                   "\"automatic\": %s, \"bubble\": %.6g, \"batch_s\": %.9g, \"per_stage\": [",
+                pp->world.axes[pp->axis].name, pp->nstages, pp->microbatches, pp->nsub, pp->automatic ? "true" : "false",
+                (double)(pp->nstages - 1) / (pp->microbatches + pp->nstages - 1), pipeline_batch_seconds(pp));
+        for (int s = 0; s < pp->nstages; s++) {
+            const PipelineStage *st = &pp->stages[s];
+            fprintf(f, "%s{\"first_node\": ", s ? ", " : "");
+            json_write_str(f, g->nodes[st->first]->name);
+            fprintf(f, ", \"last_node\": ");
+            json_write_str(f, g->nodes[st->last]->name);
+            fprintf(f, ", \"nodes\": %d, \"compute_s\": %.9g, \"send_s\": %.9g, \"weight_bytes\": %lld, "
+                       "\"activation_bytes\": %lld, \"boundary_bytes\": %lld}",
+                    st->last - st->first + 1, st->compute_s, st->send_s, (long long)st->weight_bytes,
+                    (long long)st->activation_bytes, (long long)st->boundary_bytes);
+        }
+        fprintf(f, "]}");
     }
     fprintf(f, "\n}\n");
 }

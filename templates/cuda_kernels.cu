@@ -203,45 +203,48 @@ static inline void rt_barrier(const char *what)
 }
 
 /* --out of an output that stays split over the ranks (see the C target's
- * rt_gather_output): rank 0 receives one copy of every block from the
+ * rt_gather_output, with its nmb blocks per rank and its root): the root
+ * receives one copy of every block from the
  * device of the rank holding it, over NCCL on the world communicator (so
  * it works built with MPI=0 too), and assembles the whole tensor on the
  * host. `local` is a device pointer. Returns the tensor on rank 0 (the
  * caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
-                                     const int64_t *index, const unsigned char *sender, size_t elsize,
-                                     const char *name)
+static inline void *rt_gather_output(const void *local, int nmb, int rank, const int64_t *gdims,
+                                     const int64_t *blocks, const int64_t *index, const unsigned char *sender,
+                                     size_t elsize, const char *name, int root)
 {
-    const size_t block = rt_block_bytes(rank, blocks, elsize);
+    const size_t block = rt_block_bytes(rank, blocks, elsize), all = block * (size_t)nmb;
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
 #if WORLD > 1
-    if (RANK != 0) {
+    if (RANK != root) {
         if (sender[RANK]) {
-            CHECK_NCCL(ncclSend(local, block, ncclChar, 0, g_nccl[0], g_comm));
+            CHECK_NCCL(ncclSend(local, all, ncclChar, root, g_nccl[0], g_comm));
             rt_cuda_sync(g_comm, what);
         }
         return NULL;
     }
 #endif
-    unsigned char *out = (unsigned char *)rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *host = (unsigned char *)rt_alloc(block);
+    unsigned char *out = (unsigned char *)rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *host = (unsigned char *)rt_alloc(all);
     void *stage = NULL;
 #if WORLD > 1
-    CHECK_CUDA(cudaMalloc(&stage, block ? block : 64));
+    CHECK_CUDA(cudaMalloc(&stage, all ? all : 64));
 #endif
     for (int r = 0; r < WORLD; r++) {
         if (!sender[r])
             continue;
         const void *src = local;
 #if WORLD > 1
-        if (r != 0) {
-            CHECK_NCCL(ncclRecv(stage, block, ncclChar, r, g_nccl[0], g_comm));
+        if (r != root) {
+            CHECK_NCCL(ncclRecv(stage, all, ncclChar, r, g_nccl[0], g_comm));
             rt_cuda_sync(g_comm, what);
             src = stage;
         }
 #endif
-        CHECK_CUDA(cudaMemcpy(host, src, block, cudaMemcpyDeviceToHost));
-        rt_put_block(out, host, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
+        CHECK_CUDA(cudaMemcpy(host, src, all, cudaMemcpyDeviceToHost));
+        for (int m = 0; m < nmb; m++)
+            rt_put_block(out, host + (size_t)m * block, rank, gdims, blocks,
+                         &index[((size_t)r * (size_t)nmb + (size_t)m) * (size_t)rank], elsize);
     }
     if (stage)
         CHECK_CUDA(cudaFree(stage));

@@ -1,0 +1,442 @@
+/* emit_pipe.c: a pipeline stage's forward() and its part of main().
+ *
+ * A stage's rank runs its nodes once per microbatch, GPipe's forward
+ * schedule written as one loop:
+ *
+ *   for each microbatch mb:
+ *       stage 0: point the inputs at their block of mb (and send the
+ *                inputs later stages read);
+ *       other stages: wait for what mb receives, then post the receives of
+ *                mb + 1 (so they land while mb computes);
+ *       the stage's nodes and collectives, each value another stage reads
+ *       copied into a send slot and sent as soon as it is computed (so it
+ *       travels while the rest of mb, and mb + 1, compute);
+ *       last stage: keep mb's block of every graph output.
+ *
+ * Two slots per sent or received value (mb even, mb odd): a slot is reused
+ * two microbatches later, after its send (or its reader) is done. Values go
+ * shard to shard, sub-rank r of one stage to sub-rank r of another, with
+ * MPI_Isend/MPI_Irecv (C) or ncclSend/ncclRecv on the communication stream
+ * (CUDA; a microbatch's receives in one group, so their order never
+ * matters). Each message's tag is the value's place among the values that
+ * cross stages, the same on both sides. After the run the last stage's
+ * first rank assembles each output from every microbatch's blocks.
+ */
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct PipeLink {
+    const Tensor *t;
+    int buf;                      /* this program's buffer of the value */
+    int tag;
+    int npeer;
+    int peer[PIPE_MAX_STAGES];    /* world ranks: the receivers (a send) or the sender (a receive) */
+    int peer_stage[PIPE_MAX_STAGES];
+} PipeLink;
+
+/* The values this rank sends (produced here, read by another stage) or
+ * receives; *n gets the count. */
+static PipeLink *pipe_links(const Program *pr, int sending, int *n)
+{
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    int sub = pipeline_sub_rank(pp, pr->rank), tag = 0;
+    PipeLink *l = calloc((size_t)g->ntensors + 1, sizeof(PipeLink));
+    if (!l)
+        abort();
+    *n = 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        if (!pp->readers[i])
+            continue;
+        const Tensor *t = g->tensors[i];
+        int from = pp->tensor_stage[i];
+        PipeLink *k = &l[*n];
+        k->t = t;
+        k->tag = tag++;
+        k->buf = pr->tensor_buf[i];
+        if (sending && from == pr->stage) {
+            for (int s = 0; s < pp->nstages; s++)
+                if (pp->readers[i] & (1u << s)) {
+                    k->peer_stage[k->npeer] = s;
+                    k->peer[k->npeer++] = pipeline_world_rank(pp, s, sub);
+                }
+            (*n)++;
+        } else if (!sending && (pp->readers[i] & (1u << pr->stage))) {
+            k->peer_stage[0] = from;
+            k->peer[0] = pipeline_world_rank(pp, from, sub);
+            k->npeer = 1;
+            (*n)++;
+        }
+    }
+    return l;
+}
+
+static int is_last(const Program *pr)
+{
+    return pr->stage == pr->plan->pipe->nstages - 1;
+}
+
+void emit_pipe_decls(const Program *pr, FILE *f, int cuda)
+{
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    char nm[ESC_NAME_CAP];
+    int ns, nr;
+    PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
+    fprintf(f, "\n/* ---- pipeline: this is stage %d of %d, %d microbatch%s ---- */\n\n#define MICROBATCHES %d\n",
+            pr->stage, pp->nstages, pp->microbatches, pp->microbatches == 1 ? "" : "es", pp->microbatches);
+    for (int i = 0; i < ns; i++) {
+        const Buffer *b = &pr->bufs[snd[i].buf];
+        fprintf(f, "static unsigned char *send_%s[2]; /* %s, %lld bytes, to stage", b->name, CMT(snd[i].t->name, nm),
+                (long long)b->bytes);
+        for (int k = 0; k < snd[i].npeer; k++)
+            fprintf(f, " %d (rank %d)", snd[i].peer_stage[k], snd[i].peer[k]);
+        fprintf(f, " */\n");
+        if (cuda)
+            fprintf(f, "static cudaEvent_t ready_%s[2], sent_%s[2];\n", b->name, b->name);
+        else
+            fprintf(f, "static MPI_Request sreq_%s[2][%d];\n", b->name, snd[i].npeer);
+    }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "static unsigned char *slot_%s[2]; /* %s, %lld bytes, from stage %d (rank %d) */\n", b->name,
+                CMT(rcv[i].t->name, nm), (long long)b->bytes, rcv[i].peer_stage[0], rcv[i].peer[0]);
+        if (cuda)
+            fprintf(f, "static cudaEvent_t landed_%s[2], read_%s[2];\n", b->name, b->name);
+        else
+            fprintf(f, "static MPI_Request rreq_%s[2];\n", b->name);
+    }
+    if (pr->stage == 0)
+        for (int i = 0; i < g->ninputs; i++) {
+            const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+            fprintf(f, "static %s *mb_%s[MICROBATCHES]; /* graph input %s: each microbatch's block */\n",
+                    emit_ctype(b->dtype), b->name, CMT(g->inputs[i]->name, nm));
+        }
+    if (is_last(pr))
+        for (int i = 0; i < g->noutputs; i++) {
+            const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+            fprintf(f, "static unsigned char *out%d; /* graph output %s: every microbatch's block, %lld bytes each */\n",
+                    i, CMT(g->outputs[i]->name, nm), (long long)b->bytes);
+        }
+    /* Slots and requests, once. */
+    fprintf(f, "\nstatic void pipe_init(void)\n{\n");
+    for (int i = 0; i < ns; i++) {
+        const Buffer *b = &pr->bufs[snd[i].buf];
+        fprintf(f, "    for (int s = 0; s < 2; s++) {\n");
+        if (cuda)
+            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&send_%s[s], %lld));\n"
+                       "        CHECK_CUDA(cudaEventCreateWithFlags(&ready_%s[s], cudaEventDisableTiming));\n"
+                       "        CHECK_CUDA(cudaEventCreateWithFlags(&sent_%s[s], cudaEventDisableTiming));\n"
+                       "        CHECK_CUDA(cudaEventRecord(sent_%s[s], g_comm));\n",
+                    b->name, (long long)(b->bytes ? b->bytes : 64), b->name, b->name, b->name);
+        else
+            fprintf(f, "        send_%s[s] = rt_alloc(%lld);\n"
+                       "        for (int k = 0; k < %d; k++)\n            sreq_%s[s][k] = MPI_REQUEST_NULL;\n",
+                    b->name, (long long)b->bytes, snd[i].npeer, b->name);
+        fprintf(f, "    }\n");
+    }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "    for (int s = 0; s < 2; s++) {\n");
+        if (cuda)
+            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&slot_%s[s], %lld));\n"
+                       "        CHECK_CUDA(cudaEventCreateWithFlags(&landed_%s[s], cudaEventDisableTiming));\n"
+                       "        CHECK_CUDA(cudaEventCreateWithFlags(&read_%s[s], cudaEventDisableTiming));\n"
+                       "        CHECK_CUDA(cudaEventRecord(read_%s[s], g_stream));\n",
+                    b->name, (long long)(b->bytes ? b->bytes : 64), b->name, b->name, b->name);
+        else
+            fprintf(f, "        slot_%s[s] = rt_alloc(%lld);\n        rreq_%s[s] = MPI_REQUEST_NULL;\n", b->name,
+                    (long long)b->bytes, b->name);
+        fprintf(f, "    }\n");
+    }
+    if (is_last(pr))
+        for (int i = 0; i < g->noutputs; i++) {
+            const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+            if (cuda)
+                fprintf(f, "    CHECK_CUDA(cudaMalloc((void **)&out%d, %lld));\n", i,
+                        (long long)(b->bytes > 0 ? b->bytes * pp->microbatches : 64));
+            else
+                fprintf(f, "    out%d = rt_alloc(%lld);\n", i, (long long)(b->bytes * pp->microbatches));
+        }
+    fprintf(f, "}\n");
+    free(snd);
+    free(rcv);
+}
+
+/* Posts (C) or enqueues (CUDA) the receives of microbatch `mb` (a C
+ * expression) into slot `slot`. */
+static void emit_recvs(const Program *pr, const PipeLink *rcv, int nr, const char *mb, const char *slot, FILE *f,
+                       int cuda, const char *indent)
+{
+    char nm[ESC_NAME_CAP];
+    if (!nr)
+        return;
+    if (cuda) {
+        for (int i = 0; i < nr; i++) /* the slot's last reader is done */
+            fprintf(f, "%sCHECK_CUDA(cudaStreamWaitEvent(g_comm, read_%s[%s], 0));\n", indent,
+                    pr->bufs[rcv[i].buf].name, slot);
+        fprintf(f, "%sCHECK_NCCL(ncclGroupStart());\n", indent);
+    }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "%s/* receive %s of microbatch %s from stage %d (rank %d) */\n", indent, CMT(rcv[i].t->name, nm), mb,
+                rcv[i].peer_stage[0], rcv[i].peer[0]);
+        if (cuda)
+            fprintf(f, "%sCHECK_NCCL(ncclRecv(slot_%s[%s], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", indent, b->name,
+                    slot, (long long)b->bytes, rcv[i].peer[0]);
+        else
+            fprintf(f, "%sCHECK_MPI(MPI_Irecv(slot_%s[%s], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &rreq_%s[%s]));\n",
+                    indent, b->name, slot, (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, slot);
+    }
+    if (cuda) {
+        fprintf(f, "%sCHECK_NCCL(ncclGroupEnd());\n", indent);
+        for (int i = 0; i < nr; i++)
+            fprintf(f, "%sCHECK_CUDA(cudaEventRecord(landed_%s[%s], g_comm));\n", indent, pr->bufs[rcv[i].buf].name,
+                    slot);
+    }
+}
+
+/* Sends value k of microbatch mb (in the loop: `mb`, `slot`). */
+static void emit_send(const Program *pr, const PipeLink *k, FILE *f, int cuda)
+{
+    const Buffer *b = &pr->bufs[k->buf];
+    char nm[ESC_NAME_CAP];
+    fprintf(f, "\n        /* send %s (%lld bytes) of this microbatch to stage", CMT(k->t->name, nm), (long long)b->bytes);
+    for (int j = 0; j < k->npeer; j++)
+        fprintf(f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
+    fprintf(f, ": copied to its slot, the copy sent while the rest computes */\n");
+    if (cuda) {
+        fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[slot], 0)); /* the slot's last send is done */\n"
+                   "        CHECK_CUDA(cudaMemcpyAsync(send_%s[slot], %s, %lld, cudaMemcpyDeviceToDevice, g_stream));\n"
+                   "        CHECK_CUDA(cudaEventRecord(ready_%s[slot], g_stream));\n"
+                   "        CHECK_CUDA(cudaStreamWaitEvent(g_comm, ready_%s[slot], 0));\n"
+                   "        CHECK_NCCL(ncclGroupStart());\n",
+                b->name, b->name, b->name, (long long)b->bytes, b->name, b->name);
+        for (int j = 0; j < k->npeer; j++)
+            fprintf(f, "        CHECK_NCCL(ncclSend(send_%s[slot], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", b->name,
+                    (long long)b->bytes, k->peer[j]);
+        fprintf(f, "        CHECK_NCCL(ncclGroupEnd());\n        CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n",
+                b->name);
+        return;
+    }
+    fprintf(f, "        for (int k = 0; k < %d; k++) /* the slot's last send is done */\n"
+               "            rt_wait(&sreq_%s[slot][k], \"the send of %s two microbatches ago\");\n"
+               "        memcpy(send_%s[slot], %s, %lld);\n",
+            k->npeer, b->name, b->name, b->name, b->name, (long long)b->bytes);
+    for (int j = 0; j < k->npeer; j++)
+        fprintf(f, "        CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n",
+                b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j);
+}
+
+int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
+{
+    const Graph *g = pr->g;
+    int ns, nr;
+    PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
+    for (int i = 0; i < ns + nr; i++) {
+        const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        if (pr->bufs[k->buf].bytes > 0x7fffffff) {
+            diag_add(d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
+                     k->t->label, (long long)pr->bufs[k->buf].bytes);
+            free(snd);
+            free(rcv);
+            return -1;
+        }
+    }
+    /* Which node's compute each send follows (inputs: the microbatch start). */
+    int *after = malloc(sizeof(int) * (size_t)(ns + 1));
+    if (!after)
+        abort();
+    for (int i = 0; i < ns; i++)
+        after[i] = snd[i].t->producer ? snd[i].t->producer->id : -1;
+    fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch ---- */\n\nstatic void forward(void)\n{\n",
+            pr->stage);
+    emit_recvs(pr, rcv, nr, "0", "0", f, cuda, "    ");
+    fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        const int slot = mb & 1;\n"
+               "        (void)slot;\n");
+    if (pr->stage == 0)
+        for (int i = 0; i < g->ninputs; i++) {
+            const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+            fprintf(f, "        %s = mb_%s[mb];\n", b->name, b->name);
+        }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        if (cuda)
+            fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, landed_%s[slot], 0));\n", b->name);
+        else
+            fprintf(f, "        rt_wait(&rreq_%s[slot], \"%s from stage %d\");\n", b->name, b->name,
+                    rcv[i].peer_stage[0]);
+        fprintf(f, "        %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
+    }
+    if (nr) {
+        fprintf(f, "        if (mb + 1 < MICROBATCHES) {\n");
+        emit_recvs(pr, rcv, nr, "mb + 1", "slot ^ 1", f, cuda, "            ");
+        fprintf(f, "        }\n");
+    }
+    for (int i = 0; i < ns; i++)
+        if (after[i] < 0)
+            emit_send(pr, &snd[i], f, cuda);
+    for (int i = 0; i < pr->ninsts; i++) {
+        emit_c_inst(pr, i, f, d, rc);
+        const Inst *in = &pr->insts[i];
+        if (in->kind != INST_COMPUTE)
+            continue;
+        for (int k = 0; k < ns; k++)
+            if (after[k] == in->node->id)
+                emit_send(pr, &snd[k], f, cuda);
+    }
+    if (is_last(pr)) {
+        fprintf(f, "\n        /* keep this microbatch's block of every graph output */\n");
+        for (int i = 0; i < g->noutputs; i++) {
+            const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+            if (cuda)
+                fprintf(f, "        CHECK_CUDA(cudaMemcpyAsync(out%d + (size_t)mb * %lld, %s, %lld, "
+                           "cudaMemcpyDeviceToDevice, g_stream));\n",
+                        i, (long long)b->bytes, b->name, (long long)b->bytes);
+            else
+                fprintf(f, "        memcpy(out%d + (size_t)mb * %lld, %s, %lld);\n", i, (long long)b->bytes, b->name,
+                        (long long)b->bytes);
+        }
+    }
+    for (int i = 0; cuda && i < nr; i++) /* the slot may be received into again */
+        fprintf(f, "        CHECK_CUDA(cudaEventRecord(read_%s[slot], g_stream));\n", pr->bufs[rcv[i].buf].name);
+    fprintf(f, "    }\n");
+    for (int i = 0; i < ns; i++) {
+        const Buffer *b = &pr->bufs[snd[i].buf];
+        if (cuda)
+            fprintf(f, "    for (int s = 0; s < 2; s++)\n        CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[s], 0));\n",
+                    b->name);
+        else
+            fprintf(f, "    for (int s = 0; s < 2; s++)\n        for (int k = 0; k < %d; k++)\n"
+                       "            rt_wait(&sreq_%s[s][k], \"the last sends of %s\");\n",
+                    snd[i].npeer, b->name, b->name);
+    }
+    fprintf(f, "}\n");
+    free(after);
+    free(snd);
+    free(rcv);
+    return 0;
+}
+
+/* main()'s inputs on stage 0: each microbatch's block of every input. */
+void emit_pipe_inputs(const Program *pr, FILE *f, int cuda)
+{
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    const Mesh *m = &pr->plan->mesh;
+    char buf[256], nm[ESC_NAME_CAP];
+    if (pr->stage != 0)
+        return;
+    int sub = pipeline_sub_rank(pp, pr->rank);
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s of every microbatch */\n",
+                CMT(t->name, nm), dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
+                sharding_str(&b->layout, m, buf + 128, 128));
+        fprintf(f, "        static const int64_t gdims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
+        fprintf(f, ";\n        static const int64_t index[MICROBATCHES][%d] = {", t->rank ? t->rank : 1);
+        for (int mb = 0; mb < pp->microbatches; mb++) {
+            int v = mb * pp->nsub + sub; /* the plan mesh's rank: the loop axis outermost */
+            fprintf(f, "%s{", mb ? ", " : "");
+            for (int d = 0; d < t->rank; d++) {
+                int64_t idx = 0;
+                for (int k = 0; k < b->layout.naxes[d]; k++) {
+                    int a = b->layout.axes[d][k];
+                    idx = idx * m->axes[a].size + mesh_coord(m, v, a);
+                }
+                fprintf(f, "%s%lld", d ? ", " : "", (long long)idx);
+            }
+            fprintf(f, "%s}", t->rank ? "" : "0");
+        }
+        fprintf(f, "};\n        static const char name[] = ");
+        esc_c_string(f, t->name);
+        fprintf(f, ", label[] = ");
+        esc_c_string(f, t->label);
+        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
+                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
+                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n"
+                   "        for (int mb = 0; mb < MICROBATCHES; mb++) {\n"
+                   "            void *block = rt_alloc(%lld);\n"
+                   "            rt_take_block(block, t.data, %d, gdims, blocks, index[mb], %zu);\n",
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), (int)t->dtype, t->rank,
+                (long long)b->bytes, t->rank, dtype_size(t->dtype));
+        if (cuda)
+            fprintf(f, "            CHECK_CUDA(cudaMalloc((void **)&mb_%s[mb], %lld));\n"
+                       "            CHECK_CUDA(cudaMemcpy(mb_%s[mb], block, %lld, cudaMemcpyHostToDevice));\n"
+                       "            free(block);\n",
+                    b->name, (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
+        else
+            fprintf(f, "            mb_%s[mb] = (%s *)block;\n", b->name, emit_ctype(b->dtype));
+        fprintf(f, "        }\n    }\n");
+    }
+}
+
+/* main()'s --out on the last stage: its first rank assembles each output
+ * from every microbatch's blocks. Other stages write nothing. */
+void emit_pipe_outputs(const Program *pr, FILE *f)
+{
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    const Mesh *m = &pr->plan->mesh;
+    int last = pp->nstages - 1, root = pipeline_world_rank(pp, last, 0);
+    if (!is_last(pr)) {
+        fprintf(f, "    /* --out: the last stage (ranks from %d) writes the outputs */\n", root);
+        return;
+    }
+    fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+        char sb[128];
+        fprintf(f, "        if (strcmp(args.out_name[i], ");
+        esc_c_string(f, t->name);
+        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
+        unsigned used = sharding_used_axes(&b->layout);
+        /* An output the same in every microbatch is taken from the first. */
+        int nmb = pp->mb_axis >= 0 && (used & (1u << pp->mb_axis)) ? pp->microbatches : 1;
+        fprintf(f, ";\n            /* %s over the stage's ranks and microbatches: rank %d gathers one copy of each "
+                   "block */\n            static const int64_t index[] = {",
+                sharding_str(&b->layout, m, sb, sizeof sb), root);
+        int first = 1;
+        for (int r = 0; r < pp->world.nranks; r++)
+            for (int mb = 0; mb < nmb; mb++) {
+                int v = mb * pp->nsub + pipeline_sub_rank(pp, r);
+                for (int d = 0; d < (t->rank ? t->rank : 1); d++) {
+                    int64_t idx = 0;
+                    for (int k = 0; t->rank && k < b->layout.naxes[d]; k++) {
+                        int a = b->layout.axes[d][k];
+                        idx = idx * m->axes[a].size + mesh_coord(m, v, a);
+                    }
+                    fprintf(f, "%s%lld", first ? "" : ", ", (long long)idx);
+                    first = 0;
+                }
+            }
+        fprintf(f, "};\n            static const unsigned char sender[] = {");
+        for (int r = 0; r < pp->world.nranks; r++) {
+            int sends = pipeline_stage_of_rank(pp, r) == last;
+            int v = pipeline_sub_rank(pp, r);
+            for (int a = 0; a < m->naxes; a++)
+                if (!(used & (1u << a)) && !m->axes[a].loop && mesh_coord(m, v, a) != 0)
+                    sends = 0;
+            fprintf(f, "%s%d", r ? ", " : "", sends);
+        }
+        fprintf(f, "};\n            void *whole = rt_gather_output(out%d, %d, %d, dims, blocks, index, sender, %zu, ", i,
+                nmb, t->rank, dtype_size(t->dtype));
+        esc_c_string(f, t->label);
+        fprintf(f, ", %d);\n            if (RANK == %d)\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n"
+                   "            continue;\n        }\n",
+                root, root, (int)t->dtype, t->rank);
+    }
+    fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
+}

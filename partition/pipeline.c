@@ -1,0 +1,542 @@
+/* pipeline.c: pipeline stages over a mesh axis, and microbatches.
+ *
+ * With a pipeline axis (pp=4 in --mesh pp=4,tp=2), the graph's nodes, in
+ * their topological order, are cut into as many consecutive stages as the
+ * axis has coordinates; the ranks at pipeline coordinate s run stage s,
+ * each with the intra-operator plan of the other axes. One plan serves
+ * every stage: the graph is planned once over the mesh without the
+ * pipeline axis, so a value crossing from stage a to stage b has the same
+ * layout on both sides and goes shard to shard, sub-rank r of stage a to
+ * sub-rank r of stage b, with no gather.
+ *
+ * Microbatches (--microbatches M) are one more mesh axis, "mb", that is a
+ * loop, not ranks: every graph input whose first dim is the batch gets mb
+ * outermost on that dim, propagation (or --auto) carries it like data
+ * parallelism, and each rank runs its stage once per microbatch on its
+ * block. A plan that needs a collective over mb (a node that needs the
+ * whole batch, a sum over it) cannot run microbatch by microbatch and is
+ * refused, naming the node.
+ *
+ * The boundaries come from --stage-boundaries (the tensors after whose
+ * producers the stages end) or from a dynamic program over the node
+ * sequence that minimises the slowest stage's time per microbatch
+ * (compute and reshards from the cost model, plus sending what leaves the
+ * stage over the pipeline axis's link), under the per-rank memory limit:
+ * the inter-operator half of Alpa, over cut positions instead of layers.
+ */
+#include "partition.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PIPE_MAX_CUTS 4096 /* candidate cut positions the search considers */
+
+/* A loop axis: a collective over it would cross microbatches, so its link
+ * is priced out of every search. */
+static const LinkClass loop_link = {"loop", 1e3, 1.0};
+
+int pipeline_mesh(const Mesh *world, const char *axis, int microbatches, Mesh *spmd, int *pp_axis, Diag *d)
+{
+    int a = mesh_axis_find(world, axis);
+    if (a < 0) {
+        diag_add(d, "--pipeline-axis %s: the mesh has no axis of that name", axis);
+        return -1;
+    }
+    if (world->axes[a].size > PIPE_MAX_STAGES) {
+        diag_add(d, "--mesh: pipeline axis %s=%d: at most %d stages", axis, world->axes[a].size, PIPE_MAX_STAGES);
+        return -1;
+    }
+    if (microbatches < 1 || microbatches > 4096) {
+        diag_add(d, "--microbatches %d: expected 1 to 4096", microbatches);
+        return -1;
+    }
+    memset(spmd, 0, sizeof *spmd);
+    spmd->device = world->device;
+    spmd->nranks = 1;
+    if (microbatches > 1) {
+        if (world->naxes == MESH_MAX_AXES) {
+            diag_add(d, "--microbatches: the mesh has %d axes, and microbatches need one more", MESH_MAX_AXES);
+            return -1;
+        }
+        MeshAxis *mb = &spmd->axes[spmd->naxes++];
+        snprintf(mb->name, sizeof mb->name, "%s", mesh_axis_find(world, "mb") < 0 ? "mb" : "mb_");
+        mb->size = microbatches;
+        mb->link = &loop_link;
+        mb->loop = 1;
+        spmd->nranks = microbatches;
+    }
+    for (int i = 0; i < world->naxes; i++)
+        if (i != a) {
+            spmd->axes[spmd->naxes++] = world->axes[i];
+            spmd->nranks *= world->axes[i].size;
+        }
+    *pp_axis = a;
+    return 0;
+}
+
+/* The batch: the first dim of the first graph input with one. */
+static int64_t batch_of(const Graph *g)
+{
+    for (int i = 0; i < g->ninputs; i++)
+        if (g->inputs[i]->rank >= 1)
+            return g->inputs[i]->dims[0];
+    return 0;
+}
+
+int pipeline_annotate(AnnotationList *l, Arena *a, const Graph *g, const Mesh *spmd, Diag *d)
+{
+    int mb = -1;
+    for (int i = 0; i < spmd->naxes; i++)
+        if (spmd->axes[i].loop)
+            mb = i;
+    if (mb < 0)
+        return 0;
+    int64_t batch = batch_of(g), m = spmd->axes[mb].size;
+    if (batch < 1 || batch % m) {
+        diag_add(d, "--microbatches %lld: the batch (first dim of the first input, %lld) is not a multiple of it",
+                 (long long)m, (long long)batch);
+        return -1;
+    }
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        if (t->rank < 1 || t->dims[0] != batch)
+            continue; /* not batched: every microbatch reads it whole */
+        int k = l->by_n > t->id ? l->by_tensor[t->id] - 1 : -1;
+        if (k < 0) {
+            char spec[256];
+            int n = snprintf(spec, sizeof spec, "%s=[%s", "", spmd->axes[mb].name);
+            for (int j = 1; j < t->rank && n < (int)sizeof spec - 4; j++)
+                n += snprintf(spec + n, sizeof spec - (size_t)n, ",_");
+            snprintf(spec + n, sizeof spec - (size_t)n, "]");
+            /* The flag form is NAME=SPEC; the name is the tensor's, exactly. */
+            size_t len = strlen(t->name) + strlen(spec) + 1;
+            char *arg = malloc(len);
+            if (!arg)
+                abort();
+            snprintf(arg, len, "%s%s", t->name, spec);
+            int rc = annotate_add_flag(l, a, g, spmd, arg, "--microbatches", d);
+            free(arg);
+            if (rc)
+                return -1;
+            continue;
+        }
+        Annotation *an = &l->items[k];
+        Sharding *s = &an->sharding;
+        if (s->naxes[0] >= MESH_MAX_AXES) {
+            diag_add(d, "--microbatches: input \"%s\" has no room for the microbatch axis on its first dim", t->label);
+            return -1;
+        }
+        memmove(&s->axes[0][1], &s->axes[0][0], s->naxes[0]);
+        s->axes[0][0] = (unsigned char)mb;
+        s->naxes[0]++;
+        char buf[160];
+        an->spec = arena_strdup(a, sharding_str(s, spmd, buf, sizeof buf));
+    }
+    return 0;
+}
+
+/* ---- the split ----------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
+                      int64_t limit, int nstages, int *first)
+{
+    if (nstages < 1 || n < nstages)
+        return -1;
+    /* Candidate cuts: before item i, 1 <= i < n; past PIPE_MAX_CUTS, the
+     * cheapest to cross (in position order). */
+    int *pos = malloc(sizeof(int) * (size_t)(n + 2));
+    if (!pos)
+        abort();
+    int np = 0;
+    pos[np++] = 0;
+    if (n - 1 <= PIPE_MAX_CUTS) {
+        for (int i = 1; i < n; i++)
+            pos[np++] = i;
+    } else {
+        /* The PIPE_MAX_CUTS-th cheapest crossing is the bar. */
+        double *sorted = malloc(sizeof(double) * (size_t)n);
+        if (!sorted)
+            abort();
+        memcpy(sorted, cut + 1, sizeof(double) * (size_t)(n - 1));
+        qsort(sorted, (size_t)(n - 1), sizeof(double), cmp_double);
+        double bar = sorted[PIPE_MAX_CUTS - 1];
+        for (int i = 1; i < n && np <= PIPE_MAX_CUTS; i++)
+            if (cut[i] <= bar)
+                pos[np++] = i;
+        free(sorted);
+    }
+    pos[np++] = n;
+    /* best[k][j]: the slowest stage when k + 1 stages cover items
+     * [0, pos[j]); from[k][j] the cut before the last of them. Rows are
+     * finished in order of j, so each start a is final when reached. */
+    double *best = malloc(sizeof(double) * (size_t)nstages * (size_t)np);
+    int *from = malloc(sizeof(int) * (size_t)nstages * (size_t)np);
+    double *prefix = malloc(sizeof(double) * (size_t)(n + 1));
+    if (!best || !from || !prefix)
+        abort();
+    prefix[0] = 0;
+    for (int i = 0; i < n; i++)
+        prefix[i + 1] = prefix[i] + cost[i];
+    for (size_t i = 0; i < (size_t)nstages * (size_t)np; i++) {
+        best[i] = DBL_MAX;
+        from[i] = -1;
+    }
+    for (int a = 0; a + 1 < np; a++) {
+        int k_lo = a == 0 ? 0 : 1; /* a stage starting at 0 is the first */
+        int any = a == 0;
+        for (int k = 1; k < nstages && !any; k++)
+            any = best[(size_t)(k - 1) * (size_t)np + (size_t)a] < DBL_MAX;
+        if (!any)
+            continue;
+        int64_t m = 0, peak = 0;
+        int at = pos[a];
+        for (int b = a + 1; b < np; b++) {
+            for (; at < pos[b]; at++) {
+                m += mem ? mem[at] : 0;
+                if (act && act[at] > peak)
+                    peak = act[at];
+            }
+            if (limit > 0 && m + peak > limit)
+                break; /* longer stages only hold more */
+            double t = prefix[pos[b]] - prefix[pos[a]] + (pos[b] < n ? cut[pos[b]] : 0);
+            for (int k = k_lo; k < nstages; k++) {
+                double before = k == 0 ? 0 : best[(size_t)(k - 1) * (size_t)np + (size_t)a];
+                if (before == DBL_MAX || (k == 0 && a != 0))
+                    continue;
+                double v = before > t ? before : t;
+                size_t at2 = (size_t)k * (size_t)np + (size_t)b;
+                if (v < best[at2]) {
+                    best[at2] = v;
+                    from[at2] = a;
+                }
+            }
+        }
+    }
+    double result = best[(size_t)(nstages - 1) * (size_t)np + (size_t)(np - 1)];
+    if (result == DBL_MAX) {
+        result = -1;
+    } else {
+        int j = np - 1;
+        for (int k = nstages - 1; k >= 0; k--) {
+            int a = from[(size_t)k * (size_t)np + (size_t)j];
+            first[k] = pos[a];
+            j = a;
+        }
+    }
+    free(pos);
+    free(best);
+    free(from);
+    free(prefix);
+    return result;
+}
+
+/* ---- ranks ---------------------------------------------------------------- */
+
+int pipeline_stage_of_rank(const Pipeline *pp, int world_rank)
+{
+    return mesh_coord(&pp->world, world_rank, pp->axis);
+}
+
+int pipeline_sub_rank(const Pipeline *pp, int world_rank)
+{
+    int r = 0;
+    for (int a = 0; a < pp->world.naxes; a++)
+        if (a != pp->axis)
+            r = r * pp->world.axes[a].size + mesh_coord(&pp->world, world_rank, a);
+    return r;
+}
+
+int pipeline_world_rank(const Pipeline *pp, int stage, int sub)
+{
+    /* The sub-rank's coordinates, last axis fastest, then the stage's. */
+    int coord[MESH_MAX_AXES];
+    for (int a = pp->world.naxes - 1; a >= 0; a--) {
+        if (a == pp->axis) {
+            coord[a] = stage;
+            continue;
+        }
+        coord[a] = sub % pp->world.axes[a].size;
+        sub /= pp->world.axes[a].size;
+    }
+    int r = 0;
+    for (int a = 0; a < pp->world.naxes; a++)
+        r = r * pp->world.axes[a].size + coord[a];
+    return r;
+}
+
+/* ---- the stages ----------------------------------------------------------- */
+
+/* Point-to-point time of a value's local block over the pipeline link. */
+static double send_seconds(const Plan *p, const Pipeline *pp, const Tensor *t)
+{
+    const LinkClass *l = pp->world.axes[pp->axis].link;
+    int64_t b = sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+    return l->latency_s + (double)b / l->bandwidth_Bps;
+}
+
+/* Compute time of node i per microbatch: its kernel on the local shard and
+ * the reshards of its operands. */
+static double node_seconds(const Plan *p, int i)
+{
+    const Node *n = p->g->nodes[i];
+    const NodePlan *np = &p->nodes[i];
+    double s = plan_node_seconds(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+    for (int k = 0; k < n->ninputs; k++)
+        if (np->in_reshard[k] >= 0)
+            s += p->reshards[np->in_reshard[k]].r.seconds;
+    return s;
+}
+
+/* Weights and Constant values: every stage that reads one holds it. */
+static int is_weight(const Tensor *t)
+{
+    return t && (t->producer ? t->producer->op == OP_CONSTANT : !t->is_input);
+}
+
+/* Checks the plan runs microbatch by microbatch: no collective over mb. */
+static int check_microbatches(const Plan *p, int mb, Diag *d)
+{
+    for (int r = 0; r < p->nreshards; r++) {
+        const PlanReshard *pr = &p->reshards[r];
+        for (int j = 0; j < pr->r.nsteps; j++)
+            if (pr->r.steps[j].axes & (1u << mb)) {
+                char a[160], b[160];
+                sharding_str(&pr->src, &p->mesh, a, sizeof a);
+                sharding_str(&pr->dst, &p->mesh, b, sizeof b);
+                if (pr->consumer)
+                    diag_add(d, "--microbatches: node \"%s\" (%s) needs \"%s\" as %s, not %s: a %s across "
+                             "microbatches, which run one after another (split the batch over a mesh axis instead)",
+                             pr->consumer->label, node_op_name(pr->consumer), pr->tensor->label, b, a,
+                             coll_name(pr->r.steps[j].kind));
+                else
+                    diag_add(d, "--microbatches: graph output \"%s\" is a sum over the microbatches (%s): it cannot "
+                             "be computed one microbatch at a time", pr->tensor->label, a);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, const char *boundaries,
+                   int64_t mem_limit, Diag *d)
+{
+    const Graph *g = p->g;
+    int n = g->nnodes;
+    Pipeline *pp = arena_alloc(&p->arena, sizeof(Pipeline));
+    memset(pp, 0, sizeof *pp);
+    pp->world = *world;
+    pp->axis = pp_axis;
+    pp->nstages = world->axes[pp_axis].size;
+    pp->microbatches = microbatches;
+    pp->nsub = world->nranks / pp->nstages;
+    pp->mb_axis = -1;
+    for (int a = 0; a < p->mesh.naxes; a++)
+        if (p->mesh.axes[a].loop)
+            pp->mb_axis = a;
+    if (pp->mb_axis >= 0 && check_microbatches(p, pp->mb_axis, d))
+        return -1;
+    if (n < pp->nstages) {
+        diag_add(d, "--mesh: %d pipeline stages for a graph of %d nodes", pp->nstages, n);
+        return -1;
+    }
+    pp->stage_of = arena_alloc(&p->arena, sizeof(int) * (size_t)(n + 1));
+    pp->tensor_stage = arena_alloc(&p->arena, sizeof(int) * (size_t)(g->ntensors + 1));
+    pp->readers = arena_alloc(&p->arena, sizeof(unsigned) * (size_t)(g->ntensors + 1));
+    int first[PIPE_MAX_STAGES + 1];
+    /* Per node: its time, the weights it is the first to read, the live
+     * bytes at it; per cut position: the time to send what crosses it. */
+    double *cost = calloc((size_t)n + 1, sizeof(double)), *cut = calloc((size_t)n + 2, sizeof(double));
+    int64_t *mem = calloc((size_t)n + 1, sizeof(int64_t)), *act = calloc((size_t)n + 2, sizeof(int64_t));
+    int *last = malloc(sizeof(int) * (size_t)(g->ntensors + 1));
+    char *read = calloc((size_t)g->ntensors + 1, 1);
+    if (!cost || !cut || !mem || !act || !last || !read)
+        abort();
+    graph_last_readers(g, last);
+    for (int i = 0; i < g->noutputs; i++)
+        last[g->outputs[i]->id] = n; /* the last stage writes the outputs */
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        cost[i] = node_seconds(p, i);
+        for (int k = 0; k < nd->ninputs; k++) {
+            const Tensor *t = nd->inputs[k];
+            if (is_weight(t) && !read[t->id]) {
+                read[t->id] = 1;
+                mem[i] += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+            }
+        }
+    }
+    /* A value produced before cut c and read at or after it crosses c;
+     * the live bytes at a node, by the same sweep over [producer, last]. */
+    double *dcut = calloc((size_t)n + 2, sizeof(double));
+    int64_t *dact = calloc((size_t)n + 2, sizeof(int64_t));
+    if (!dcut || !dact)
+        abort();
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (t->rank < 0 || is_weight(t) || last[t->id] < 0)
+            continue;
+        int at = t->producer ? t->producer->id : -1, end = last[t->id];
+        if (end <= at)
+            continue;
+        dcut[at + 1] += send_seconds(p, pp, t);
+        dcut[end + 1] -= send_seconds(p, pp, t);
+        int64_t b = sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+        dact[at < 0 ? 0 : at] += b;
+        dact[end < n ? end + 1 : n + 1] -= b;
+    }
+    double run = 0;
+    int64_t live = 0;
+    for (int i = 0; i <= n; i++) {
+        run += dcut[i];
+        cut[i] = run > 0 ? run : 0;
+        live += dact[i];
+        if (i < n)
+            act[i] = live;
+    }
+    free(dcut);
+    free(dact);
+    int rc = -1;
+    if (boundaries) {
+        /* The stages end after the producers of the named tensors. */
+        int nb = 0;
+        const char *s = boundaries;
+        while (*s) {
+            const char *e = strchr(s, ',');
+            size_t len = e ? (size_t)(e - s) : strlen(s);
+            char name[1024];
+            if (len >= sizeof name) {
+                diag_add(d, "--stage-boundaries: a tensor name longer than %zu bytes", sizeof name - 1);
+                goto done;
+            }
+            memcpy(name, s, len);
+            name[len] = 0;
+            const Tensor *t = graph_tensor_find(g, name);
+            if (!t) {
+                diag_add(d, "--stage-boundaries: no tensor named \"%s\" in the model", name);
+                goto done;
+            }
+            if (!t->producer) {
+                diag_add(d, "--stage-boundaries: \"%s\" is a graph input or weight: name a tensor a node produces",
+                         t->label);
+                goto done;
+            }
+            if (nb + 1 >= pp->nstages) {
+                diag_add(d, "--stage-boundaries: more than %d tensors for %d stages", pp->nstages - 1, pp->nstages);
+                goto done;
+            }
+            int at = t->producer->id + 1;
+            if (at >= n || (nb > 0 && at <= first[nb])) {
+                diag_add(d, "--stage-boundaries: \"%s\" %s", t->label,
+                         at >= n ? "is produced by the last node: the last stage would be empty"
+                                 : "is not produced after the previous boundary (list them in graph order)");
+                goto done;
+            }
+            first[++nb] = at;
+            s = e ? e + 1 : s + len;
+        }
+        if (nb != pp->nstages - 1) {
+            diag_add(d, "--stage-boundaries: %d tensor%s for %d stages (name %d)", nb, nb == 1 ? "" : "s",
+                     pp->nstages, pp->nstages - 1);
+            goto done;
+        }
+        first[0] = 0;
+    } else {
+        pp->automatic = 1;
+        if (pipeline_split(n, cost, cut, mem, act, mem_limit, pp->nstages, first) < 0) {
+            diag_add(d, "--mesh: no split into %d pipeline stages fits --mem-limit %lld bytes per rank", pp->nstages,
+                     (long long)mem_limit);
+            goto done;
+        }
+    }
+    first[pp->nstages] = n;
+    for (int s = 0; s < pp->nstages; s++) {
+        PipelineStage *st = &pp->stages[s];
+        st->first = first[s];
+        st->last = first[s + 1] - 1;
+        for (int i = st->first; i <= st->last; i++) {
+            pp->stage_of[i] = s;
+            st->compute_s += cost[i];
+        }
+    }
+    /* Output reshards (a partial output's reduction) run on the last stage. */
+    for (int i = 0; i < g->noutputs; i++)
+        if (p->out_reshard[i] >= 0)
+            pp->stages[pp->nstages - 1].compute_s += p->reshards[p->out_reshard[i]].r.seconds;
+    /* Who produces and who reads each value. */
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        pp->tensor_stage[i] = is_weight(t) ? -1 : t->producer ? pp->stage_of[t->producer->id] : 0;
+        pp->readers[i] = 0;
+        if (pp->tensor_stage[i] < 0)
+            continue;
+        for (int c = 0; c < t->nconsumers; c++) {
+            int s = pp->stage_of[t->consumers[c]->id];
+            if (s != pp->tensor_stage[i])
+                pp->readers[i] |= 1u << s;
+        }
+        if (t->is_output && pp->tensor_stage[i] != pp->nstages - 1)
+            pp->readers[i] |= 1u << (pp->nstages - 1);
+    }
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (!pp->readers[i])
+            continue;
+        int64_t b = sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+        PipelineStage *src = &pp->stages[pp->tensor_stage[i]];
+        for (int s = 0; s < pp->nstages; s++)
+            if (pp->readers[i] & (1u << s)) {
+                src->send_s += send_seconds(p, pp, t);
+                src->boundary_bytes += 2 * b; /* two send slots */
+                pp->stages[s].boundary_bytes += 2 * b; /* two receive slots */
+            }
+    }
+    /* Weights per stage, each once; peak live values over the stage's nodes. */
+    for (int s = 0; s < pp->nstages; s++) {
+        PipelineStage *st = &pp->stages[s];
+        memset(read, 0, (size_t)g->ntensors + 1);
+        for (int i = st->first; i <= st->last; i++) {
+            const Node *nd = g->nodes[i];
+            for (int k = 0; k < nd->ninputs; k++) {
+                const Tensor *t = nd->inputs[k];
+                if (is_weight(t) && !read[t->id]) {
+                    read[t->id] = 1;
+                    st->weight_bytes += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+                }
+            }
+            if (act[i] > st->activation_bytes)
+                st->activation_bytes = act[i];
+        }
+    }
+    p->pipe = pp;
+    rc = 0;
+done:
+    free(cost);
+    free(cut);
+    free(mem);
+    free(act);
+    free(last);
+    free(read);
+    return rc;
+}
+
+double pipeline_stage_seconds(const Pipeline *pp, int s)
+{
+    const PipelineStage *st = &pp->stages[s];
+    return st->compute_s + st->send_s;
+}
+
+double pipeline_batch_seconds(const Pipeline *pp)
+{
+    double slow = 0;
+    for (int s = 0; s < pp->nstages; s++)
+        if (pipeline_stage_seconds(pp, s) > slow)
+            slow = pipeline_stage_seconds(pp, s);
+    return slow * (pp->microbatches + pp->nstages - 1);
+}
