@@ -123,6 +123,13 @@ int pipeline_annotate(AnnotationList *l, Arena *a, const Graph *g, const Mesh *s
         }
         Annotation *an = &l->items[k];
         Sharding *s = &an->sharding;
+        int64_t shards = m * sharding_dim_shards(s, spmd, 0);
+        if (batch % shards) {
+            diag_add(d, "--microbatches %lld: input \"%s\" is annotated %s, and its batch of %lld does not split into "
+                     "%lld microbatches of %lld blocks each", (long long)m, t->label, an->spec, (long long)batch,
+                     (long long)m, (long long)(shards / m));
+            return -1;
+        }
         if (s->naxes[0] >= MESH_MAX_AXES) {
             diag_add(d, "--microbatches: input \"%s\" has no room for the microbatch axis on its first dim", t->label);
             return -1;
@@ -311,7 +318,7 @@ static int check_microbatches(const Plan *p, int mb, Diag *d)
                 sharding_str(&pr->src, &p->mesh, a, sizeof a);
                 sharding_str(&pr->dst, &p->mesh, b, sizeof b);
                 if (pr->consumer)
-                    diag_add(d, "--microbatches: node \"%s\" (%s) needs \"%s\" as %s, not %s: a %s across "
+                    diag_add(d, "--microbatches: node \"%s\" (%s) needs \"%s\" as %s, not %s: a collective (%s) across "
                              "microbatches, which run one after another (split the batch over a mesh axis instead)",
                              pr->consumer->label, node_op_name(pr->consumer), pr->tensor->label, b, a,
                              coll_name(pr->r.steps[j].kind));
