@@ -44,7 +44,12 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "        free(host);\n    }\n"
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
             pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
-    emit_inputs(pr, f, 1);
+    if (pr->plan->pipe) {
+        fprintf(f, "    pipe_init();\n");
+        emit_pipe_inputs(pr, f, 1);
+    } else {
+        emit_inputs(pr, f, 1);
+    }
     fprintf(f, "    /* The uploads above ran on the legacy stream, and a pageable cudaMemcpy may\n"
                "     * return before its DMA lands: finish them before the first kernel on the\n"
                "     * non-blocking compute stream. */\n"
@@ -63,8 +68,11 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, %lldLL, WEIGHT_BYTES);\n"
                "    } else {\n        forward();\n    }\n    rt_cuda_sync(g_stream, \"the forward pass\");\n",
             (long long)pr->arena_bytes);
-    fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
-    for (int i = 0; i < g->noutputs; i++) {
+    if (pr->plan->pipe)
+        emit_pipe_outputs(pr, f);
+    for (int i = 0; !pr->plan->pipe && i == 0; i++)
+        fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
+    for (int i = 0; !pr->plan->pipe && i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], ");
@@ -81,8 +89,9 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
         }
         fprintf(f, "            continue;\n        }\n");
     }
-    fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
-    if (pr->plan->mesh.nranks > 1)
+    if (!pr->plan->pipe)
+        fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
+    if (plan_world_ranks(pr->plan) > 1)
         fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n");
     fprintf(f, "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    rt_launch_finish();\n    return 0;\n}\n");
 }

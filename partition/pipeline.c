@@ -184,15 +184,19 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
      * [0, pos[j]); from[k][j] the cut before the last of them. Rows are
      * finished in order of j, so each start a is final when reached. */
     double *best = malloc(sizeof(double) * (size_t)nstages * (size_t)np);
+    /* Ties on the slowest stage (a cut's latency can dominate every
+     * split) go to the more even one: the smaller sum of squared stage
+     * times. */
+    double *even = malloc(sizeof(double) * (size_t)nstages * (size_t)np);
     int *from = malloc(sizeof(int) * (size_t)nstages * (size_t)np);
     double *prefix = malloc(sizeof(double) * (size_t)(n + 1));
-    if (!best || !from || !prefix)
+    if (!best || !from || !prefix || !even)
         abort();
     prefix[0] = 0;
     for (int i = 0; i < n; i++)
         prefix[i + 1] = prefix[i] + cost[i];
     for (size_t i = 0; i < (size_t)nstages * (size_t)np; i++) {
-        best[i] = DBL_MAX;
+        best[i] = even[i] = DBL_MAX;
         from[i] = -1;
     }
     for (int a = 0; a + 1 < np; a++) {
@@ -218,9 +222,12 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
                 if (before == DBL_MAX || (k == 0 && a != 0))
                     continue;
                 double v = before > t ? before : t;
+                double e = (k == 0 ? 0 : even[(size_t)(k - 1) * (size_t)np + (size_t)a]) + t * t;
                 size_t at2 = (size_t)k * (size_t)np + (size_t)b;
-                if (v < best[at2]) {
+                double tol = 1e-12 * (v > 0 ? v : 1);
+                if (v < best[at2] - tol || (v <= best[at2] + tol && e < even[at2])) {
                     best[at2] = v;
+                    even[at2] = e;
                     from[at2] = a;
                 }
             }
@@ -239,6 +246,7 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
     }
     free(pos);
     free(best);
+    free(even);
     free(from);
     free(prefix);
     return result;

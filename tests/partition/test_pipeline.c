@@ -1,0 +1,207 @@
+/* test_pipeline.c: pipeline stages (partition/pipeline.c).
+ *
+ * The split search on hand-computed optima: 32 identical layers over 4
+ * stages are 8 each; with an embedding as heavy as 4 layers on the first,
+ * the first stage takes it and 5 layers, the others 9 (36 = 4 x 9, and no
+ * split does better than a quarter of the work). Cuts are priced: a
+ * stage ends where crossing is cheap. Memory is a hard limit. And a
+ * planned model: stages cover every node once, in order, values crossing
+ * stages are recorded with their readers, the microbatch axis is refused
+ * where a node needs the whole batch.
+ */
+#include "tests/partition/plan_setup.h"
+
+#include <math.h>
+
+static void test_pipeline_split_uniform_layers(void **st)
+{
+    (void)st;
+    double cost[32], cut[33] = {0};
+    for (int i = 0; i < 32; i++)
+        cost[i] = 1;
+    int first[4];
+    assert_true(fabs(pipeline_split(32, cost, cut, NULL, NULL, 0, 4, first) - 8) < 1e-12);
+    assert_int_equal(first[0], 0);
+    assert_int_equal(first[1], 8);
+    assert_int_equal(first[2], 16);
+    assert_int_equal(first[3], 24);
+}
+
+static void test_pipeline_split_embedding_shifts_boundaries(void **st)
+{
+    (void)st;
+    double cost[33], cut[34] = {0};
+    cost[0] = 4; /* the embedding */
+    for (int i = 1; i <= 32; i++)
+        cost[i] = 1;
+    int first[4];
+    assert_true(fabs(pipeline_split(33, cost, cut, NULL, NULL, 0, 4, first) - 9) < 1e-12);
+    assert_int_equal(first[1], 6);  /* embedding + layers 0..4 */
+    assert_int_equal(first[2], 15); /* layers 5..13 */
+    assert_int_equal(first[3], 24); /* layers 14..22, then 23..31 */
+}
+
+static void test_pipeline_split_prices_cuts(void **st)
+{
+    (void)st;
+    /* 8 items of 1; crossing costs 10 everywhere but before item 3 (2.5)
+     * and item 5 (0): the best two-stage split pays nothing at 5 (5 vs 3),
+     * against 5.5 vs 5 at item 3, or 14 vs 4 at the balanced cut. */
+    double cost[8] = {1, 1, 1, 1, 1, 1, 1, 1}, cut[9];
+    for (int i = 0; i < 9; i++)
+        cut[i] = 10;
+    cut[3] = 2.5;
+    cut[5] = 0;
+    int first[2];
+    assert_true(fabs(pipeline_split(8, cost, cut, NULL, NULL, 0, 2, first) - 5) < 1e-12);
+    assert_int_equal(first[1], 5);
+}
+
+static void test_pipeline_split_memory_limit(void **st)
+{
+    (void)st;
+    double cost[4] = {1, 1, 1, 1}, cut[5] = {0};
+    int64_t mem[4] = {10, 10, 10, 10}, act[4] = {0, 50, 0, 0};
+    int first[2];
+    assert_true(pipeline_split(4, cost, cut, mem, NULL, 15, 2, first) < 0); /* two weights per stage: 20 > 15 */
+    assert_true(fabs(pipeline_split(4, cost, cut, mem, NULL, 20, 2, first) - 2) < 1e-12);
+    assert_int_equal(first[1], 2);
+    /* A stage holds its weights plus its peak live values. */
+    assert_true(pipeline_split(4, cost, cut, mem, act, 55, 2, first) < 0);
+    assert_true(pipeline_split(4, cost, cut, mem, act, 70, 2, first) > 0);
+    assert_int_equal(first[1], 2);
+    /* Fewer items than stages: no split. */
+    assert_true(pipeline_split(1, cost, cut, NULL, NULL, 0, 2, first) < 0);
+}
+
+/* tiny_gpt over pp=2 x tp=2 with two microbatches. */
+static Plan *pipe_plan(Setup *s, const char *mesh, int microbatches, const char *boundaries, const char *shard,
+                       Mesh *world)
+{
+    memset(s, 0, sizeof *s);
+    s->g = load_ok("tests/models/tiny_gpt.onnx");
+    diag_init(&s->d, NULL);
+    assert_int_equal(mesh_parse(mesh, world, &s->d), 0);
+    world->device = device_preset_find("cpu");
+    int pp = -1;
+    assert_int_equal(pipeline_mesh(world, "pp", microbatches, &s->mesh, &pp, &s->d), 0);
+    if (shard)
+        assert_int_equal(annotate_add_flag(&s->ann, &s->arena, s->g, &s->mesh, shard, "--shard", &s->d), 0);
+    assert_int_equal(pipeline_annotate(&s->ann, &s->arena, s->g, &s->mesh, &s->d), 0);
+    s->p = partition_propagate(s->g, &s->mesh, &s->ann, &s->d);
+    assert_non_null(s->p);
+    if (pipeline_build(s->p, world, pp, microbatches, boundaries, 0, &s->d))
+        return NULL;
+    return s->p;
+}
+
+static void test_pipeline_build_stages(void **st)
+{
+    (void)st;
+    Setup s;
+    Mesh world;
+    assert_non_null(pipe_plan(&s, "pp=2,tp=2", 2, NULL, "l0_W1=[_,tp]", &world));
+    const Pipeline *pp = s.p->pipe;
+    assert_int_equal(pp->nstages, 2);
+    assert_int_equal(pp->nsub, 2);
+    assert_int_equal(pp->microbatches, 2);
+    assert_true(pp->automatic);
+    assert_int_equal(pp->mb_axis, 0);
+    assert_string_equal(s.mesh.axes[0].name, "mb");
+    assert_true(s.mesh.axes[0].loop);
+    /* Consecutive, covering every node once. */
+    assert_int_equal(pp->stages[0].first, 0);
+    assert_int_equal(pp->stages[0].last + 1, pp->stages[1].first);
+    assert_int_equal(pp->stages[1].last, s.g->nnodes - 1);
+    /* The batched input is split over the microbatches. */
+    char b[128];
+    assert_string_equal(layout(&s, "tokens", b), "[mb,_]");
+    /* Every value read across the boundary is sent from its stage. */
+    int crossing = 0;
+    for (int i = 0; i < s.g->ntensors; i++)
+        if (pp->readers[i]) {
+            crossing++;
+            assert_int_equal(pp->readers[i], 1u << 1);
+            assert_int_equal(pp->tensor_stage[i], 0);
+        }
+    assert_true(crossing >= 1);
+    /* Ranks: pp is the first axis, so stage 1 is ranks 2 and 3. */
+    assert_int_equal(pipeline_stage_of_rank(pp, 3), 1);
+    assert_int_equal(pipeline_sub_rank(pp, 3), 1);
+    assert_int_equal(pipeline_world_rank(pp, 1, 0), 2);
+    assert_true(pp->stages[0].weight_bytes > 0 && pp->stages[1].weight_bytes > 0);
+    assert_true(pipeline_batch_seconds(pp) > 0);
+    setup_free(&s);
+}
+
+static void test_pipeline_hand_boundaries(void **st)
+{
+    (void)st;
+    Setup s;
+    Mesh world;
+    assert_non_null(pipe_plan(&s, "tp=2,pp=2", 1, "l0_out", NULL, &world));
+    const Pipeline *pp = s.p->pipe;
+    assert_false(pp->automatic);
+    assert_int_equal(pp->mb_axis, -1);
+    const Tensor *t = graph_tensor_find(s.g, "l0_out");
+    assert_int_equal(pp->stages[0].last, t->producer->id);
+    /* The pipeline axis last: stage 1 is ranks 1 and 3. */
+    assert_int_equal(pipeline_world_rank(pp, 1, 0), 1);
+    assert_int_equal(pipeline_world_rank(pp, 1, 1), 3);
+    assert_int_equal(pipeline_stage_of_rank(pp, 2), 0);
+    setup_free(&s);
+    /* Bad boundaries name what is wrong. */
+    assert_null(pipe_plan(&s, "pp=2", 1, "tokens", NULL, &world));
+    assert_non_null(strstr(diag_first(&s.d), "graph input or weight"));
+    setup_free(&s);
+    assert_null(pipe_plan(&s, "pp=3", 1, "l0_out", NULL, &world));
+    assert_non_null(strstr(diag_first(&s.d), "1 tensor for 3 stages"));
+    setup_free(&s);
+    assert_null(pipe_plan(&s, "pp=3", 1, "l1_out,l0_out", NULL, &world));
+    assert_non_null(strstr(diag_first(&s.d), "graph order"));
+    setup_free(&s);
+}
+
+static void test_pipeline_microbatches_must_divide_the_batch(void **st)
+{
+    (void)st;
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/tiny_gpt.onnx"); /* batch 2 */
+    diag_init(&s.d, NULL);
+    Mesh world;
+    int pp;
+    assert_int_equal(mesh_parse("pp=2,dp=2", &world, &s.d), 0);
+    assert_int_equal(pipeline_mesh(&world, "pp", 2, &s.mesh, &pp, &s.d), 0);
+    assert_int_equal(annotate_add_flag(&s.ann, &s.arena, s.g, &s.mesh, "tokens=[dp,_]", "--shard", &s.d), 0);
+    assert_int_equal(pipeline_annotate(&s.ann, &s.arena, s.g, &s.mesh, &s.d), -1);
+    assert_non_null(strstr(diag_first(&s.d), "does not split into 2 microbatches"));
+    setup_free(&s);
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/tiny_gpt.onnx");
+    diag_init(&s.d, NULL);
+    assert_int_equal(pipeline_mesh(&world, "pp", 3, &s.mesh, &pp, &s.d), 0);
+    assert_int_equal(pipeline_annotate(&s.ann, &s.arena, s.g, &s.mesh, &s.d), -1);
+    assert_non_null(strstr(diag_first(&s.d), "not a multiple"));
+    setup_free(&s);
+    /* No such pipeline axis. */
+    memset(&s, 0, sizeof s);
+    diag_init(&s.d, NULL);
+    assert_int_equal(pipeline_mesh(&world, "stages", 1, &s.mesh, &pp, &s.d), -1);
+    assert_non_null(strstr(diag_first(&s.d), "--pipeline-axis stages"));
+    diag_free(&s.d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pipeline_split_uniform_layers),
+        cmocka_unit_test(test_pipeline_split_embedding_shifts_boundaries),
+        cmocka_unit_test(test_pipeline_split_prices_cuts),
+        cmocka_unit_test(test_pipeline_split_memory_limit),
+        cmocka_unit_test(test_pipeline_build_stages),
+        cmocka_unit_test(test_pipeline_hand_boundaries),
+        cmocka_unit_test(test_pipeline_microbatches_must_divide_the_batch),
+    };
+    return cmocka_run_group_tests_name("pipeline", tests, NULL, NULL);
+}
