@@ -203,30 +203,30 @@ static void emit_send(const Program *pr, const PipeLink *k, FILE *f, int cuda)
 {
     const Buffer *b = &pr->bufs[k->buf];
     char nm[ESC_NAME_CAP];
-    fprintf(f, "\n        /* send %s (%lld bytes) of this microbatch to stage", CMT(k->t->name, nm), (long long)b->bytes);
+    fprintf(f, "\n    /* send %s (%lld bytes) of this microbatch to stage", CMT(k->t->name, nm), (long long)b->bytes);
     for (int j = 0; j < k->npeer; j++)
         fprintf(f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
     fprintf(f, ": copied to its slot, the copy sent while the rest computes */\n");
     if (cuda) {
-        fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[slot], 0)); /* the slot's last send is done */\n"
-                   "        CHECK_CUDA(cudaMemcpyAsync(send_%s[slot], %s, %lld, cudaMemcpyDeviceToDevice, g_stream));\n"
-                   "        CHECK_CUDA(cudaEventRecord(ready_%s[slot], g_stream));\n"
-                   "        CHECK_CUDA(cudaStreamWaitEvent(g_comm, ready_%s[slot], 0));\n"
-                   "        CHECK_NCCL(ncclGroupStart());\n",
+        fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[slot], 0)); /* the slot's last send is done */\n"
+                   "    CHECK_CUDA(cudaMemcpyAsync(send_%s[slot], %s, %lld, cudaMemcpyDeviceToDevice, g_stream));\n"
+                   "    CHECK_CUDA(cudaEventRecord(ready_%s[slot], g_stream));\n"
+                   "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ready_%s[slot], 0));\n"
+                   "    CHECK_NCCL(ncclGroupStart());\n",
                 b->name, b->name, b->name, (long long)b->bytes, b->name, b->name);
         for (int j = 0; j < k->npeer; j++)
-            fprintf(f, "        CHECK_NCCL(ncclSend(send_%s[slot], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", b->name,
+            fprintf(f, "    CHECK_NCCL(ncclSend(send_%s[slot], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", b->name,
                     (long long)b->bytes, k->peer[j]);
-        fprintf(f, "        CHECK_NCCL(ncclGroupEnd());\n        CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n",
+        fprintf(f, "    CHECK_NCCL(ncclGroupEnd());\n    CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n",
                 b->name);
         return;
     }
-    fprintf(f, "        for (int k = 0; k < %d; k++) /* the slot's last send is done */\n"
-               "            rt_wait(&sreq_%s[slot][k], \"the send of %s two microbatches ago\");\n"
-               "        memcpy(send_%s[slot], %s, %lld);\n",
+    fprintf(f, "    for (int k = 0; k < %d; k++) /* the slot's last send is done */\n"
+               "        rt_wait(&sreq_%s[slot][k], \"the send of %s two microbatches ago\");\n"
+               "    memcpy(send_%s[slot], %s, %lld);\n",
             k->npeer, b->name, b->name, b->name, b->name, (long long)b->bytes);
     for (int j = 0; j < k->npeer; j++)
-        fprintf(f, "        CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n",
+        fprintf(f, "    CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n",
                 b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j);
 }
 
@@ -251,30 +251,14 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
         abort();
     for (int i = 0; i < ns; i++)
         after[i] = snd[i].t->producer ? snd[i].t->producer->id : -1;
-    fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch ---- */\n\nstatic void forward(void)\n{\n",
-            pr->stage);
-    emit_recvs(pr, rcv, nr, "0", "0", f, cuda, "    ");
-    fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        const int slot = mb & 1;\n"
-               "        (void)slot;\n");
+    /* step(): the stage's nodes on one microbatch, with its sends. */
+    fprintf(f, "\n/* ---- stage %d on one microbatch ---- */\n\nstatic void step(int mb, int slot)\n{\n"
+               "    (void)mb;\n    (void)slot;\n", pr->stage);
     if (pr->stage == 0)
         for (int i = 0; i < g->ninputs; i++) {
             const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
-            fprintf(f, "        %s = mb_%s[mb];\n", b->name, b->name);
+            fprintf(f, "    %s = mb_%s[mb];\n", b->name, b->name);
         }
-    for (int i = 0; i < nr; i++) {
-        const Buffer *b = &pr->bufs[rcv[i].buf];
-        if (cuda)
-            fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, landed_%s[slot], 0));\n", b->name);
-        else
-            fprintf(f, "        rt_wait(&rreq_%s[slot], \"%s from stage %d\");\n", b->name, b->name,
-                    rcv[i].peer_stage[0]);
-        fprintf(f, "        %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
-    }
-    if (nr) {
-        fprintf(f, "        if (mb + 1 < MICROBATCHES) {\n");
-        emit_recvs(pr, rcv, nr, "mb + 1", "slot ^ 1", f, cuda, "            ");
-        fprintf(f, "        }\n");
-    }
     for (int i = 0; i < ns; i++)
         if (after[i] < 0)
             emit_send(pr, &snd[i], f, cuda);
@@ -288,18 +272,39 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
                 emit_send(pr, &snd[k], f, cuda);
     }
     if (is_last(pr)) {
-        fprintf(f, "\n        /* keep this microbatch's block of every graph output */\n");
+        fprintf(f, "\n    /* keep this microbatch's block of every graph output */\n");
         for (int i = 0; i < g->noutputs; i++) {
             const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
             if (cuda)
-                fprintf(f, "        CHECK_CUDA(cudaMemcpyAsync(out%d + (size_t)mb * %lld, %s, %lld, "
+                fprintf(f, "    CHECK_CUDA(cudaMemcpyAsync(out%d + (size_t)mb * %lld, %s, %lld, "
                            "cudaMemcpyDeviceToDevice, g_stream));\n",
                         i, (long long)b->bytes, b->name, (long long)b->bytes);
             else
-                fprintf(f, "        memcpy(out%d + (size_t)mb * %lld, %s, %lld);\n", i, (long long)b->bytes, b->name,
+                fprintf(f, "    memcpy(out%d + (size_t)mb * %lld, %s, %lld);\n", i, (long long)b->bytes, b->name,
                         (long long)b->bytes);
         }
     }
+    fprintf(f, "}\n");
+    /* forward(): GPipe's schedule on this stage. */
+    fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch in turn ---- */\n\nstatic void forward(void)\n{\n",
+            pr->stage);
+    emit_recvs(pr, rcv, nr, "0", "0", f, cuda, "    ");
+    fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        const int slot = mb & 1; /* of the send and receive slots */\n");
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        if (cuda)
+            fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, landed_%s[slot], 0));\n", b->name);
+        else
+            fprintf(f, "        rt_wait(&rreq_%s[slot], \"%s from stage %d\");\n", b->name, b->name,
+                    rcv[i].peer_stage[0]);
+        fprintf(f, "        %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
+    }
+    if (nr) {
+        fprintf(f, "        if (mb + 1 < MICROBATCHES) { /* the next microbatch lands while this one computes */\n");
+        emit_recvs(pr, rcv, nr, "mb + 1", "slot ^ 1", f, cuda, "            ");
+        fprintf(f, "        }\n");
+    }
+    fprintf(f, "        step(mb, slot);\n");
     for (int i = 0; cuda && i < nr; i++) /* the slot may be received into again */
         fprintf(f, "        CHECK_CUDA(cudaEventRecord(read_%s[slot], g_stream));\n", pr->bufs[rcv[i].buf].name);
     fprintf(f, "    }\n");

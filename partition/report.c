@@ -160,11 +160,13 @@ static void print_pipeline(const Plan *p, FILE *f)
     const Graph *g = p->g;
     int ns = pp->nstages, m = pp->microbatches;
     char t1[32], t2[32], t3[32];
-    fprintf(f, "\npipeline %d stages over %s (%d ranks each), %d microbatch%s; boundaries %s\n", ns,
-            pp->world.axes[pp->axis].name, pp->nsub, m, m == 1 ? "" : "es",
+    fprintf(f, "\npipeline %d stages over %s (%d rank%s each), %d microbatch%s; boundaries %s\n", ns,
+            pp->world.axes[pp->axis].name, pp->nsub, pp->nsub == 1 ? "" : "s", m, m == 1 ? "" : "es",
             pp->automatic ? "chosen by the search (the slowest stage as fast as it can be)" : "from --stage-boundaries");
     fprintf(f, "  %-5s %-5s %-24s %-24s %10s %10s %10s %12s %12s %12s\n", "stage", "ranks", "first node", "last node",
             "compute", "send", "per mb", "weights", "activations", "boundaries");
+    fprintf(f, "  (per rank; activations: one microbatch's peak, as a forward pass holds one at a time; boundaries:\n"
+               "  two send and two receive slots per value crossing)\n");
     for (int s = 0; s < ns; s++) {
         const PipelineStage *st = &pp->stages[s];
         char ranks[32];
