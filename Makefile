@@ -174,6 +174,7 @@ bench: deps all
 	@bash bench/plan_bench.sh
 	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
+	@$(PY) bench/pipeline_bench.py
 	@$(PY) bench/auto_bench.py
 	@build/venv-xla/bin/python bench/xla_bench.py
 
