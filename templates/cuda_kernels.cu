@@ -207,13 +207,14 @@ static inline void rt_barrier(const char *what)
  * receives one copy of every block from the
  * device of the rank holding it, over NCCL on the world communicator (so
  * it works built with MPI=0 too), and assembles the whole tensor on the
- * host. `local` is a device pointer. Returns the tensor on rank 0 (the
+ * host. `local` is a device pointer. Returns the tensor on the root (the
  * caller frees it), NULL elsewhere. */
 static inline void *rt_gather_output(const void *local, int nmb, int rank, const int64_t *gdims,
                                      const int64_t *blocks, const int64_t *index, const unsigned char *sender,
                                      size_t elsize, const char *name, int root)
 {
     const size_t block = rt_block_bytes(rank, blocks, elsize), all = block * (size_t)nmb;
+    (void)root; /* one rank: itself */
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
 #if WORLD > 1

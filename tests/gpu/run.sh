@@ -10,7 +10,8 @@
 #     bfloat16 variants (16-bit GEMMs through cublasGemmEx), convnet, the
 #     LayerNorm-offset and int64 Div/Pow models), built with MPI=0: no MPI,
 #     no NCCL. Compared with the goldens (compare.py, tolerance by dtype);
-#  2. determinism: tiny_gpt run twice, outputs bit-identical;
+#  2. determinism: tiny_gpt run twice, outputs bit-identical; and a
+#     pipeline (one stage, two microbatches) against the golden;
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
 #     GPUs exist, else the clear refusal of two ranks on one GPU;
@@ -83,6 +84,14 @@ if [ -x "$d/rank0" ]; then
         >/dev/null 2>&1 || err "tiny_gpt second run"
     cmp -s "$d/output_logits.npy" "$OUT/again.npy" && echo "tiny_gpt r=1: two runs bit-identical" \
         || err "tiny_gpt: two runs differ (a non-deterministic kernel)"
+fi
+
+step "2b. a pipeline on one GPU: tiny_gpt as one stage of two microbatches (MPI=0)"
+if compile_build gpt_pp1_mb2 tests/models/tiny_gpt.onnx pp=1 --microbatches 2; then
+    d=$OUT/gpt_pp1_mb2
+    golden_args tiny_gpt "$d"
+    timeout 120 "$d/rank0" "${args[@]}" --timeout 60 </dev/null >"$d.log" 2>&1 \
+        && compare tiny_gpt "$d" "tiny_gpt pp=1, 2 microbatches" || err "gpt_pp1_mb2: run (exit $?): $(tail -3 "$d.log")"
 fi
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
