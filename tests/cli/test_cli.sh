@@ -68,6 +68,22 @@ out=$("$BIN" plan $M --mesh tp=2 --auto --shard 'x=[tp,_]' --json 2>/dev/null)
 printf '%s' "$out" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); assert d["auto"]["optimal"]; t={x["name"]: x for x in d["tensors"]}; assert t["x"]["sharding"] == "[tp,_]", t["x"]' \
     || err "plan --auto --json: no auto section, or x=[tp,_] not kept"
 "$BIN" plan $M --mesh tp=2 --auto --mem-limit 100K --explain W1 2>/dev/null | grep -q "chosen by --auto" || err "--auto --explain"
+# Pipelines: bad flags and plans that cannot run stage by stage, one line each.
+G=tests/models/tiny_gpt.onnx
+plan_err '--microbatches 0' $G --mesh pp=2 --microbatches 0
+plan_err '--microbatches abc' $G --mesh pp=2 --microbatches abc
+plan_err 'the mesh has no pipeline axis' $G --mesh tp=2 --microbatches 2
+plan_err '--pipeline-axis stages' $G --mesh pp=2 --pipeline-axis stages
+plan_err 'not a multiple of it' $G --mesh pp=2 --microbatches 3
+plan_err '--stage-boundaries: no tensor named "nope"' $G --mesh pp=2 --stage-boundaries nope
+plan_err '1 tensor for 3 stages' $G --mesh pp=3 --stage-boundaries l0_out
+plan_err 'across microbatches' tests/models/exports/gpt2_ts.onnx --mesh pp=2 --microbatches 2
+plan_err 'unknown mesh axis "pp"' $G --mesh pp=2,tp=2 --shard 'l0_W1=[_,pp]'
+out=$("$BIN" plan $G --mesh pp=2,tp=2 --microbatches 2 --json 2>/dev/null)
+printf '%s' "$out" | "$PY" -c 'import json,sys; p=json.load(sys.stdin)["pipeline"]; assert p["stages"] == 2 and p["microbatches"] == 2 and p["ranks_per_stage"] == 2 and abs(p["bubble"] - 1/3) < 1e-5, p' \
+    || err "plan pp=2,tp=2 --microbatches 2 --json: no pipeline section"
+"$BIN" plan $G --mesh pp=2 --microbatches 4 2>/dev/null | grep -q "^  schedule" && err "batch 2 in 4 microbatches must fail"
+"$BIN" plan $G --mesh pp=2 --microbatches 2 2>/dev/null | grep -q "schedule      stage x time" || err "plan: no pipeline schedule"
 plan_err 'match no axis of the mesh' tests/models/mlp_sharded.onnx --mesh tp=4
 printf 'W1=[_,tp]\nbogus line\n' > build/bad_shardings.txt
 plan_err 'build/bad_shardings.txt:2:' $M --mesh tp=2 --shardings build/bad_shardings.txt
