@@ -755,40 +755,45 @@ static inline size_t rt_whole_bytes(int rank, const int64_t *gdims, size_t elsiz
 }
 
 #if !defined(O2S_CUDA)
-/* --out of an output that stays split over the ranks: rank 0 assembles the
- * whole tensor from one copy of every block, once, after the run. Rank r
- * holds block index[r * rank + i] along dim i; sender[r] is 0 for a rank
- * whose block another rank already sends (a copy over an axis the layout
- * does not use). Point to point, in pieces MPI's int counts can hold.
- * Returns the whole tensor on rank 0 (the caller frees it), NULL elsewhere. */
-static inline void *rt_gather_output(const void *local, int rank, const int64_t *gdims, const int64_t *blocks,
-                                     const int64_t *index, const unsigned char *sender, size_t elsize,
-                                     const char *name)
+/* --out of an output that stays split over the ranks: rank `root` (0, or
+ * a pipeline's first rank of the last stage) assembles the whole tensor
+ * from one copy of every block, once, after the run. Each rank holds nmb
+ * blocks one after another in `local` (one per microbatch); rank r's m-th
+ * is block index[(r * nmb + m) * rank + i] along dim i. sender[r] is 0 for
+ * a rank whose blocks another rank already sends (a copy over an axis the
+ * layout does not use, or another stage). Point to point, in pieces MPI's
+ * int counts can hold. Returns the whole tensor on the root (the caller
+ * frees it), NULL elsewhere. */
+static inline void *rt_gather_output(const void *local, int nmb, int rank, const int64_t *gdims,
+                                     const int64_t *blocks, const int64_t *index, const unsigned char *sender,
+                                     size_t elsize, const char *name, int root)
 {
     const size_t block = rt_block_bytes(rank, blocks, elsize), piece = (size_t)1 << 30;
     char what[320];
     snprintf(what, sizeof what, "the blocks of output \"%.256s\" (--out)", name); /* a long name is cut */
-    if (RANK != 0) {
-        for (size_t off = 0; sender[RANK] && off < block; off += piece) {
-            size_t n = block - off < piece ? block - off : piece;
-            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD), what);
+    if (RANK != root) {
+        for (size_t off = 0; sender[RANK] && off < block * (size_t)nmb; off += piece) {
+            size_t n = block * (size_t)nmb - off < piece ? block * (size_t)nmb - off : piece;
+            CHECK_MPI_WATCHED(MPI_Send((const char *)local + off, (int)n, MPI_BYTE, root, 7, MPI_COMM_WORLD), what);
         }
         return NULL;
     }
-    unsigned char *out = rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *stage = rt_alloc(block);
+    unsigned char *out = rt_alloc(rt_whole_bytes(rank, gdims, elsize)), *stage = rt_alloc(block * (size_t)nmb);
     for (int r = 0; r < WORLD; r++) {
         if (!sender[r])
             continue;
-        const void *src = local;
-        if (r != 0) {
-            for (size_t off = 0; off < block; off += piece) {
-                size_t n = block - off < piece ? block - off : piece;
+        const unsigned char *src = (const unsigned char *)local;
+        if (r != root) {
+            for (size_t off = 0; off < block * (size_t)nmb; off += piece) {
+                size_t n = block * (size_t)nmb - off < piece ? block * (size_t)nmb - off : piece;
                 CHECK_MPI_WATCHED(MPI_Recv(stage + off, (int)n, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                                   what);
             }
             src = stage;
         }
-        rt_put_block(out, src, rank, gdims, blocks, &index[(size_t)r * (size_t)rank], elsize);
+        for (int m = 0; m < nmb; m++)
+            rt_put_block(out, src + (size_t)m * block, rank, gdims, blocks,
+                         &index[((size_t)r * (size_t)nmb + (size_t)m) * (size_t)rank], elsize);
     }
     free(stage);
     return out;
@@ -996,11 +1001,16 @@ static inline const char *rt_find_arg(const char *const *names, const char *cons
 #ifndef O2S_CUDA
 /* Rank-group communicator: ranks that differ only in the given axes,
  * ordered by `key` (the group coordinate, major axis first). */
-static inline MPI_Comm rt_comm_split(int color, int key)
+static inline MPI_Comm rt_comm_split_from(MPI_Comm parent, int color, int key)
 {
     MPI_Comm c;
-    CHECK_MPI_WATCHED(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "MPI_Comm_split (communicator set-up)");
+    CHECK_MPI_WATCHED(MPI_Comm_split(parent, color, key, &c), "MPI_Comm_split (communicator set-up)");
     return c;
+}
+
+static inline MPI_Comm rt_comm_split(int color, int key)
+{
+    return rt_comm_split_from(MPI_COMM_WORLD, color, key);
 }
 #endif
 
@@ -1807,7 +1817,7 @@ static MPI_Request req_r3 = MPI_REQUEST_NULL; /* reshard 3: l1_fc2 */
 
 static void init_comms(void)
 {
-    comm_tp = rt_comm_split(1, 0);
+    comm_tp = rt_comm_split_from(MPI_COMM_WORLD, 1, 0);
 }
 
 /* ---- one forward pass ---- */
@@ -2249,7 +2259,7 @@ int main(int argc, char **argv)
             static const int64_t blocks[] = {1, 16, 256};
             static const int64_t index[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
             static const unsigned char sender[] = {1, 0, 1, 0};
-            void *whole = rt_gather_output(B_logits, 3, dims, blocks, index, sender, 4, "logits");
+            void *whole = rt_gather_output(B_logits, 1, 3, dims, blocks, index, sender, 4, "logits", 0);
             if (RANK == 0)
                 rt_write_npy(args.out_path[i], 1, 3, dims, whole);
             free(whole);

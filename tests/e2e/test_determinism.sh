@@ -12,6 +12,14 @@ for i in 1 2; do
 done
 diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two compiles differ"; fail=1; }
 rm -rf build/determinism
+# A pipeline with its searched boundaries and a tied --auto search.
+for i in 1 2; do
+    "$BIN" compile tests/models/tiny_gpt.onnx --mesh pp=2,tp=2 --microbatches 2 --auto --auto-tie always \
+        -o build/determinism/out >/dev/null 2>&1 || fail=1
+    mv build/determinism/out build/determinism/run$i
+done
+diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two pipelined compiles differ"; fail=1; }
+rm -rf build/determinism
 bash tools/generated.sh --check || fail=1
 # Fusing all-reduces changes the calls, not the numbers: the fused and
 # unfused golden runs (run_golden.sh) give bit-identical outputs.
