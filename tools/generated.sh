@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # generated.sh [--check]: (re)writes generated/, the committed compiler
-# output for two examples, or with --check regenerates them and requires
+# output for five examples, or with --check regenerates them and requires
 # byte-identical files. Weight files are not committed (they are binary and
 # large); everything a reader needs is: rank<k>.c, plan.txt, Makefile, run.sh.
 set -euo pipefail
@@ -13,6 +13,7 @@ examples=(
     "tiny_gpt_dp2_tp2|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt"
     "mlp_auto_tp2|tests/models/mlp.onnx --mesh tp=2 --auto --mem-limit 100K"
     "tiny_gpt_dp2_tp2_cuda_fsdp|tests/models/tiny_gpt.onnx --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --shard-weights dp --target cuda"
+    "tiny_gpt_pp2_tp2_mb2|tests/models/tiny_gpt.onnx --mesh pp=2,dp=1,tp=2 --microbatches 2 --device cpu --shardings tests/partition/tiny_gpt_megatron.txt"
 )
 fail=0
 for ex in "${examples[@]}"; do
