@@ -153,6 +153,7 @@ e2e: all
 	@$(PY) tests/e2e/test_hostile_names.py
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
 	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto
+	@$(PY) tests/e2e/fuzz_plans.py --seed 3 --count 40 --pipeline
 
 # Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass
 # (`fuzz_plans.py --replay DIR --minimize` shrinks a saved failure).

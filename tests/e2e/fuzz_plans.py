@@ -12,7 +12,10 @@ subset of the mesh axes whose product divides it, or for one tensor in four
 is at most twice it: an uneven, padded split; each axis at most once per
 tensor; sometimes none), given by --shard or a --shardings file, now and
 then with --link classes, --shard-weights/--prefetch, --fuse-bytes or a
-symbolic batch dim bound by --dim. The case is compiled with `onnx2spmd
+symbolic batch dim bound by --dim; with --pipeline, meshes of 1-2 ranks
+get a pipeline axis "pp" of 1-3 stages in front and 1, 2 or 4 microbatches
+that divide the batch (a refusal for a node that mixes microbatches counts
+as refused). The case is compiled with `onnx2spmd
 compile`, built with -Werror, run under mpirun and every output is compared
 with ONNX Runtime (one thread, no graph optimisation).
 
@@ -101,6 +104,7 @@ LINKS = ("nvlink", "pcie", "ib", "ethernet", "shm")
 # cases fail (all on by default; --exclude OP[,OP...] names builders below).
 EXCLUDE = set()
 USE_AUTO = [False]           # --auto: the search picks layouts (annotations kept as constraints)
+USE_PIPELINE = [False]       # --pipeline: a "pp" axis of 1-3 stages and microbatches in front of small meshes
 USE_EXTENDED = [False]       # --extended: the exporter op set too (EXTENDED below)
 
 
@@ -1198,7 +1202,7 @@ EXTENDED = {
 
 class Case:
     def __init__(self, seed, index, model, feeds, mesh, shards, links=None, fsdp=None, prefetch=None,
-                 fuse=None, shard_file=False, dims=None, auto=None):
+                 fuse=None, shard_file=False, dims=None, auto=None, pipe=None):
         self.seed, self.index = seed, index
         self.model = model        # onnx.ModelProto
         self.feeds = feeds        # name -> array
@@ -1211,9 +1215,10 @@ class Case:
         self.shard_file = shard_file  # annotations through --shardings FILE, not --shard
         self.dims = dims or {}    # symbolic input dims -> value (--dim)
         self.auto = auto          # --auto flags (device, memory limit), or None
+        self.pipe = pipe          # --microbatches M with a "pp" axis in the mesh, or None
 
     FIELDS = ("seed", "index", "model", "feeds", "mesh", "shards", "links", "fsdp", "prefetch", "fuse",
-              "shard_file", "dims", "auto")
+              "shard_file", "dims", "auto", "pipe")
 
     def but(self, **kw):
         """A copy with some fields replaced."""
@@ -1234,6 +1239,8 @@ class Case:
             f += ["--dim", "%s=%d" % (k, v)]
         if self.auto:
             f += list(self.auto)
+        if self.pipe and any(a == "pp" for a, _ in self.mesh):
+            f += ["--microbatches", str(self.pipe)]
         return f
 
     @property
@@ -1381,7 +1388,16 @@ def generate(seed, index):
             auto += ["--mem-limit", str(int(wbytes * rng.uniform(0.7, 3.0)) + 16384)]
         if rng.random() < 0.5:
             shards = shards[:1]  # few or no annotations: the search decides
-    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, rng.random() < 0.25, dims, auto)
+    pipe = None
+    if USE_PIPELINE[0] and int(np.prod([sz for _, sz in mesh])) <= 2:
+        # Pipeline stages in front of the mesh (the annotations keep to its
+        # other axes), with microbatches that divide the batch.
+        mesh = [("pp", int(rng.choice([1, 2, 2, 3])))] + list(mesh)
+        b = feeds[next(iter(feeds))].shape
+        divs = [d for d in (1, 2, 4) if b and b[0] % d == 0]
+        pipe = int(rng.choice(divs)) if divs else 1
+    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, rng.random() < 0.25, dims, auto,
+                pipe)
 
 
 # ---- running a case ------------------------------------------------------------
@@ -1614,7 +1630,8 @@ def save_failure(case, golden, kind, detail, folder):
     with open(os.path.join(folder, "case.json"), "w") as fh:
         json.dump({"seed": case.seed, "index": case.index, "mesh": case.mesh, "shards": case.shards,
                    "links": case.links, "fsdp": case.fsdp, "prefetch": case.prefetch, "fuse": case.fuse,
-                   "shard_file": case.shard_file, "dims": case.dims, "auto": case.auto, "kind": kind}, fh)
+                   "shard_file": case.shard_file, "dims": case.dims, "auto": case.auto, "pipe": case.pipe,
+                   "kind": kind}, fh)
     with open(os.path.join(folder, "case.txt"), "w") as fh:
         fh.write("case %s: %s\n%s\n\n%s\n" % (case.tag, kind, detail, describe(case)))
 
@@ -1779,7 +1796,7 @@ def load_case(folder):
         meta = json.load(fh)
     return Case(meta["seed"], meta["index"], m, feeds, [tuple(a) for a in meta["mesh"]],
                 [tuple(a) for a in meta["shards"]], meta.get("links"), meta.get("fsdp"), meta.get("prefetch"),
-                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"))
+                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"), meta.get("pipe"))
 
 
 # ---- driver --------------------------------------------------------------------
@@ -1881,6 +1898,8 @@ def main():
                     help="also the exporter ops of issue 9: " + ",".join(EXTENDED))
     ap.add_argument("--auto", action="store_true",
                     help="compile with --auto (random device preset and memory limit)")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="put pipeline stages (a pp axis, microbatches) in front of meshes of 1-2 ranks")
     ap.add_argument("--replay", metavar="DIR", help="rerun a saved failure folder")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -1890,6 +1909,7 @@ def main():
         EXCLUDE.add(x)
     USE_EXTENDED[0] = args.extended
     USE_AUTO[0] = args.auto
+    USE_PIPELINE[0] = args.pipeline
     if not os.access(BIN, os.X_OK):
         print("fuzz_plans: %s is not built (run make)" % BIN)
         return 2
