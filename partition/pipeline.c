@@ -156,14 +156,27 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
 {
     if (nstages < 1 || n < nstages)
         return -1;
-    /* Candidate cuts: before item i, 1 <= i < n; past PIPE_MAX_CUTS, the
-     * cheapest to cross (in position order). */
+    /* Candidate cuts: before item i, 1 <= i < n. Where enough of them
+     * cost the least to cross (within 1%: a transformer's layer
+     * boundaries, where only the residual stream crosses), only those, so
+     * stages end between layers, as Megatron and Alpa cut them; else
+     * every cut, or past PIPE_MAX_CUTS the cheapest (in position order). */
     int *pos = malloc(sizeof(int) * (size_t)(n + 2));
     if (!pos)
         abort();
-    int np = 0;
+    int np = 0, ncheap = 0;
+    double least = DBL_MAX;
+    for (int i = 1; i < n; i++)
+        if (cut[i] < least)
+            least = cut[i];
+    for (int i = 1; i < n; i++)
+        ncheap += cut[i] <= least * 1.01;
     pos[np++] = 0;
-    if (n - 1 <= PIPE_MAX_CUTS) {
+    if (ncheap >= nstages - 1 && ncheap <= PIPE_MAX_CUTS) {
+        for (int i = 1; i < n; i++)
+            if (cut[i] <= least * 1.01)
+                pos[np++] = i;
+    } else if (n - 1 <= PIPE_MAX_CUTS) {
         for (int i = 1; i < n; i++)
             pos[np++] = i;
     } else {
