@@ -685,8 +685,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     for (int a = 0; a < m->naxes; a++)
         if (!m->axes[a].loop)
             fprintf(f, " %s=%d", m->axes[a].name, pr->coords[a]);
-    fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, inputs %lld bytes\n */\n",
-            (long long)pr->arena_bytes, (long long)pr->weight_bytes, (long long)pr->input_bytes);
+    fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, %s %lld bytes\n */\n",
+            (long long)pr->arena_bytes, (long long)pr->weight_bytes,
+            p->pipe ? "inputs, send/receive slots and outputs of every microbatch" : "inputs", (long long)pr->input_bytes);
     fprintf(f, "#define RANK %d\n#define WORLD %d\n", pr->rank, plan_world_ranks(p));
     if (g_cuda)
         fprintf(f, "#define O2S_CUDA 1\n#define O2S_TF32 %d /* 1: cuBLAS may use TF32 tensor cores (--tf32) */\n",

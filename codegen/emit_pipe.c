@@ -237,6 +237,13 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
     PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
     for (int i = 0; i < ns + nr; i++) {
         const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        if (k->tag > 32767) { /* MPI guarantees tags up to 32767 */
+            diag_add(d, "pipeline: more than 32768 values cross stages (at \"%s\"): cut the stages elsewhere",
+                     k->t->label);
+            free(snd);
+            free(rcv);
+            return -1;
+        }
         if (pr->bufs[k->buf].bytes > 0x7fffffff) {
             diag_add(d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
                      k->t->label, (long long)pr->bufs[k->buf].bytes);

@@ -919,6 +919,25 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
         }
     }
     pr->weight_bytes = woff;
+    if (p->pipe) {
+        /* A stage holds every microbatch's input blocks (stage 0), two
+         * slots per value it receives or sends, and every microbatch's
+         * output blocks (the last stage). */
+        const Pipeline *pp = p->pipe;
+        int64_t held = 0;
+        for (int i = 0; i < pr->nbufs; i++) {
+            const Buffer *b = &pr->bufs[i];
+            if (b->kind == BUF_INPUT)
+                held += b->bytes * pp->microbatches;
+            else if (b->kind == BUF_RECV)
+                held += 2 * b->bytes;
+            else if (b->kind == BUF_VALUE && b->tensor && pp->readers[b->tensor->id])
+                held += 2 * b->bytes;
+        }
+        for (int i = 0; pr->stage == pp->nstages - 1 && i < g->noutputs; i++)
+            held += pr->bufs[program_output_buf(pr, i)].bytes * pp->microbatches;
+        pr->input_bytes = held;
+    }
     if (place(pr, d))
         goto fail;
     return pr;

@@ -2,7 +2,7 @@
  * command: onnx2spmd compile --mesh pp=2,dp=1,tp=2 --microbatches 2 --device cpu --shardings tests/partition/tiny_gpt_megatron.txt -o build/generated/tiny_gpt_pp2_tp2_mb2 tests/models/tiny_gpt.onnx
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    pp=2,dp=1,tp=2 (4 ranks): pipeline stage 1 of 2 over pp; each stage's plan on mb=2,dp=1,tp=2, this rank at dp=0 tp=1
- * memory:  arena 28672 bytes (liveness-planned), weights 167168 bytes, inputs 4096 bytes
+ * memory:  arena 28672 bytes (liveness-planned), weights 167168 bytes, inputs, send/receive slots and outputs of every microbatch 40960 bytes
  */
 #define RANK 3
 #define WORLD 4
