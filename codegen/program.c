@@ -158,12 +158,24 @@ static int reads(const Program *pr, const Tensor *t)
     return t->is_output && pr->stage == pr->plan->pipe->nstages - 1;
 }
 
-static int holds_reshard(const Program *pr, int r)
+/* A reshard is held where a node reads its result (one reshard can serve
+ * several readers of a tensor), or, for a graph output's, on the last
+ * stage. */
+static void mark_reshards(Program *pr)
 {
-    const PlanReshard *rs = &pr->plan->reshards[r];
+    const Plan *p = pr->plan;
+    const Graph *g = pr->g;
+    for (int r = 0; r < p->nreshards; r++)
+        pr->here[r] = pr->stage < 0;
     if (pr->stage < 0)
-        return 1;
-    return rs->consumer ? program_runs(pr, rs->consumer) : pr->stage == pr->plan->pipe->nstages - 1;
+        return;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; program_runs(pr, g->nodes[i]) && k < g->nodes[i]->ninputs; k++)
+            if (p->nodes[i].in_reshard[k] >= 0)
+                pr->here[p->nodes[i].in_reshard[k]] = 1;
+    for (int i = 0; pr->stage == p->pipe->nstages - 1 && i < g->noutputs; i++)
+        if (p->out_reshard[i] >= 0)
+            pr->here[p->out_reshard[i]] = 1;
 }
 
 int program_group_key(const Program *pr, const unsigned char *axes, int naxes)
@@ -837,8 +849,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     for (int a = 0; a < p->mesh.naxes; a++)
         pr->coords[a] = mesh_coord(&p->mesh, vrank, a);
     pr->here = arena_alloc(&pr->arena, (size_t)p->nreshards + 1);
-    for (int r = 0; r < p->nreshards; r++)
-        pr->here[r] = (char)holds_reshard(pr, r);
+    mark_reshards(pr);
     pr->tensor_buf = arena_alloc(&pr->arena, (size_t)(g->ntensors + 1) * sizeof(int));
     pr->reshard_buf = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->steps = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(*pr->steps));
