@@ -371,7 +371,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
     if (pp->mb_axis >= 0 && check_microbatches(p, pp->mb_axis, d))
         return -1;
     if (n < pp->nstages) {
-        diag_add(d, "--mesh: %d pipeline stages for a graph of %d nodes", pp->nstages, n);
+        diag_add(d, "--mesh: %d pipeline stages for a graph of %d node%s (a stage needs one)", pp->nstages, n,
+                 n == 1 ? "" : "s");
         return -1;
     }
     pp->stage_of = arena_alloc(&p->arena, sizeof(int) * (size_t)(n + 1));
