@@ -151,70 +151,26 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
-                      int64_t limit, int nstages, int *first)
+/* The min-max split over the candidate cuts pos[0..np) (pos[0] = 0,
+ * pos[np - 1] = n): best[k][j] is the slowest stage when k + 1 stages
+ * cover items [0, pos[j]), from[k][j] the cut before the last of them.
+ * Each start a is final when reached, as it only depends on smaller ones.
+ * Ties on the slowest stage (a cut's latency can dominate every split) go
+ * to the more even split: the smaller sum of squared stage times. */
+static double split_over(int n, const double *prefix, const double *cut, const int64_t *mem, const int64_t *act,
+                         int64_t limit, int nstages, const int *pos, int np, int *first)
 {
-    if (nstages < 1 || n < nstages)
-        return -1;
-    /* Candidate cuts: before item i, 1 <= i < n. Where enough of them
-     * cost the least to cross (within 1%: a transformer's layer
-     * boundaries, where only the residual stream crosses), only those, so
-     * stages end between layers, as Megatron and Alpa cut them; else
-     * every cut, or past PIPE_MAX_CUTS the cheapest (in position order). */
-    int *pos = malloc(sizeof(int) * (size_t)(n + 2));
-    if (!pos)
+    size_t cells = (size_t)nstages * (size_t)np;
+    double *best = malloc(sizeof(double) * cells), *even = malloc(sizeof(double) * cells);
+    int *from = malloc(sizeof(int) * cells);
+    if (!best || !even || !from)
         abort();
-    int np = 0, ncheap = 0;
-    double least = DBL_MAX;
-    for (int i = 1; i < n; i++)
-        if (cut[i] < least)
-            least = cut[i];
-    for (int i = 1; i < n; i++)
-        ncheap += cut[i] <= least * 1.01;
-    pos[np++] = 0;
-    if (ncheap >= nstages - 1 && ncheap <= PIPE_MAX_CUTS) {
-        for (int i = 1; i < n; i++)
-            if (cut[i] <= least * 1.01)
-                pos[np++] = i;
-    } else if (n - 1 <= PIPE_MAX_CUTS) {
-        for (int i = 1; i < n; i++)
-            pos[np++] = i;
-    } else {
-        /* The PIPE_MAX_CUTS-th cheapest crossing is the bar. */
-        double *sorted = malloc(sizeof(double) * (size_t)n);
-        if (!sorted)
-            abort();
-        memcpy(sorted, cut + 1, sizeof(double) * (size_t)(n - 1));
-        qsort(sorted, (size_t)(n - 1), sizeof(double), cmp_double);
-        double bar = sorted[PIPE_MAX_CUTS - 1];
-        for (int i = 1; i < n && np <= PIPE_MAX_CUTS; i++)
-            if (cut[i] <= bar)
-                pos[np++] = i;
-        free(sorted);
-    }
-    pos[np++] = n;
-    /* best[k][j]: the slowest stage when k + 1 stages cover items
-     * [0, pos[j]); from[k][j] the cut before the last of them. Rows are
-     * finished in order of j, so each start a is final when reached. */
-    double *best = malloc(sizeof(double) * (size_t)nstages * (size_t)np);
-    /* Ties on the slowest stage (a cut's latency can dominate every
-     * split) go to the more even one: the smaller sum of squared stage
-     * times. */
-    double *even = malloc(sizeof(double) * (size_t)nstages * (size_t)np);
-    int *from = malloc(sizeof(int) * (size_t)nstages * (size_t)np);
-    double *prefix = malloc(sizeof(double) * (size_t)(n + 1));
-    if (!best || !from || !prefix || !even)
-        abort();
-    prefix[0] = 0;
-    for (int i = 0; i < n; i++)
-        prefix[i + 1] = prefix[i] + cost[i];
-    for (size_t i = 0; i < (size_t)nstages * (size_t)np; i++) {
+    for (size_t i = 0; i < cells; i++) {
         best[i] = even[i] = DBL_MAX;
         from[i] = -1;
     }
     for (int a = 0; a + 1 < np; a++) {
-        int k_lo = a == 0 ? 0 : 1; /* a stage starting at 0 is the first */
-        int any = a == 0;
+        int any = a == 0; /* some stages end at pos[a] */
         for (int k = 1; k < nstages && !any; k++)
             any = best[(size_t)(k - 1) * (size_t)np + (size_t)a] < DBL_MAX;
         if (!any)
@@ -230,38 +186,101 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
             if (limit > 0 && m + peak > limit)
                 break; /* longer stages only hold more */
             double t = prefix[pos[b]] - prefix[pos[a]] + (pos[b] < n ? cut[pos[b]] : 0);
-            for (int k = k_lo; k < nstages; k++) {
+            for (int k = a == 0 ? 0 : 1; k < nstages; k++) {
                 double before = k == 0 ? 0 : best[(size_t)(k - 1) * (size_t)np + (size_t)a];
                 if (before == DBL_MAX || (k == 0 && a != 0))
                     continue;
                 double v = before > t ? before : t;
                 double e = (k == 0 ? 0 : even[(size_t)(k - 1) * (size_t)np + (size_t)a]) + t * t;
-                size_t at2 = (size_t)k * (size_t)np + (size_t)b;
+                size_t c = (size_t)k * (size_t)np + (size_t)b;
                 double tol = 1e-12 * (v > 0 ? v : 1);
-                if (v < best[at2] - tol || (v <= best[at2] + tol && e < even[at2])) {
-                    best[at2] = v;
-                    even[at2] = e;
-                    from[at2] = a;
+                if (v < best[c] - tol || (v <= best[c] + tol && e < even[c])) {
+                    best[c] = v;
+                    even[c] = e;
+                    from[c] = a;
                 }
             }
         }
     }
-    double result = best[(size_t)(nstages - 1) * (size_t)np + (size_t)(np - 1)];
+    double result = best[cells - 1];
     if (result == DBL_MAX) {
         result = -1;
     } else {
-        int j = np - 1;
-        for (int k = nstages - 1; k >= 0; k--) {
+        for (int k = nstages - 1, j = np - 1; k >= 0; k--) {
             int a = from[(size_t)k * (size_t)np + (size_t)j];
             first[k] = pos[a];
             j = a;
         }
     }
-    free(pos);
     free(best);
     free(even);
     free(from);
+    return result;
+}
+
+/* Within this much of the best split over every cut, a split at the
+ * cheapest cuts is taken instead. */
+#define PIPE_CHEAP_SLACK 0.10
+
+double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
+                      int64_t limit, int nstages, int *first)
+{
+    if (nstages < 1 || n < nstages)
+        return -1;
+    double *prefix = malloc(sizeof(double) * (size_t)(n + 1));
+    int *pos = malloc(sizeof(int) * (size_t)(n + 2)), *cheap = malloc(sizeof(int) * (size_t)(n + 2));
+    int *alt = malloc(sizeof(int) * (size_t)(nstages + 1));
+    if (!prefix || !pos || !cheap || !alt)
+        abort();
+    prefix[0] = 0;
+    for (int i = 0; i < n; i++)
+        prefix[i + 1] = prefix[i] + cost[i];
+    /* Every cut (before item i, 1 <= i < n), or past PIPE_MAX_CUTS the
+     * cheapest to cross, in position order. */
+    int np = 0;
+    pos[np++] = 0;
+    if (n - 1 <= PIPE_MAX_CUTS) {
+        for (int i = 1; i < n; i++)
+            pos[np++] = i;
+    } else {
+        double *sorted = malloc(sizeof(double) * (size_t)n);
+        if (!sorted)
+            abort();
+        memcpy(sorted, cut + 1, sizeof(double) * (size_t)(n - 1));
+        qsort(sorted, (size_t)(n - 1), sizeof(double), cmp_double);
+        double bar = sorted[PIPE_MAX_CUTS - 1];
+        for (int i = 1; i < n && np <= PIPE_MAX_CUTS; i++)
+            if (cut[i] <= bar)
+                pos[np++] = i;
+        free(sorted);
+    }
+    pos[np++] = n;
+    double result = split_over(n, prefix, cut, mem, act, limit, nstages, pos, np, first);
+    /* The cuts that cost the least to cross (within 1%): a transformer's
+     * layer boundaries, where only the residual stream crosses. Stages
+     * that end there, as Megatron and Alpa cut them, are taken when they
+     * are within PIPE_CHEAP_SLACK of the best split. */
+    double least = DBL_MAX;
+    for (int j = 1; j + 1 < np; j++)
+        if (cut[pos[j]] < least)
+            least = cut[pos[j]];
+    int nc = 0;
+    cheap[nc++] = 0;
+    for (int j = 1; j + 1 < np; j++)
+        if (cut[pos[j]] <= least * 1.01)
+            cheap[nc++] = pos[j];
+    cheap[nc++] = n;
+    if (result >= 0 && nc < np) {
+        double r2 = split_over(n, prefix, cut, mem, act, limit, nstages, cheap, nc, alt);
+        if (r2 >= 0 && r2 <= result * (1 + PIPE_CHEAP_SLACK)) {
+            result = r2;
+            memcpy(first, alt, sizeof(int) * (size_t)nstages);
+        }
+    }
     free(prefix);
+    free(pos);
+    free(cheap);
+    free(alt);
     return result;
 }
 

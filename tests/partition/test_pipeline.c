@@ -4,7 +4,8 @@
  * stages are 8 each; with an embedding as heavy as 4 layers on the first,
  * the first stage takes it and 5 layers, the others 9 (36 = 4 x 9, and no
  * split does better than a quarter of the work). Cuts are priced: a
- * stage ends where crossing is cheap. Memory is a hard limit. And a
+ * stage ends where crossing is cheap, and at the cheapest cuts (layer
+ * boundaries) when that costs at most 10% more. Memory is a hard limit. And a
  * planned model: stages cover every node once, in order, values crossing
  * stages are recorded with their readers, the microbatch axis is refused
  * where a node needs the whole batch.
@@ -55,6 +56,32 @@ static void test_pipeline_split_prices_cuts(void **st)
     int first[2];
     assert_true(fabs(pipeline_split(8, cost, cut, NULL, NULL, 0, 2, first) - 5) < 1e-12);
     assert_int_equal(first[1], 5);
+}
+
+static void test_pipeline_split_prefers_cheapest_cuts_within_slack(void **st)
+{
+    (void)st;
+    /* 10 items of 1; the cut before item 4 is free (a layer boundary),
+     * the others cost c. The best split over every cut is 5 + c (at 5);
+     * the free cut gives 6, taken when within 10% of it. */
+    double cost[10], cut[11];
+    for (int i = 0; i < 10; i++)
+        cost[i] = 1;
+    int first[2];
+    for (int k = 0; k < 2; k++) {
+        double c = k ? 0.6 : 0.3;
+        for (int i = 0; i < 11; i++)
+            cut[i] = c;
+        cut[4] = 0;
+        double got = pipeline_split(10, cost, cut, NULL, NULL, 0, 2, first);
+        if (k) { /* 6 <= 1.1 x 5.6 */
+            assert_true(fabs(got - 6) < 1e-12);
+            assert_int_equal(first[1], 4);
+        } else { /* 6 > 1.1 x 5.3 */
+            assert_true(fabs(got - 5.3) < 1e-12);
+            assert_int_equal(first[1], 5);
+        }
+    }
 }
 
 static void test_pipeline_split_memory_limit(void **st)
@@ -198,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_split_uniform_layers),
         cmocka_unit_test(test_pipeline_split_embedding_shifts_boundaries),
         cmocka_unit_test(test_pipeline_split_prices_cuts),
+        cmocka_unit_test(test_pipeline_split_prefers_cheapest_cuts_within_slack),
         cmocka_unit_test(test_pipeline_split_memory_limit),
         cmocka_unit_test(test_pipeline_build_stages),
         cmocka_unit_test(test_pipeline_hand_boundaries),
