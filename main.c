@@ -717,6 +717,9 @@ static int cmd_plan(int argc, char **argv, int compile)
         const AutoReport *ar = p->auto_report;
         fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by %s in %.3f s (%s)\n", ar->rows,
                 ar->cols, ar->solver, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
+        if (ar->tied != TIED_NOT_TRIED)
+            fprintf(stderr, "onnx2spmd: --auto: %d identical layers: the tied program and its bound took %.3f s "
+                    "(tying %s)\n", ar->layers, ar->tie_s, ar->tied == TIED_EXACT ? "exact" : "not taken");
         if (!ar->optimal)
             fprintf(stderr, "onnx2spmd: --auto: the plan is within %.1f%% of the optimum (raise --auto-time-limit "
                     "to close the gap)\n", 100 * ar->gap);

@@ -116,9 +116,9 @@ def scale():
     print("  %-28s %10.2f %12s %11.2f GiB" % ("--auto (%s, solve %.2f s)" % (ar["solver"], a["_solve_s"]), wall,
                                               fmt_time(ae["step_s"]), ae["memory_bytes"] / 2**30))
     lay = ar.get("layers", {})
-    print("  identical layers: %d of %d choices, solved once: %s (tied optimum %s, bound %s, %.2f s for both)" % (
+    print("  identical layers: %d of %d choices, solved once: %s (tied optimum %s, bound %s)" % (
         lay.get("count", 0), lay.get("choices", 0), lay.get("tied", "?"), fmt_time(lay.get("tied_s", 0)),
-        fmt_time(lay.get("bound_s", 0)), lay.get("seconds", 0)))
+        fmt_time(lay.get("bound_s", 0))))
     w, wwall, werr = plan_json(model, "dp=8,tp=8", ["--auto", "--auto-tie", "off", "--shard", "tokens=[dp,_]"])
     if w is None:
         print("  --auto-tie off failed: " + werr)

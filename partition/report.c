@@ -449,12 +449,12 @@ void plan_print_json(const Plan *p, FILE *f)
                    "\"columns\": %d, \"nonzeros\": %d, \"solver\": \"%s\", \"optimal\": %s, \"gap\": %.6g, "
                    "\"objective_s\": %.9g, \"fastest_s\": %.9g, \"bytes_pass\": \"%s\", "
                    "\"layers\": {\"count\": %d, \"choices\": %d, \"tied\": \"%s\", \"tied_s\": %.9g, "
-                   "\"bound_s\": %.9g, \"seconds\": %.6g}}",
+                   "\"bound_s\": %.9g}}",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
                 ar->optimal ? "true" : "false", ar->gap, ar->objective_s, ar->best_s,
                 ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of time"
                                                                                                    : "not run",
-                ar->layers, ar->layer_choices, tied_name(ar->tied), ar->tied_s, ar->bound_s, ar->tie_s);
+                ar->layers, ar->layer_choices, tied_name(ar->tied), ar->tied_s, ar->bound_s);
     }
     if (p->pipe) {
         const Pipeline *pp = p->pipe;
