@@ -347,7 +347,12 @@ static int is_weight(const Tensor *t)
     return t && (t->producer ? t->producer->op == OP_CONSTANT : !t->is_input);
 }
 
-/* Checks the plan runs microbatch by microbatch: no collective over mb. */
+static int is_weight(const Tensor *t);
+
+/* Checks the plan runs microbatch by microbatch: no collective over mb,
+ * and no weight split over it (a weight as long as the batch, met
+ * elementwise): a rank stores one block of each weight, and every
+ * microbatch would read microbatch 0's. */
 static int check_microbatches(const Plan *p, int mb, Diag *d)
 {
     for (int r = 0; r < p->nreshards; r++) {
@@ -367,6 +372,18 @@ static int check_microbatches(const Plan *p, int mb, Diag *d)
                              "be computed one microbatch at a time", pr->tensor->label, a);
                 return -1;
             }
+    }
+    for (int i = 0; i < p->g->ntensors; i++) {
+        const Tensor *t = p->g->tensors[i];
+        if (t->rank > 0 && is_weight(t) && t->nconsumers &&
+            (sharding_used_axes(&p->tensors[i].sharding) & (1u << mb))) {
+            char a[160];
+            diag_add(d, "--microbatches: weight \"%s\" would be split by microbatch (%s), as node \"%s\" (%s) meets it "
+                     "with the batch: each microbatch needs its own part of it, which a stored weight cannot give",
+                     t->label, sharding_str(&p->tensors[i].sharding, &p->mesh, a, sizeof a),
+                     t->consumers[0]->label, node_op_name(t->consumers[0]));
+            return -1;
+        }
     }
     return 0;
 }

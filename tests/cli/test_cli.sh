@@ -79,6 +79,10 @@ plan_err '--stage-boundaries: no tensor named "nope"' $G --mesh pp=2 --stage-bou
 plan_err '1 tensor for 3 stages' $G --mesh pp=3 --stage-boundaries l0_out
 plan_err 'across microbatches' tests/models/exports/gpt2_ts.onnx --mesh pp=2 --microbatches 2
 plan_err 'unknown mesh axis "pp"' $G --mesh pp=2,tp=2 --shard 'l0_W1=[_,pp]'
+# A weight as long as the batch, met elementwise (Pow of a batched value by
+# a [4, 6] weight; fuzz_plans --pipeline seed 158014 case 13): every
+# microbatch would read microbatch 0's block of it, so it is refused.
+plan_err 'weight "e26" would be split by microbatch' tests/cli/pipeline_weight_by_batch.onnx --mesh pp=2,a=2 --microbatches 2
 out=$("$BIN" plan $G --mesh pp=2,tp=2 --microbatches 2 --json 2>/dev/null)
 printf '%s' "$out" | "$PY" -c 'import json,sys; p=json.load(sys.stdin)["pipeline"]; assert p["stages"] == 2 and p["microbatches"] == 2 and p["ranks_per_stage"] == 2 and abs(p["bubble"] - 1/3) < 1e-5, p' \
     || err "plan pp=2,tp=2 --microbatches 2 --json: no pipeline section"
