@@ -224,6 +224,8 @@ int fold_gather(Graph *g, Node *n, Diag *d)
                          (long long)fold_get_i64(idx, k), (long long)x->dims[axis]);
                 return -1;
             }
+            if (inner == 0)
+                continue; /* an empty row: x->data may be null */
             memcpy(dst, (const char *)x->data + (size_t)((o * x->dims[axis] + j) * inner) * es, (size_t)inner * es);
             dst += (size_t)inner * es;
         }
