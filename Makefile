@@ -150,6 +150,7 @@ e2e: all
 	@$(PY) tests/e2e/attn_sharded.py
 	@$(PY) tests/e2e/gpt2_vocab.py
 	@$(PY) tests/e2e/pipeline.py
+	@$(PY) tests/e2e/trace.py
 	@$(PY) tests/e2e/test_hostile_names.py
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
 	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto

@@ -127,6 +127,8 @@ void emit_model_names(const Program *pr, FILE *f);
  * value on a replicated layout; else this rank's block, which
  * rt_gather_output assembles on rank 0). */
 void emit_output_write(const Program *pr, int i, const char *data, FILE *f);
+/* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
+void emit_trace_init(const Program *pr, FILE *f);
 /* `rt_node = "...";`: the node the runtime names in its errors. */
 void emit_rt_node(FILE *f, const char *label);
 /* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */
@@ -136,6 +138,18 @@ int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
 
 /* One instruction of forward() (emit_c.c), for emit_pipe.c's loop. */
 void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc);
+
+/* ---- emit_trace.c ------------------------------------------------------- */
+
+/* The rt_nodes[] and rt_comms[] tables, filled while forward() is emitted
+ * (each call returns the entry's index) and written before it. */
+void trace_tables_begin(void);
+int trace_node(const Node *n, const int64_t *dims, int rank);
+int trace_comm(const char *what, const char *kind, const char *tensor, const char *axes, const char *overlaps,
+               long long bytes);
+/* The nodes the schedule runs between start instruction `from` and its wait. */
+void trace_overlaps(const Program *pr, int from, char *buf, size_t cap);
+void trace_tables_write(FILE *f);
 
 /* ---- emit_pipe.c -------------------------------------------------------- */
 

@@ -70,18 +70,20 @@ static const char *nccl_type(DType t)
     }
 }
 
-/* CUDA: the collective's stream waits for its input on the compute stream. */
-static void cuda_before_call(FILE *f, int r)
+/* CUDA: the collective's stream waits for its input on the compute
+ * stream; rt_comms[comm] names it in traces. */
+static void cuda_before_call(FILE *f, int r, int comm)
 {
     if (g_cuda)
         fprintf(f, "    CHECK_CUDA(cudaEventRecord(ev_ready_r%d, g_stream)); /* input complete on the compute stream */\n"
-                   "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r%d, 0));\n", r, r);
+                   "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r%d, 0));\n    rt_comm_begin(%d);\n", r, r, comm);
 }
 
 static void cuda_after_call(FILE *f, int r)
 {
     if (g_cuda)
-        fprintf(f, "    CHECK_CUDA(cudaEventRecord(ev_done_r%d, g_comm)); /* compute waits on this at the first reader */\n", r);
+        fprintf(f, "    rt_comm_end();\n"
+                   "    CHECK_CUDA(cudaEventRecord(ev_done_r%d, g_comm)); /* compute waits on this at the first reader */\n", r);
 }
 
 static const char *mpi_type(DType t)
@@ -216,8 +218,42 @@ static int64_t numel(const Buffer *b)
     return b->bytes / (int64_t)dtype_size(b->dtype);
 }
 
-/* Starts step j of reshard r (a local step runs to completion here). */
-static void emit_step_start(const Program *pr, int r, int j, FILE *f)
+/* rt_comms[] entry of each reshard's first step (or fused call), set where
+ * it starts, read where it is waited for. */
+static int *g_comm_of;
+
+/* The mesh axes of a step, as a trace names them: "dp,tp". */
+static void axes_list(const Program *pr, const unsigned char *axes, int n, char *buf, size_t cap)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? "," : "", pr->plan->mesh.axes[axes[i]].name);
+}
+
+/* Registers step j of reshard r in rt_comms[]; `overlaps` says what the
+ * schedule runs while it is in flight. */
+static int step_comm(const Program *pr, int r, int j, const char *overlaps)
+{
+    const PlanReshard *rr = &pr->plan->reshards[r];
+    const ReshardStep *s = &rr->r.steps[j];
+    if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
+        return -1; /* local: nothing in flight */
+    unsigned char axes[MESH_MAX_AXES];
+    int na = step_axes(pr, s, step_before(pr, r, j), axes);
+    char what[ESC_TEXT_CAP], al[96];
+    if (rr->r.nsteps > 1)
+        snprintf(what, sizeof what, "%s of %s (reshard %d, step %d of %d)", coll_name(s->kind), rr->tensor->label, r,
+                 j + 1, rr->r.nsteps);
+    else
+        snprintf(what, sizeof what, "%s of %s (reshard %d)", coll_name(s->kind), rr->tensor->label, r);
+    axes_list(pr, axes, na, al, sizeof al);
+    return trace_comm(what, coll_name(s->kind), rr->tensor->label, al, overlaps, (long long)s->bytes);
+}
+
+/* Starts step j of reshard r (a local step runs to completion here);
+ * `comm_id` is its rt_comms[] entry. */
+static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *f)
 {
     const PlanReshard *rr = &pr->plan->reshards[r];
     const ReshardStep *s = &rr->r.steps[j];
@@ -282,7 +318,7 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
         break;
     }
     case COLL_ALL_REDUCE:
-        cuda_before_call(f, r);
+        cuda_before_call(f, r, comm_id);
         if (g_cuda)
             fprintf(f, "    CHECK_NCCL(ncclAllReduce(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", in->name, out->name,
                     (long long)numel(in), nccl_type(in->dtype), comm);
@@ -292,7 +328,7 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
         cuda_after_call(f, r);
         break;
     case COLL_ALL_GATHER:
-        cuda_before_call(f, r);
+        cuda_before_call(f, r, comm_id);
         if (g_cuda)
             fprintf(f, "    CHECK_NCCL(ncclAllGather(%s, %s, %lld, %s, %s, g_comm));\n", in->name,
                     sb->unpack >= 0 ? pr->bufs[sb->unpack].name : out->name, (long long)numel(in),
@@ -336,7 +372,7 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
                        "            k_strided_copy(%s + q * %lld, %s, %zu, %d, dims, strides, q * %lld);\n    }\n",
                     p, send, (long long)blk, in->name, es, in->rank, (long long)(bdims[dim] * sin[dim]));
         }
-        cuda_before_call(f, r);
+        cuda_before_call(f, r, comm_id);
         if (g_cuda && s->kind == COLL_ALL_TO_ALL)
             fprintf(f, "    CHECK_NCCL(ncclGroupStart()); /* all-to-all: a send and a receive per peer */\n"
                        "    for (int q = 0; q < %d; q++) {\n"
@@ -361,27 +397,22 @@ static void emit_step_start(const Program *pr, int r, int j, FILE *f)
     default:
         break;
     }
+    if (!g_cuda && s->kind != COLL_SLICE && s->kind != COLL_PARTIALIZE)
+        fprintf(f, "    rt_started(%d, &req_r%d);\n", comm_id, r);
 }
 
 /* Completes step j of reshard r (wait and unpack); local steps are no-ops. */
-static void emit_step_finish(const Program *pr, int r, int j, FILE *f)
+static void emit_step_finish(const Program *pr, int r, int j, int comm_id, FILE *f)
 {
     const ReshardStep *s = &pr->plan->reshards[r].r.steps[j];
     const StepBufs *sb = &pr->steps[r][j];
     if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
         return;
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
-    if (g_cuda) {
-        fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", r);
-    } else {
-        /* What the rank names if the wait passes --timeout. */
-        char what[ESC_TEXT_CAP];
-        snprintf(what, sizeof what, "%s of %s (reshard %d)", coll_name(s->kind), pr->plan->reshards[r].tensor->label,
-                 r);
-        fprintf(f, "    rt_wait(&req_r%d, ", r);
-        esc_c_string(f, what);
-        fprintf(f, ");\n");
-    }
+    if (g_cuda)
+        fprintf(f, "    rt_cuda_wait(ev_done_r%d, %d);\n", r, comm_id);
+    else
+        fprintf(f, "    rt_wait(&req_r%d, %d);\n", r, comm_id);
     if (sb->unpack < 0)
         return;
     int p = mesh_group_size(&pr->plan->mesh, s->axes);
@@ -445,7 +476,7 @@ static void fused_index(const Program *pr)
     free(last);
 }
 
-static void emit_fused(const Program *pr, int leader, int start, FILE *f)
+static void emit_fused(const Program *pr, int leader, int start, int at, FILE *f)
 {
     const Plan *p = pr->plan;
     const Buffer *send = &pr->bufs[pr->fused_send[leader]], *recv = &pr->bufs[pr->fused_recv[leader]];
@@ -455,6 +486,18 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
     char comm[96], nm[ESC_NAME_CAP];
     comm_name(pr, axes, na, comm, sizeof comm);
     if (start) {
+        char what[ESC_TEXT_CAP], tensors[ESC_TEXT_CAP], al[96], overlaps[ESC_TEXT_CAP];
+        size_t n = 0;
+        int64_t bytes = 0;
+        tensors[0] = 0;
+        for (int m = leader; m >= 0 && n < sizeof tensors; m = g_fused_next[m]) {
+            n += (size_t)snprintf(tensors + n, sizeof tensors - n, "%s%s", n ? ", " : "", p->reshards[m].tensor->label);
+            bytes += p->reshards[m].r.steps[0].bytes;
+        }
+        snprintf(what, sizeof what, "fused all-reduce (reshard %d)", leader);
+        axes_list(pr, axes, na, al, sizeof al);
+        trace_overlaps(pr, at, overlaps, sizeof overlaps);
+        g_comm_of[leader] = trace_comm(what, "all-reduce", tensors, al, overlaps, (long long)bytes);
         fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
         for (int m = leader; m >= 0; m = g_fused_next[m])
             fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
@@ -463,9 +506,9 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
         fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n",
                 leader);
         if (g_cuda)
-            fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r%d, 0));\n", leader);
+            fprintf(f, "    rt_cuda_wait(ev_done_r%d, %d);\n", leader, g_comm_of[leader]);
         else
-            fprintf(f, "    rt_wait(&req_r%d, \"fused all-reduce (reshard %d)\");\n", leader, leader);
+            fprintf(f, "    rt_wait(&req_r%d, %d);\n", leader, g_comm_of[leader]);
     }
     int64_t off = 0;
     for (int m = leader; m >= 0; m = g_fused_next[m]) {
@@ -479,13 +522,14 @@ static void emit_fused(const Program *pr, int leader, int start, FILE *f)
         off += in->bytes;
     }
     if (start && g_cuda) {
-        cuda_before_call(f, leader);
+        cuda_before_call(f, leader, g_comm_of[leader]);
         fprintf(f, "    CHECK_NCCL(ncclAllReduce(%s, %s, %lld, %s, ncclSum, %s, g_comm));\n", send->name, recv->name,
                 (long long)(off / (int64_t)dtype_size(send->dtype)), nccl_type(send->dtype), comm);
         cuda_after_call(f, leader);
     } else if (start) {
         fprintf(f, "    CHECK_MPI(MPI_Iallreduce(%s, %s, %lld, %s, %s, %s, &req_r%d));\n", send->name, recv->name,
                 (long long)(off / (int64_t)dtype_size(send->dtype)), mpi_type(send->dtype), mpi_sum(send->dtype), comm, leader);
+        fprintf(f, "    rt_started(%d, &req_r%d);\n", g_comm_of[leader], leader);
     }
 }
 
@@ -518,23 +562,27 @@ void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
         }
     }
     if (pr->fused_leader[r] == r) {
-        emit_fused(pr, r, in->kind == INST_START, f);
+        emit_fused(pr, r, in->kind == INST_START, i, f);
         return;
     }
     char nm[ESC_NAME_CAP], why[ESC_TEXT_CAP], who[ESC_NAME_CAP];
     if (in->kind == INST_START) {
         fprintf(f, "\n    /* start reshard %d of %s: %s */\n", r, CMT(rr->tensor->name, nm), CMT(rr->reason, why));
         emit_rt_node(f, in->node ? in->node->label : "(start)");
-        emit_step_start(pr, r, 0, f);
+        char overlaps[ESC_TEXT_CAP];
+        trace_overlaps(pr, i, overlaps, sizeof overlaps);
+        g_comm_of[r] = step_comm(pr, r, 0, overlaps);
+        emit_step_start(pr, r, 0, g_comm_of[r], f);
         return;
     }
     fprintf(f, "\n    /* wait for reshard %d of %s here: %s is its first reader */\n", r, CMT(rr->tensor->name, nm),
             in->node ? CMT(in->node->name, who) : "the graph output");
     emit_rt_node(f, in->node ? in->node->label : "(outputs)");
-    emit_step_finish(pr, r, 0, f);
+    emit_step_finish(pr, r, 0, g_comm_of[r], f);
     for (int j = 1; j < rr->r.nsteps; j++) {
-        emit_step_start(pr, r, j, f);
-        emit_step_finish(pr, r, j, f);
+        int c = step_comm(pr, r, j, "nothing: a later step, run at the wait of the first");
+        emit_step_start(pr, r, j, c, f);
+        emit_step_finish(pr, r, j, c, f);
     }
 }
 
@@ -603,6 +651,24 @@ void emit_output_write(const Program *pr, int i, const char *data, FILE *f)
     fprintf(f, ", 0);\n            if (RANK == 0)\n"
                "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n",
             (int)t->dtype, t->rank);
+}
+
+/* rt_trace_init(): the tables, and this rank's place for the trace's
+ * process names ("dp=0 tp=1", with its stage in a pipeline). */
+void emit_trace_init(const Program *pr, FILE *f)
+{
+    const Mesh *m = &pr->plan->mesh;
+    char where[256];
+    size_t n = 0;
+    where[0] = 0;
+    if (pr->plan->pipe)
+        n += (size_t)snprintf(where, sizeof where, "stage %d", pr->stage);
+    for (int a = 0; a < m->naxes && n < sizeof where; a++)
+        if (!m->axes[a].loop)
+            n += (size_t)snprintf(where + n, sizeof where - n, "%s%s=%d", n ? " " : "", m->axes[a].name, pr->coords[a]);
+    fprintf(f, "    rt_trace_init(args.trace, rt_nodes, rt_comms, ");
+    esc_c_string(f, where);
+    fprintf(f, "); /* --trace FILE: record from here */\n");
 }
 
 void emit_rt_node(FILE *f, const char *label)
@@ -816,19 +882,33 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
         fprintf(f, "    /* this plan needs no collectives */\n");
     fprintf(f, "}\n");
 
+    /* forward() goes to memory first: the trace tables it fills come before it. */
     fused_index(pr);
+    g_comm_of = malloc(sizeof(int) * ((size_t)p->nreshards + 1));
+    char *fw_text = NULL;
+    size_t fw_len = 0;
+    FILE *fw = open_memstream(&fw_text, &fw_len);
+    if (!g_comm_of || !fw)
+        abort();
+    trace_tables_begin();
     if (p->pipe) {
         emit_pipe_decls(pr, f, g_cuda);
-        if (emit_pipe_forward(pr, f, g_cuda, d, &rc))
+        if (emit_pipe_forward(pr, fw, g_cuda, d, &rc))
             rc = -1;
     } else {
-        fprintf(f, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{");
+        fprintf(fw, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{\n    rt_step_begin();\n");
         for (int i = 0; i < pr->ninsts; i++)
-            emit_c_inst(pr, i, f, d, &rc);
-        fprintf(f, "}\n");
+            emit_c_inst(pr, i, fw, d, &rc);
+        fprintf(fw, "    rt_step_end();\n}\n");
     }
+    fclose(fw);
+    trace_tables_write(f);
+    fwrite(fw_text, 1, fw_len, f);
+    free(fw_text);
     free(g_fused_next);
     g_fused_next = NULL;
+    free(g_comm_of);
+    g_comm_of = NULL;
 
     /* main: flags, weights, inputs, runs, outputs. */
     uint64_t sum = 0;
@@ -856,6 +936,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     } else {
         emit_inputs(pr, f, 0);
     }
+    emit_trace_init(pr, f);
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
                "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"
                "        double t0 = MPI_Wtime();\n"
@@ -866,7 +947,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\"\n"
                "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
                "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);\n"
-               "    } else {\n        forward();\n    }\n");
+               "    } else {\n        forward();\n    }\n"
+               "    rt_trace_write();\n");
     if (p->pipe) {
         emit_pipe_outputs(pr, f);
     } else {

@@ -9,7 +9,8 @@
  * started by launch.sh), uploads this rank's weight shards and input
  * blocks, times the iterations with CUDA events, and downloads the outputs.
  * A one-rank program uses no NCCL. The command line is the C target's:
- * --in, --out, --iters, --timeout.
+ * --in, --out, --iters, --timeout, --trace, --comms (overlap or serial; the
+ * GPU's collectives progress on their own stream).
  */
 #include "codegen.h"
 
@@ -54,6 +55,7 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "     * return before its DMA lands: finish them before the first kernel on the\n"
                "     * non-blocking compute stream. */\n"
                "    CHECK_CUDA(cudaDeviceSynchronize());\n");
+    emit_trace_init(pr, f);
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
                "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
                "        forward(); /* warm-up */\n        rt_cuda_sync(g_stream, \"the warm-up pass\");\n"
@@ -66,7 +68,8 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks, CUDA events)\\n\"\n"
                "                   \"peak host memory: %%.1f MiB (rank 0, VmHWM); device: arena %%lld + weights %%llu bytes\\n\",\n"
                "                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, %lldLL, WEIGHT_BYTES);\n"
-               "    } else {\n        forward();\n    }\n    rt_cuda_sync(g_stream, \"the forward pass\");\n",
+               "    } else {\n        forward();\n    }\n    rt_cuda_sync(g_stream, \"the forward pass\");\n"
+               "    rt_trace_write();\n",
             (long long)pr->arena_bytes);
     if (pr->plan->pipe)
         emit_pipe_outputs(pr, f);

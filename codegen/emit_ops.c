@@ -647,7 +647,11 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
                     sharding_str(&y->layout, &pr->plan->mesh, s, sizeof s));
     }
     fprintf(f, " */\n");
-    emit_rt_node(f, n->label);
+    const Buffer *y0 = n->noutputs ? emit_out(&c, 0) : NULL;
+    if (y0)
+        fprintf(f, "    rt_enter(%d);\n", trace_node(n, y0->dims, y0->rank));
+    else
+        fprintf(f, "    rt_enter(%d);\n", trace_node(n, NULL, 0));
     const int *w = pr->wide[n->id];
     for (int k = 0; w && k < n->ninputs; k++)
         if (w[k] >= 0) {

@@ -34,6 +34,7 @@ typedef struct PipeLink {
     int npeer;
     int peer[PIPE_MAX_STAGES];    /* world ranks: the receivers (a send) or the sender (a receive) */
     int peer_stage[PIPE_MAX_STAGES];
+    int comm;                     /* its rt_comms[] entry (emit_pipe_forward) */
 } PipeLink;
 
 /* The values this rank sends (produced here, read by another stage) or
@@ -177,7 +178,8 @@ static void emit_recvs(const Program *pr, const PipeLink *rcv, int nr, const cha
         for (int i = 0; i < nr; i++) /* the slot's last reader is done */
             fprintf(f, "%sCHECK_CUDA(cudaStreamWaitEvent(g_comm, read_%s[%s], 0));\n", indent,
                     pr->bufs[rcv[i].buf].name, slot);
-        fprintf(f, "%sCHECK_NCCL(ncclGroupStart());\n", indent);
+        fprintf(f, "%srt_comm_begin(%d); /* traced as the first receive */\n%sCHECK_NCCL(ncclGroupStart());\n", indent,
+                rcv[0].comm, indent);
     }
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
@@ -187,11 +189,13 @@ static void emit_recvs(const Program *pr, const PipeLink *rcv, int nr, const cha
             fprintf(f, "%sCHECK_NCCL(ncclRecv(slot_%s[%s], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", indent, b->name,
                     slot, (long long)b->bytes, rcv[i].peer[0]);
         else
-            fprintf(f, "%sCHECK_MPI(MPI_Irecv(slot_%s[%s], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &rreq_%s[%s]));\n",
-                    indent, b->name, slot, (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, slot);
+            fprintf(f, "%sCHECK_MPI(MPI_Irecv(slot_%s[%s], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &rreq_%s[%s]));\n"
+                       "%srt_started(%d, &rreq_%s[%s]);\n",
+                    indent, b->name, slot, (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, slot, indent,
+                    rcv[i].comm, b->name, slot);
     }
     if (cuda) {
-        fprintf(f, "%sCHECK_NCCL(ncclGroupEnd());\n", indent);
+        fprintf(f, "%sCHECK_NCCL(ncclGroupEnd());\n%srt_comm_end();\n", indent, indent);
         for (int i = 0; i < nr; i++)
             fprintf(f, "%sCHECK_CUDA(cudaEventRecord(landed_%s[%s], g_comm));\n", indent, pr->bufs[rcv[i].buf].name,
                     slot);
@@ -208,26 +212,27 @@ static void emit_send(const Program *pr, const PipeLink *k, FILE *f, int cuda)
         fprintf(f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
     fprintf(f, ": copied to its slot, the copy sent while the rest computes */\n");
     if (cuda) {
-        fprintf(f, "    CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[slot], 0)); /* the slot's last send is done */\n"
+        fprintf(f, "    rt_cuda_wait(sent_%s[slot], %d); /* the slot's last send is done */\n"
                    "    CHECK_CUDA(cudaMemcpyAsync(send_%s[slot], %s, %lld, cudaMemcpyDeviceToDevice, g_stream));\n"
                    "    CHECK_CUDA(cudaEventRecord(ready_%s[slot], g_stream));\n"
                    "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ready_%s[slot], 0));\n"
-                   "    CHECK_NCCL(ncclGroupStart());\n",
-                b->name, b->name, b->name, (long long)b->bytes, b->name, b->name);
+                   "    rt_comm_begin(%d);\n    CHECK_NCCL(ncclGroupStart());\n",
+                b->name, k->comm, b->name, b->name, (long long)b->bytes, b->name, b->name, k->comm);
         for (int j = 0; j < k->npeer; j++)
             fprintf(f, "    CHECK_NCCL(ncclSend(send_%s[slot], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", b->name,
                     (long long)b->bytes, k->peer[j]);
-        fprintf(f, "    CHECK_NCCL(ncclGroupEnd());\n    CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n",
-                b->name);
+        fprintf(f, "    CHECK_NCCL(ncclGroupEnd());\n    rt_comm_end();\n"
+                   "    CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n", b->name);
         return;
     }
-    fprintf(f, "    for (int k = 0; k < %d; k++) /* the slot's last send is done */\n"
-               "        rt_wait(&sreq_%s[slot][k], \"the send of %s two microbatches ago\");\n"
+    fprintf(f, "    for (int k = 0; k < %d; k++) /* the slot's send two microbatches ago is done */\n"
+               "        rt_wait(&sreq_%s[slot][k], %d);\n"
                "    memcpy(send_%s[slot], %s, %lld);\n",
-            k->npeer, b->name, b->name, b->name, b->name, (long long)b->bytes);
+            k->npeer, b->name, k->comm, b->name, b->name, (long long)b->bytes);
     for (int j = 0; j < k->npeer; j++)
-        fprintf(f, "    CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n",
-                b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j);
+        fprintf(f, "    CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n"
+                   "    rt_started(%d, &sreq_%s[slot][%d]);\n",
+                b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j, k->comm, b->name, j);
 }
 
 int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
@@ -251,6 +256,21 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
             free(rcv);
             return -1;
         }
+    }
+    /* Each link's rt_comms[] entry: a send's peers, a receive's sender. */
+    for (int i = 0; i < ns + nr; i++) {
+        PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        char what[ESC_TEXT_CAP], peer[256];
+        size_t n = 0;
+        for (int j = 0; j < k->npeer && n < sizeof peer; j++)
+            n += (size_t)snprintf(peer + n, sizeof peer - n, "%sstage %d (rank %d)", j ? ", " : "", k->peer_stage[j],
+                                  k->peer[j]);
+        snprintf(what, sizeof what, "%s of %s %s %s", i < ns ? "send" : "receive", k->t->label, i < ns ? "to" : "from",
+                 peer);
+        k->comm = trace_comm(what, i < ns ? "send" : "receive", k->t->label, peer,
+                             i < ns ? "the rest of the microbatch and the next one (two slots)"
+                                    : "the microbatch before it (two slots)",
+                             (long long)pr->bufs[k->buf].bytes);
     }
     /* Which node's compute each send follows (inputs: the microbatch start). */
     int *after = malloc(sizeof(int) * (size_t)(ns + 1));
@@ -293,17 +313,16 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
     }
     fprintf(f, "}\n");
     /* forward(): GPipe's schedule on this stage. */
-    fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch in turn ---- */\n\nstatic void forward(void)\n{\n",
-            pr->stage);
+    fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch in turn ---- */\n\nstatic void forward(void)\n{\n"
+               "    rt_step_begin();\n", pr->stage);
     emit_recvs(pr, rcv, nr, "0", "0", f, cuda, "    ");
     fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        const int slot = mb & 1; /* of the send and receive slots */\n");
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
         if (cuda)
-            fprintf(f, "        CHECK_CUDA(cudaStreamWaitEvent(g_stream, landed_%s[slot], 0));\n", b->name);
+            fprintf(f, "        rt_cuda_wait(landed_%s[slot], %d);\n", b->name, rcv[i].comm);
         else
-            fprintf(f, "        rt_wait(&rreq_%s[slot], \"%s from stage %d\");\n", b->name, b->name,
-                    rcv[i].peer_stage[0]);
+            fprintf(f, "        rt_wait(&rreq_%s[slot], %d);\n", b->name, rcv[i].comm);
         fprintf(f, "        %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
     }
     if (nr) {
@@ -318,14 +337,13 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
     for (int i = 0; i < ns; i++) {
         const Buffer *b = &pr->bufs[snd[i].buf];
         if (cuda)
-            fprintf(f, "    for (int s = 0; s < 2; s++)\n        CHECK_CUDA(cudaStreamWaitEvent(g_stream, sent_%s[s], 0));\n",
-                    b->name);
+            fprintf(f, "    for (int s = 0; s < 2; s++)\n        rt_cuda_wait(sent_%s[s], %d);\n", b->name, snd[i].comm);
         else
             fprintf(f, "    for (int s = 0; s < 2; s++)\n        for (int k = 0; k < %d; k++)\n"
-                       "            rt_wait(&sreq_%s[s][k], \"the last sends of %s\");\n",
-                    snd[i].npeer, b->name, b->name);
+                       "            rt_wait(&sreq_%s[s][k], %d);\n",
+                    snd[i].npeer, b->name, snd[i].comm);
     }
-    fprintf(f, "}\n");
+    fprintf(f, "    rt_step_end();\n}\n");
     free(after);
     free(snd);
     free(rcv);

@@ -92,6 +92,155 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
     }
 }
 
+/* ---- traces on the GPU (--trace FILE) and NVTX ranges ----
+ * Every node is an NVTX range named after its ONNX node, so Nsight
+ * Systems shows the model's names over the kernels. With --trace, spans
+ * are CUDA events: a node's on the compute stream from its first kernel
+ * to the next node's, a collective's on the communication stream around
+ * its NCCL call, a wait's on the compute stream around the
+ * cudaStreamWaitEvent. At the end of each pass the rank synchronises
+ * both streams (so a traced run does not overlap one pass with the next)
+ * and turns the events into times on the host clock, anchored at the
+ * pass's last event, which has just completed. */
+#ifndef O2S_NO_TRACE
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+typedef struct RtCudaSpan {
+    cudaEvent_t a, b;
+    cudaStream_t s;
+    int type, id;
+} RtCudaSpan;
+
+static struct {
+    RtCudaSpan *span;
+    int n, cap, open; /* open: the node span waiting for its end, -1 none */
+    int comm;         /* the collective between rt_comm_begin and rt_comm_end */
+    cudaEvent_t ref, end, serial;
+    int nvtx;         /* an NVTX range is pushed */
+} rt_cu = {NULL, 0, 0, -1, -1, NULL, NULL, NULL, 0};
+
+/* Records a span's start on stream s; returns its index. */
+static int rt_cuda_span(int type, int id, cudaStream_t s)
+{
+    if (rt_cu.n == rt_cu.cap) {
+        int cap = rt_cu.cap ? 2 * rt_cu.cap : 256;
+        RtCudaSpan *p = (RtCudaSpan *)realloc(rt_cu.span, (size_t)cap * sizeof *p);
+        if (!p)
+            rt_die("--trace: out of memory for %d CUDA events", 2 * cap);
+        for (int i = rt_cu.cap; i < cap; i++) {
+            CHECK_CUDA(cudaEventCreate(&p[i].a));
+            CHECK_CUDA(cudaEventCreate(&p[i].b));
+        }
+        rt_cu.span = p;
+        rt_cu.cap = cap;
+    }
+    RtCudaSpan *sp = &rt_cu.span[rt_cu.n];
+    sp->s = s;
+    sp->type = type;
+    sp->id = id;
+    CHECK_CUDA(cudaEventRecord(sp->a, s));
+    return rt_cu.n++;
+}
+
+static void rt_cuda_span_end(int i)
+{
+    if (i >= 0)
+        CHECK_CUDA(cudaEventRecord(rt_cu.span[i].b, rt_cu.span[i].s));
+}
+
+/* Before each node: names it for errors and for NVTX; with --trace, ends
+ * the last node's span and starts this one's. */
+static inline void rt_enter(int node)
+{
+    rt_node = rt_tr.nodes[node].name;
+#ifndef O2S_NO_TRACE
+    if (rt_cu.nvtx)
+        nvtxRangePop();
+    nvtxRangePushA(rt_node);
+    rt_cu.nvtx = 1;
+#endif
+    if (RT_TRACING) {
+        rt_cuda_span_end(rt_cu.open);
+        rt_cu.open = rt_cuda_span(RT_EV_NODE, node, g_stream);
+    }
+}
+
+/* Around a collective's NCCL call(s) on the communication stream (the
+ * host enqueues one collective at a time: no nesting). */
+static inline void rt_comm_begin(int comm)
+{
+    rt_cu.comm = RT_TRACING ? rt_cuda_span(RT_EV_COMM, comm, g_comm) : -1;
+}
+
+static inline void rt_comm_end(void)
+{
+    rt_cuda_span_end(rt_cu.comm);
+    rt_cu.comm = -1;
+    if (rt_comms_mode == RT_COMMS_SERIAL) { /* --comms serial: compute waits for it at once */
+        if (!rt_cu.serial)
+            CHECK_CUDA(cudaEventCreateWithFlags(&rt_cu.serial, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventRecord(rt_cu.serial, g_comm));
+        CHECK_CUDA(cudaStreamWaitEvent(g_stream, rt_cu.serial, 0));
+    }
+}
+
+/* The compute stream waits for a collective's event `done`. */
+static inline void rt_cuda_wait(cudaEvent_t done, int comm)
+{
+    int w = -1;
+    if (RT_TRACING) {
+        rt_cuda_span_end(rt_cu.open);
+        rt_cu.open = -1;
+        w = rt_cuda_span(RT_EV_WAIT, comm, g_stream);
+    }
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, done, 0));
+    rt_cuda_span_end(w);
+}
+
+static inline void rt_step_begin(void)
+{
+    if (!RT_TRACING)
+        return;
+    if (!rt_cu.ref) {
+        CHECK_CUDA(cudaEventCreate(&rt_cu.ref));
+        CHECK_CUDA(cudaEventCreate(&rt_cu.end));
+    }
+    rt_cu.n = 0;
+    rt_cu.open = -1;
+    CHECK_CUDA(cudaEventRecord(rt_cu.ref, g_stream));
+}
+
+static inline void rt_step_end(void)
+{
+#ifndef O2S_NO_TRACE
+    if (rt_cu.nvtx)
+        nvtxRangePop();
+    rt_cu.nvtx = 0;
+#endif
+    if (!RT_TRACING)
+        return;
+    rt_cuda_span_end(rt_cu.open);
+    rt_cu.open = -1;
+    /* The pass ends when both streams have drained. */
+    CHECK_CUDA(cudaEventRecord(rt_cu.end, g_comm));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, rt_cu.end, 0));
+    CHECK_CUDA(cudaEventRecord(rt_cu.end, g_stream));
+    rt_cuda_sync(g_stream, "the traced pass");
+    rt_cuda_sync(g_comm, "the traced pass's collectives");
+    float total = 0, a = 0, b = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&total, rt_cu.ref, rt_cu.end));
+    double anchor = rt_now() - 1e-3 * total; /* host time of the pass's first event */
+    for (int i = 0; i < rt_cu.n; i++) {
+        const RtCudaSpan *sp = &rt_cu.span[i];
+        CHECK_CUDA(cudaEventElapsedTime(&a, rt_cu.ref, sp->a));
+        CHECK_CUDA(cudaEventElapsedTime(&b, rt_cu.ref, sp->b));
+        rt_trace_add(sp->type, sp->id, anchor + 1e-3 * a, anchor + 1e-3 * b);
+    }
+    rt_trace_add(RT_EV_STEP, 0, anchor, anchor + 1e-3 * total);
+    rt_tr.iter++;
+}
+
 /* ---- launch: under mpirun, or from the environment --------------------
  * With MPI (the default when mpicc is found) the ranks come from mpirun
  * and the NCCL id is broadcast over MPI. Built with MPI=0 there is no MPI

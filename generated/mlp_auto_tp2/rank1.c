@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -140,28 +141,425 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
 #define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 #endif
 
+/* ---- traces (--trace FILE) and progress ----
+ * With --trace, each rank records spans on the monotonic clock: one per
+ * node, one per collective from its start to its completion as observed,
+ * one per wait (the time the rank sat blocked), one per forward pass.
+ * After the run rank 0 gathers every rank's spans and writes one Chrome
+ * trace-event JSON (Perfetto, chrome://tracing): a process per rank, a
+ * compute track and communication tracks. Times count from a barrier
+ * every rank leaves together. Without --trace a node costs a store and a
+ * test of one flag.
+ *
+ * The generated program names its nodes and collectives in two tables
+ * (rt_nodes[], rt_comms[]) and calls rt_enter(node) before each node,
+ * rt_started(comm, request) after starting a collective and
+ * rt_wait(request, comm) where it needs the result. */
+
+typedef struct RtNodeInfo {
+    const char *name, *op, *shape; /* label, op type, local shape of its first output */
+} RtNodeInfo;
+
+typedef struct RtCommInfo {
+    const char *what;     /* "all-reduce of X (reshard 3)": what a wait names */
+    const char *kind;     /* all-reduce, all-gather, ...; send, receive */
+    const char *tensor;   /* the value it moves */
+    const char *axes;     /* the mesh axes it runs over, or the peer */
+    const char *overlaps; /* the nodes the schedule runs between its start and its wait */
+    long long bytes;      /* sent per rank */
+} RtCommInfo;
+
+enum { RT_EV_NODE, RT_EV_WAIT, RT_EV_COMM, RT_EV_STEP };
+
+/* -DO2S_NO_TRACE compiles the recording out (what make bench compares the
+ * default build against: --trace off should cost nothing measurable). */
+#ifdef O2S_NO_TRACE
+#define RT_TRACING 0
+#else
+#define RT_TRACING rt_tr.on
+#endif
+
+typedef struct RtEvent {
+    double t0, t1; /* seconds on the monotonic clock; a collective not yet complete: t1 < 0 */
+    int type, id;  /* id: index into rt_nodes[] or rt_comms[] */
+    int iter;      /* forward pass, 0 the first */
+    int at;        /* a collective: the node that ran when its completion was seen; -1: its wait */
+} RtEvent;
+
+#define RT_MAX_EVENTS (1 << 24)
+
+static struct {
+    const RtNodeInfo *nodes;
+    const RtCommInfo *comms;
+    const char *path, *where; /* --trace FILE; this rank's mesh coordinates */
+    int on, iter, node;       /* node: the open node span, -1 none */
+    double origin, node_t0, step_t0;
+    RtEvent *ev;
+    size_t nev, cap, lost;
+} rt_tr; /* node is -1 from rt_trace_init on */
+
+/* --comms: overlap (the default: collectives start early and are tested
+ * between nodes, so MPI moves them while compute runs), unprogressed
+ * (start early, no tests: MPI progresses only inside its own calls) or
+ * serial (each waited for as soon as it starts; what overlap hides). */
+enum { RT_COMMS_OVERLAP, RT_COMMS_UNPROGRESSED, RT_COMMS_SERIAL };
+static int rt_comms_mode;
+
+static int rt_trace_add(int type, int id, double t0, double t1)
+{
+    if (rt_tr.nev == rt_tr.cap) {
+        if (rt_tr.cap == RT_MAX_EVENTS) {
+            rt_tr.lost++;
+            return -1;
+        }
+        size_t cap = rt_tr.cap ? 2 * rt_tr.cap : 4096;
+        RtEvent *e = (RtEvent *)realloc(rt_tr.ev, cap * sizeof *e);
+        if (!e)
+            rt_die("--trace: out of memory for %zu events", cap);
+        rt_tr.ev = e;
+        rt_tr.cap = cap;
+    }
+    RtEvent *e = &rt_tr.ev[rt_tr.nev];
+    e->t0 = t0;
+    e->t1 = t1;
+    e->type = type;
+    e->id = id;
+    e->iter = rt_tr.iter;
+    e->at = -1;
+    return (int)rt_tr.nev++;
+}
+
+#if !defined(O2S_CUDA) /* the CUDA target's spans come from CUDA events: rt_cuda_* */
+/* Ends the open node span (at a node, a collective or a wait). */
+static void rt_trace_close(double now)
+{
+    if (rt_tr.node >= 0)
+        rt_trace_add(RT_EV_NODE, rt_tr.node, rt_tr.node_t0, now);
+    rt_tr.node = -1;
+}
+
+static inline void rt_step_begin(void)
+{
+    if (RT_TRACING)
+        rt_tr.step_t0 = rt_now();
+}
+
+static inline void rt_step_end(void)
+{
+    if (!RT_TRACING)
+        return;
+    double now = rt_now();
+    rt_trace_close(now);
+    rt_trace_add(RT_EV_STEP, 0, rt_tr.step_t0, now);
+    rt_tr.iter++;
+}
+#endif
+
 #if !defined(O2S_CUDA)
+/* Collectives started and not yet seen complete. */
+#define RT_MAX_INFLIGHT 256
+static struct {
+    MPI_Request *req;
+    int ev; /* its span, -1 untraced */
+} rt_fly[RT_MAX_INFLIGHT];
+static int rt_nfly;
+
+/* Tests every collective in flight once: MPI's progress engine moves
+ * them along, and a completed one's span ends here (during node `at`). */
+static void rt_progress(int at, double now)
+{
+    for (int i = 0; i < rt_nfly;) {
+        int done = 0;
+        CHECK_MPI(MPI_Test(rt_fly[i].req, &done, MPI_STATUS_IGNORE));
+        if (!done) {
+            i++;
+            continue;
+        }
+        if (rt_fly[i].ev >= 0) {
+            rt_tr.ev[rt_fly[i].ev].t1 = now;
+            rt_tr.ev[rt_fly[i].ev].at = at;
+        }
+        rt_fly[i] = rt_fly[--rt_nfly];
+    }
+}
+
+static void rt_trace_enter(int node)
+{
+    double now = rt_now();
+    int last = rt_tr.node;
+    rt_trace_close(now);
+    if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(last, now);
+    rt_tr.node = node;
+    rt_tr.node_t0 = rt_now();
+}
+
+/* Before each node: names it for errors, tests the collectives in
+ * flight, and with --trace opens its span. */
+static inline void rt_enter(int node)
+{
+    rt_node = rt_tr.nodes[node].name;
+    if (RT_TRACING)
+        rt_trace_enter(node);
+    else if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(-1, 0);
+}
+
 /* Waits for a non-blocking collective, polling against the deadline; past
  * it, names what it waited for and aborts the job. (The CUDA target polls
  * its streams instead: rt_cuda_sync.) */
-static inline void rt_wait(MPI_Request *req, const char *what)
+static inline void rt_wait(MPI_Request *req, int comm)
 {
+    if (*req == MPI_REQUEST_NULL)
+        return; /* never started (a slot's first use) or seen complete between nodes */
+    double t0 = RT_TRACING ? rt_now() : 0;
+    if (RT_TRACING)
+        rt_trace_close(t0);
     if (!rt_timeout_s) {
         CHECK_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
-        return;
+    } else {
+        double deadline = rt_now() + rt_timeout_s;
+        for (unsigned spin = 1;; spin++) {
+            int done = 0;
+            CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+            if (done)
+                break;
+            if (spin > 16)
+                sched_yield(); /* ranks may share cores: let a computing one run */
+            if (spin % 64 == 0 && rt_now() > deadline)
+                rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
+                       "job (--timeout)", rt_timeout_s, rt_tr.comms[comm].what, rt_node);
+        }
     }
-    double deadline = rt_now() + rt_timeout_s;
-    for (unsigned spin = 1;; spin++) {
-        int done = 0;
-        CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-        if (done)
-            return;
-        if (spin % 64 == 0 && rt_now() > deadline)
-            rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
-                   "job (--timeout)", rt_timeout_s, what, rt_node);
+    double t1 = RT_TRACING ? rt_now() : 0;
+    for (int i = 0; i < rt_nfly; i++)
+        if (rt_fly[i].req == req) {
+            if (rt_fly[i].ev >= 0)
+                rt_tr.ev[rt_fly[i].ev].t1 = t1;
+            rt_fly[i] = rt_fly[--rt_nfly];
+            break;
+        }
+    if (RT_TRACING)
+        rt_trace_add(RT_EV_WAIT, comm, t0, t1);
+}
+
+/* After a collective's start: it is in flight (and, with --comms serial,
+ * waited for at once). */
+static inline void rt_started(int comm, MPI_Request *req)
+{
+    int ev = -1;
+    if (RT_TRACING) {
+        double now = rt_now();
+        rt_trace_close(now);
+        ev = rt_trace_add(RT_EV_COMM, comm, now, -1);
     }
+    if (rt_nfly < RT_MAX_INFLIGHT) {
+        rt_fly[rt_nfly].req = req;
+        rt_fly[rt_nfly++].ev = ev;
+    }
+    if (rt_comms_mode == RT_COMMS_SERIAL)
+        rt_wait(req, comm);
 }
 #endif
+
+/* A string as a JSON string: quotes, backslashes and control bytes
+ * escaped. The tables hold the compiler's labels, which are valid UTF-8
+ * with every unsafe code point already spelled out as \xNN, so the other
+ * bytes pass as they are. */
+static void rt_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+#define RT_TRACE_LANES 16
+
+/* This rank's events as trace-event JSON objects, each followed by ",\n". */
+static void rt_trace_format(FILE *f)
+{
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": ", RANK);
+    char name[256];
+    snprintf(name, sizeof name, "rank %d (%s)", RANK, rt_tr.where);
+    rt_json_str(f, name);
+    fprintf(f, "}},\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"sort_index\": %d}},\n"
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n",
+            RANK, RANK, RANK);
+    /* Collectives may overlap one another: each takes the first
+     * communication lane free at its start. */
+    double lane_end[RT_TRACE_LANES];
+    int nlanes = 0;
+    for (size_t i = 0; i < rt_tr.nev; i++) {
+        const RtEvent *e = &rt_tr.ev[i];
+        double ts = (e->t0 - rt_tr.origin) * 1e6, dur = (e->t1 - e->t0) * 1e6;
+        if (e->t1 < e->t0)
+            continue; /* a collective the run ended before it completed */
+        if (e->type == RT_EV_STEP) {
+            fprintf(f, "{\"name\": \"forward\", \"cat\": \"step\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                       "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d}},\n", RANK, ts, dur, e->iter);
+        } else if (e->type == RT_EV_NODE) {
+            const RtNodeInfo *n = &rt_tr.nodes[e->id];
+            fprintf(f, "{\"name\": ");
+            rt_json_str(f, n->name);
+            fprintf(f, ", \"cat\": \"node\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"op\": ", RANK, ts, dur);
+            rt_json_str(f, n->op);
+            fprintf(f, ", \"shape\": ");
+            rt_json_str(f, n->shape);
+            fprintf(f, ", \"iteration\": %d}},\n", e->iter);
+        } else {
+            const RtCommInfo *c = &rt_tr.comms[e->id];
+            int tid = 0;
+            if (e->type == RT_EV_COMM) {
+                int l = 0;
+                while (l < nlanes && lane_end[l] > e->t0)
+                    l++;
+                if (l == RT_TRACE_LANES)
+                    l = RT_TRACE_LANES - 1;
+                if (l == nlanes) {
+                    nlanes++;
+                    fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": "
+                               "{\"name\": \"communication%s\"}},\n", RANK, 1 + l, l ? " (overlapping)" : "");
+                }
+                lane_end[l] = e->t1;
+                tid = 1 + l;
+            }
+            char what[512];
+            snprintf(what, sizeof what, "%s%s", e->type == RT_EV_WAIT ? "wait: " : "", c->what);
+            fprintf(f, "{\"name\": ");
+            rt_json_str(f, what);
+            fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"kind\": ", e->type == RT_EV_WAIT ? "wait" : "comm", RANK, tid, ts, dur);
+            rt_json_str(f, c->kind);
+            fprintf(f, ", \"tensor\": ");
+            rt_json_str(f, c->tensor);
+            fprintf(f, ", \"axes\": ");
+            rt_json_str(f, c->axes);
+            fprintf(f, ", \"bytes\": %lld, \"comm\": %d, ", c->bytes, e->id);
+            if (e->type == RT_EV_COMM) {
+                fprintf(f, "\"overlaps\": ");
+                rt_json_str(f, c->overlaps);
+                fprintf(f, ", \"completed\": ");
+                if (e->at >= 0) {
+                    char during[512];
+                    snprintf(during, sizeof during, "during node %s", rt_tr.nodes[e->at].name);
+                    rt_json_str(f, during);
+                } else {
+                    rt_json_str(f, "in its wait");
+                }
+                fprintf(f, ", ");
+            }
+            fprintf(f, "\"iteration\": %d}},\n", e->iter);
+        }
+    }
+    if (rt_tr.lost)
+        fprintf(f, "{\"name\": \"trace full: %zu later events dropped\", \"ph\": \"i\", \"s\": \"p\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.3f},\n", rt_tr.lost, RANK,
+                rt_tr.nev ? (rt_tr.ev[rt_tr.nev - 1].t0 - rt_tr.origin) * 1e6 : 0.0);
+}
+
+/* Sets the tables (every run); with --trace FILE, starts recording. The
+ * clock's origin is where the ranks leave a barrier together. */
+static void rt_trace_init(const char *path, const RtNodeInfo *nodes, const RtCommInfo *comms, const char *where)
+{
+    rt_tr.nodes = nodes;
+    rt_tr.comms = comms;
+    rt_tr.where = where;
+    rt_tr.path = path;
+    rt_tr.node = -1;
+    if (!path)
+        return;
+#ifdef O2S_NO_TRACE
+    rt_die("--trace %s: this program was built with -DO2S_NO_TRACE", path);
+#endif
+#ifdef O2S_HAVE_MPI
+    CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (trace start)");
+#endif
+    rt_tr.origin = rt_now();
+    rt_tr.on = 1;
+}
+
+static const char *const rt_comms_names[] = {"overlap", "unprogressed", "serial"};
+
+/* Rank 0 writes every rank's spans to the --trace file, under a
+ * temporary name renamed over it once complete. (Without MPI each rank
+ * writes its own: FILE for rank 0, FILE.rankN for the others.) */
+static void rt_trace_write(void)
+{
+    if (!rt_tr.path)
+        return;
+    rt_tr.on = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        rt_die("--trace %s: %s", rt_tr.path, strerror(errno));
+    rt_trace_format(m);
+    if (fclose(m) != 0 || len > 0x7fffffff)
+        rt_die("--trace %s: this rank's trace does not fit in memory or 2 GiB", rt_tr.path);
+    char *all = text;
+    size_t total = len;
+    char path[4200];
+    snprintf(path, sizeof path, "%s", rt_tr.path);
+#ifdef O2S_HAVE_MPI
+    int n = (int)len, *lens = NULL, *offs = NULL;
+    if (RANK == 0) {
+        lens = (int *)calloc(WORLD, sizeof(int));
+        offs = (int *)calloc(WORLD, sizeof(int));
+        if (!lens || !offs)
+            rt_die("--trace: out of memory");
+    }
+    CHECK_MPI_WATCHED(MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather (trace sizes)");
+    all = NULL;
+    if (RANK == 0) {
+        total = 0;
+        for (int r = 0; r < WORLD; r++) {
+            offs[r] = (int)total;
+            total += (size_t)lens[r];
+            if (total > 0x7fffffff)
+                rt_die("--trace %s: the ranks' traces exceed 2 GiB; run fewer --iters", rt_tr.path);
+        }
+        all = (char *)malloc(total + 1);
+        if (!all)
+            rt_die("--trace: out of memory");
+    }
+    CHECK_MPI_WATCHED(MPI_Gatherv(text, n, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD),
+                      "MPI_Gatherv (trace events)");
+    free(lens);
+    free(offs);
+    free(text);
+    if (RANK != 0)
+        return;
+#else
+    if (RANK != 0)
+        snprintf(path, sizeof path, "%s.rank%d", rt_tr.path, RANK);
+#endif
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        rt_die("--trace %s: %s", path, strerror(errno));
+    fprintf(f, "{\"displayTimeUnit\": \"ns\",\n\"otherData\": {\"producer\": \"onnx2spmd\", \"ranks\": %d, "
+               "\"comms\": \"%s\"},\n\"traceEvents\": [\n", WORLD, rt_comms_names[rt_comms_mode]);
+    fwrite(all, 1, total, f);
+    /* Every event ends in a comma: a last metadata event closes the list. */
+    fprintf(f, "{\"name\": \"process_labels\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"labels\": \"onnx2spmd\"}}\n]}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rt_die("--trace %s: cannot write it: %s", path, strerror(e));
+    }
+    free(all);
+}
 
 static inline void *rt_alloc(size_t bytes)
 {
@@ -917,11 +1315,27 @@ static inline void rt_init_mpi(int *argc, char ***argv)
 
 typedef struct RtArgs {
     const char *in_name[64], *in_path[64], *out_name[64], *out_path[64];
+    const char *trace; /* --trace FILE, or NULL */
     int nin, nout, iters;
 } RtArgs;
 
 #define RT_MAX_ITERS 1000000000
 #define RT_MAX_TIMEOUT 86400
+
+/* An output goes to a temporary name in the same folder and is renamed
+ * over the final one: the folder must be writable, and the final name may
+ * not be a folder. */
+static inline void rt_check_writable(const char *what, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    struct stat st;
+    if (strlen(path) > 4000 || access(dir, W_OK) != 0)
+        rt_die("%s: cannot write into %s: %s", what, dir, strlen(path) > 4000 ? "path too long" : strerror(errno));
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        rt_die("%s: is a folder", what);
+}
 
 static inline long rt_parse_int(const char *flag, const char *s, long lo, long hi)
 {
@@ -944,9 +1358,10 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         const char *flag = argv[i];
         int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
         int is_iters = strcmp(flag, "--iters") == 0, is_timeout = strcmp(flag, "--timeout") == 0;
-        if ((!is_in && !is_out && !is_iters && !is_timeout) || i + 1 >= argc)
+        int is_trace = strcmp(flag, "--trace") == 0, is_comms = strcmp(flag, "--comms") == 0;
+        if ((!is_in && !is_out && !is_iters && !is_timeout && !is_trace && !is_comms) || i + 1 >= argc)
             rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
-                   "(bad argument \"%s\")", argv[0], flag);
+                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] (bad argument \"%s\")", argv[0], flag);
         char *arg = argv[++i];
         if (is_iters) {
             a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);
@@ -954,6 +1369,22 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         }
         if (is_timeout) {
             rt_timeout_s = (int)rt_parse_int(flag, arg, 0, RT_MAX_TIMEOUT);
+            continue;
+        }
+        if (is_trace) {
+            char what[4100];
+            snprintf(what, sizeof what, "--trace %s", arg);
+            rt_check_writable(what, arg);
+            a->trace = arg;
+            continue;
+        }
+        if (is_comms) {
+            int k = 0;
+            while (k < 3 && strcmp(arg, rt_comms_names[k]) != 0)
+                k++;
+            if (k == 3)
+                rt_die("--comms %s: expected overlap, unprogressed or serial", arg);
+            rt_comms_mode = k;
             continue;
         }
         char *eq = strchr(arg, '=');
@@ -972,20 +1403,11 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
             a->in_path[a->nin++] = eq + 1;
             continue;
         }
-        /* An output goes to a temporary name in the same folder and is
-         * renamed over the final one: the folder must be writable, and the
-         * final name may not be a folder. */
-        const char *path = eq + 1, *slash = strrchr(path, '/');
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-        struct stat st;
-        if (strlen(path) > 4000 || access(dir, W_OK) != 0)
-            rt_die("--out %s=%s: cannot write into %s: %s", arg, path, dir,
-                   strlen(path) > 4000 ? "path too long" : strerror(errno));
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rt_die("--out %s=%s: is a folder", arg, path);
+        char what[4200];
+        snprintf(what, sizeof what, "--out %s=%s", arg, eq + 1);
+        rt_check_writable(what, eq + 1);
         a->out_name[a->nout] = arg;
-        a->out_path[a->nout++] = path;
+        a->out_path[a->nout++] = eq + 1;
     }
 }
 
@@ -1715,28 +2137,45 @@ static void init_comms(void)
     comm_tp = rt_comm_split_from(MPI_COMM_WORLD, 0, 1);
 }
 
+/* ---- what traces name (--trace FILE): rt_enter(k) is rt_nodes[k], a collective's k rt_comms[k] ---- */
+
+static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */
+    {"fc1", "MatMul", "[8, 128]"}, /* 0 */
+    {"gelu", "Gelu", "[8, 128]"}, /* 1 */
+    {"fc2", "MatMul", "[8, 32]"}, /* 2 */
+    {"bias2", "Add", "[8, 32]"}, /* 3 */
+};
+
+static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */
+    {"all-gather of a (reshard 0)", "all-gather", "a", "tp",
+     "nothing: it is waited for at once", 4096}, /* 0 */
+};
+
 /* ---- one forward pass ---- */
 
 static void forward(void)
 {
+    rt_step_begin();
+
     /* node "fc1" (MatMul)
      *   h: local [8, 128] of [8, 256], [_,tp] */
-    rt_node = "fc1";
+    rt_enter(0);
     k_matmul_f32(B_h, I_x, W_W1, 1, 8, 64, 128, 0, 0);
 
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
-    rt_node = "gelu";
+    rt_enter(1);
     k_unary_f32(5, B_a, B_h, 1024);
 
     /* start reshard 0 of a: MatMul "fc2" computes with operand 0 as [_,_] (from its other tensors), not [_,tp] */
     rt_node = "gelu";
     /* all-gather of a over tp: [_,tp] -> [_,_], 4096 bytes sent per rank */
     CHECK_MPI(MPI_Iallgather(B_a, 1024, MPI_FLOAT, B_a_r0_s0_recv, 1024, MPI_FLOAT, comm_tp, &req_r0));
+    rt_started(0, &req_r0);
 
     /* wait for reshard 0 of a here: fc2 is its first reader */
     rt_node = "fc2";
-    rt_wait(&req_r0, "all-gather of a (reshard 0)");
+    rt_wait(&req_r0, 0);
     { /* unpack: the block from group rank q lands at position q of dim 1 */
         static const int64_t dims[] = {8, 128}, strides[] = {256, 1};
         for (int q = 0; q < 2; q++)
@@ -1745,13 +2184,14 @@ static void forward(void)
 
     /* node "fc2" (MatMul)
      *   o: local [8, 32] of [8, 64], [_,tp] */
-    rt_node = "fc2";
+    rt_enter(2);
     k_matmul_f32(B_o, B_a_r0_s0, W_W2, 1, 8, 256, 32, 0, 0);
 
     /* node "bias2" (Add)
      *   y: local [8, 32] of [8, 64], [_,tp] */
-    rt_node = "bias2";
+    rt_enter(3);
     k_arith_f32(0, B_y, B_o, W_b2, 8, 32, 32, 0, 1); /* row broadcast */
+    rt_step_end();
 }
 
 /* ---- main ---- */
@@ -1785,6 +2225,7 @@ int main(int argc, char **argv)
         rt_take_block(block, t.data, 2, gdims, blocks, index, 4);
         I_x = (float *)block;
     }
+    rt_trace_init(args.trace, rt_nodes, rt_comms, "tp=1"); /* --trace FILE: record from here */
     if (args.iters > 0) {
         forward(); /* warm-up */
         CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (before timing)");
@@ -1800,6 +2241,7 @@ int main(int argc, char **argv)
     } else {
         forward();
     }
+    rt_trace_write();
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "y") == 0) {
             static const int64_t dims[] = {8, 64};

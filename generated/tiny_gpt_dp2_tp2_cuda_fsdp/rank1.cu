@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -142,28 +143,425 @@ static inline void rt_check_mpi(int rc, const char *call, const char *file, int 
 #define CHECK_MPI_WATCHED(call, what) (rt_watch(what), CHECK_MPI(call), rt_unwatch())
 #endif
 
+/* ---- traces (--trace FILE) and progress ----
+ * With --trace, each rank records spans on the monotonic clock: one per
+ * node, one per collective from its start to its completion as observed,
+ * one per wait (the time the rank sat blocked), one per forward pass.
+ * After the run rank 0 gathers every rank's spans and writes one Chrome
+ * trace-event JSON (Perfetto, chrome://tracing): a process per rank, a
+ * compute track and communication tracks. Times count from a barrier
+ * every rank leaves together. Without --trace a node costs a store and a
+ * test of one flag.
+ *
+ * The generated program names its nodes and collectives in two tables
+ * (rt_nodes[], rt_comms[]) and calls rt_enter(node) before each node,
+ * rt_started(comm, request) after starting a collective and
+ * rt_wait(request, comm) where it needs the result. */
+
+typedef struct RtNodeInfo {
+    const char *name, *op, *shape; /* label, op type, local shape of its first output */
+} RtNodeInfo;
+
+typedef struct RtCommInfo {
+    const char *what;     /* "all-reduce of X (reshard 3)": what a wait names */
+    const char *kind;     /* all-reduce, all-gather, ...; send, receive */
+    const char *tensor;   /* the value it moves */
+    const char *axes;     /* the mesh axes it runs over, or the peer */
+    const char *overlaps; /* the nodes the schedule runs between its start and its wait */
+    long long bytes;      /* sent per rank */
+} RtCommInfo;
+
+enum { RT_EV_NODE, RT_EV_WAIT, RT_EV_COMM, RT_EV_STEP };
+
+/* -DO2S_NO_TRACE compiles the recording out (what make bench compares the
+ * default build against: --trace off should cost nothing measurable). */
+#ifdef O2S_NO_TRACE
+#define RT_TRACING 0
+#else
+#define RT_TRACING rt_tr.on
+#endif
+
+typedef struct RtEvent {
+    double t0, t1; /* seconds on the monotonic clock; a collective not yet complete: t1 < 0 */
+    int type, id;  /* id: index into rt_nodes[] or rt_comms[] */
+    int iter;      /* forward pass, 0 the first */
+    int at;        /* a collective: the node that ran when its completion was seen; -1: its wait */
+} RtEvent;
+
+#define RT_MAX_EVENTS (1 << 24)
+
+static struct {
+    const RtNodeInfo *nodes;
+    const RtCommInfo *comms;
+    const char *path, *where; /* --trace FILE; this rank's mesh coordinates */
+    int on, iter, node;       /* node: the open node span, -1 none */
+    double origin, node_t0, step_t0;
+    RtEvent *ev;
+    size_t nev, cap, lost;
+} rt_tr; /* node is -1 from rt_trace_init on */
+
+/* --comms: overlap (the default: collectives start early and are tested
+ * between nodes, so MPI moves them while compute runs), unprogressed
+ * (start early, no tests: MPI progresses only inside its own calls) or
+ * serial (each waited for as soon as it starts; what overlap hides). */
+enum { RT_COMMS_OVERLAP, RT_COMMS_UNPROGRESSED, RT_COMMS_SERIAL };
+static int rt_comms_mode;
+
+static int rt_trace_add(int type, int id, double t0, double t1)
+{
+    if (rt_tr.nev == rt_tr.cap) {
+        if (rt_tr.cap == RT_MAX_EVENTS) {
+            rt_tr.lost++;
+            return -1;
+        }
+        size_t cap = rt_tr.cap ? 2 * rt_tr.cap : 4096;
+        RtEvent *e = (RtEvent *)realloc(rt_tr.ev, cap * sizeof *e);
+        if (!e)
+            rt_die("--trace: out of memory for %zu events", cap);
+        rt_tr.ev = e;
+        rt_tr.cap = cap;
+    }
+    RtEvent *e = &rt_tr.ev[rt_tr.nev];
+    e->t0 = t0;
+    e->t1 = t1;
+    e->type = type;
+    e->id = id;
+    e->iter = rt_tr.iter;
+    e->at = -1;
+    return (int)rt_tr.nev++;
+}
+
+#if !defined(O2S_CUDA) /* the CUDA target's spans come from CUDA events: rt_cuda_* */
+/* Ends the open node span (at a node, a collective or a wait). */
+static void rt_trace_close(double now)
+{
+    if (rt_tr.node >= 0)
+        rt_trace_add(RT_EV_NODE, rt_tr.node, rt_tr.node_t0, now);
+    rt_tr.node = -1;
+}
+
+static inline void rt_step_begin(void)
+{
+    if (RT_TRACING)
+        rt_tr.step_t0 = rt_now();
+}
+
+static inline void rt_step_end(void)
+{
+    if (!RT_TRACING)
+        return;
+    double now = rt_now();
+    rt_trace_close(now);
+    rt_trace_add(RT_EV_STEP, 0, rt_tr.step_t0, now);
+    rt_tr.iter++;
+}
+#endif
+
 #if !defined(O2S_CUDA)
+/* Collectives started and not yet seen complete. */
+#define RT_MAX_INFLIGHT 256
+static struct {
+    MPI_Request *req;
+    int ev; /* its span, -1 untraced */
+} rt_fly[RT_MAX_INFLIGHT];
+static int rt_nfly;
+
+/* Tests every collective in flight once: MPI's progress engine moves
+ * them along, and a completed one's span ends here (during node `at`). */
+static void rt_progress(int at, double now)
+{
+    for (int i = 0; i < rt_nfly;) {
+        int done = 0;
+        CHECK_MPI(MPI_Test(rt_fly[i].req, &done, MPI_STATUS_IGNORE));
+        if (!done) {
+            i++;
+            continue;
+        }
+        if (rt_fly[i].ev >= 0) {
+            rt_tr.ev[rt_fly[i].ev].t1 = now;
+            rt_tr.ev[rt_fly[i].ev].at = at;
+        }
+        rt_fly[i] = rt_fly[--rt_nfly];
+    }
+}
+
+static void rt_trace_enter(int node)
+{
+    double now = rt_now();
+    int last = rt_tr.node;
+    rt_trace_close(now);
+    if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(last, now);
+    rt_tr.node = node;
+    rt_tr.node_t0 = rt_now();
+}
+
+/* Before each node: names it for errors, tests the collectives in
+ * flight, and with --trace opens its span. */
+static inline void rt_enter(int node)
+{
+    rt_node = rt_tr.nodes[node].name;
+    if (RT_TRACING)
+        rt_trace_enter(node);
+    else if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(-1, 0);
+}
+
 /* Waits for a non-blocking collective, polling against the deadline; past
  * it, names what it waited for and aborts the job. (The CUDA target polls
  * its streams instead: rt_cuda_sync.) */
-static inline void rt_wait(MPI_Request *req, const char *what)
+static inline void rt_wait(MPI_Request *req, int comm)
 {
+    if (*req == MPI_REQUEST_NULL)
+        return; /* never started (a slot's first use) or seen complete between nodes */
+    double t0 = RT_TRACING ? rt_now() : 0;
+    if (RT_TRACING)
+        rt_trace_close(t0);
     if (!rt_timeout_s) {
         CHECK_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
-        return;
+    } else {
+        double deadline = rt_now() + rt_timeout_s;
+        for (unsigned spin = 1;; spin++) {
+            int done = 0;
+            CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+            if (done)
+                break;
+            if (spin > 16)
+                sched_yield(); /* ranks may share cores: let a computing one run */
+            if (spin % 64 == 0 && rt_now() > deadline)
+                rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
+                       "job (--timeout)", rt_timeout_s, rt_tr.comms[comm].what, rt_node);
+        }
     }
-    double deadline = rt_now() + rt_timeout_s;
-    for (unsigned spin = 1;; spin++) {
-        int done = 0;
-        CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-        if (done)
-            return;
-        if (spin % 64 == 0 && rt_now() > deadline)
-            rt_die("waited %d s for %s (node \"%s\"): a peer rank is stopped, dead or much slower; aborting the "
-                   "job (--timeout)", rt_timeout_s, what, rt_node);
+    double t1 = RT_TRACING ? rt_now() : 0;
+    for (int i = 0; i < rt_nfly; i++)
+        if (rt_fly[i].req == req) {
+            if (rt_fly[i].ev >= 0)
+                rt_tr.ev[rt_fly[i].ev].t1 = t1;
+            rt_fly[i] = rt_fly[--rt_nfly];
+            break;
+        }
+    if (RT_TRACING)
+        rt_trace_add(RT_EV_WAIT, comm, t0, t1);
+}
+
+/* After a collective's start: it is in flight (and, with --comms serial,
+ * waited for at once). */
+static inline void rt_started(int comm, MPI_Request *req)
+{
+    int ev = -1;
+    if (RT_TRACING) {
+        double now = rt_now();
+        rt_trace_close(now);
+        ev = rt_trace_add(RT_EV_COMM, comm, now, -1);
     }
+    if (rt_nfly < RT_MAX_INFLIGHT) {
+        rt_fly[rt_nfly].req = req;
+        rt_fly[rt_nfly++].ev = ev;
+    }
+    if (rt_comms_mode == RT_COMMS_SERIAL)
+        rt_wait(req, comm);
 }
 #endif
+
+/* A string as a JSON string: quotes, backslashes and control bytes
+ * escaped. The tables hold the compiler's labels, which are valid UTF-8
+ * with every unsafe code point already spelled out as \xNN, so the other
+ * bytes pass as they are. */
+static void rt_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+#define RT_TRACE_LANES 16
+
+/* This rank's events as trace-event JSON objects, each followed by ",\n". */
+static void rt_trace_format(FILE *f)
+{
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": ", RANK);
+    char name[256];
+    snprintf(name, sizeof name, "rank %d (%s)", RANK, rt_tr.where);
+    rt_json_str(f, name);
+    fprintf(f, "}},\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"sort_index\": %d}},\n"
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n",
+            RANK, RANK, RANK);
+    /* Collectives may overlap one another: each takes the first
+     * communication lane free at its start. */
+    double lane_end[RT_TRACE_LANES];
+    int nlanes = 0;
+    for (size_t i = 0; i < rt_tr.nev; i++) {
+        const RtEvent *e = &rt_tr.ev[i];
+        double ts = (e->t0 - rt_tr.origin) * 1e6, dur = (e->t1 - e->t0) * 1e6;
+        if (e->t1 < e->t0)
+            continue; /* a collective the run ended before it completed */
+        if (e->type == RT_EV_STEP) {
+            fprintf(f, "{\"name\": \"forward\", \"cat\": \"step\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                       "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d}},\n", RANK, ts, dur, e->iter);
+        } else if (e->type == RT_EV_NODE) {
+            const RtNodeInfo *n = &rt_tr.nodes[e->id];
+            fprintf(f, "{\"name\": ");
+            rt_json_str(f, n->name);
+            fprintf(f, ", \"cat\": \"node\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"op\": ", RANK, ts, dur);
+            rt_json_str(f, n->op);
+            fprintf(f, ", \"shape\": ");
+            rt_json_str(f, n->shape);
+            fprintf(f, ", \"iteration\": %d}},\n", e->iter);
+        } else {
+            const RtCommInfo *c = &rt_tr.comms[e->id];
+            int tid = 0;
+            if (e->type == RT_EV_COMM) {
+                int l = 0;
+                while (l < nlanes && lane_end[l] > e->t0)
+                    l++;
+                if (l == RT_TRACE_LANES)
+                    l = RT_TRACE_LANES - 1;
+                if (l == nlanes) {
+                    nlanes++;
+                    fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": "
+                               "{\"name\": \"communication%s\"}},\n", RANK, 1 + l, l ? " (overlapping)" : "");
+                }
+                lane_end[l] = e->t1;
+                tid = 1 + l;
+            }
+            char what[512];
+            snprintf(what, sizeof what, "%s%s", e->type == RT_EV_WAIT ? "wait: " : "", c->what);
+            fprintf(f, "{\"name\": ");
+            rt_json_str(f, what);
+            fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"kind\": ", e->type == RT_EV_WAIT ? "wait" : "comm", RANK, tid, ts, dur);
+            rt_json_str(f, c->kind);
+            fprintf(f, ", \"tensor\": ");
+            rt_json_str(f, c->tensor);
+            fprintf(f, ", \"axes\": ");
+            rt_json_str(f, c->axes);
+            fprintf(f, ", \"bytes\": %lld, \"comm\": %d, ", c->bytes, e->id);
+            if (e->type == RT_EV_COMM) {
+                fprintf(f, "\"overlaps\": ");
+                rt_json_str(f, c->overlaps);
+                fprintf(f, ", \"completed\": ");
+                if (e->at >= 0) {
+                    char during[512];
+                    snprintf(during, sizeof during, "during node %s", rt_tr.nodes[e->at].name);
+                    rt_json_str(f, during);
+                } else {
+                    rt_json_str(f, "in its wait");
+                }
+                fprintf(f, ", ");
+            }
+            fprintf(f, "\"iteration\": %d}},\n", e->iter);
+        }
+    }
+    if (rt_tr.lost)
+        fprintf(f, "{\"name\": \"trace full: %zu later events dropped\", \"ph\": \"i\", \"s\": \"p\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.3f},\n", rt_tr.lost, RANK,
+                rt_tr.nev ? (rt_tr.ev[rt_tr.nev - 1].t0 - rt_tr.origin) * 1e6 : 0.0);
+}
+
+/* Sets the tables (every run); with --trace FILE, starts recording. The
+ * clock's origin is where the ranks leave a barrier together. */
+static void rt_trace_init(const char *path, const RtNodeInfo *nodes, const RtCommInfo *comms, const char *where)
+{
+    rt_tr.nodes = nodes;
+    rt_tr.comms = comms;
+    rt_tr.where = where;
+    rt_tr.path = path;
+    rt_tr.node = -1;
+    if (!path)
+        return;
+#ifdef O2S_NO_TRACE
+    rt_die("--trace %s: this program was built with -DO2S_NO_TRACE", path);
+#endif
+#ifdef O2S_HAVE_MPI
+    CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (trace start)");
+#endif
+    rt_tr.origin = rt_now();
+    rt_tr.on = 1;
+}
+
+static const char *const rt_comms_names[] = {"overlap", "unprogressed", "serial"};
+
+/* Rank 0 writes every rank's spans to the --trace file, under a
+ * temporary name renamed over it once complete. (Without MPI each rank
+ * writes its own: FILE for rank 0, FILE.rankN for the others.) */
+static void rt_trace_write(void)
+{
+    if (!rt_tr.path)
+        return;
+    rt_tr.on = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        rt_die("--trace %s: %s", rt_tr.path, strerror(errno));
+    rt_trace_format(m);
+    if (fclose(m) != 0 || len > 0x7fffffff)
+        rt_die("--trace %s: this rank's trace does not fit in memory or 2 GiB", rt_tr.path);
+    char *all = text;
+    size_t total = len;
+    char path[4200];
+    snprintf(path, sizeof path, "%s", rt_tr.path);
+#ifdef O2S_HAVE_MPI
+    int n = (int)len, *lens = NULL, *offs = NULL;
+    if (RANK == 0) {
+        lens = (int *)calloc(WORLD, sizeof(int));
+        offs = (int *)calloc(WORLD, sizeof(int));
+        if (!lens || !offs)
+            rt_die("--trace: out of memory");
+    }
+    CHECK_MPI_WATCHED(MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather (trace sizes)");
+    all = NULL;
+    if (RANK == 0) {
+        total = 0;
+        for (int r = 0; r < WORLD; r++) {
+            offs[r] = (int)total;
+            total += (size_t)lens[r];
+            if (total > 0x7fffffff)
+                rt_die("--trace %s: the ranks' traces exceed 2 GiB; run fewer --iters", rt_tr.path);
+        }
+        all = (char *)malloc(total + 1);
+        if (!all)
+            rt_die("--trace: out of memory");
+    }
+    CHECK_MPI_WATCHED(MPI_Gatherv(text, n, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD),
+                      "MPI_Gatherv (trace events)");
+    free(lens);
+    free(offs);
+    free(text);
+    if (RANK != 0)
+        return;
+#else
+    if (RANK != 0)
+        snprintf(path, sizeof path, "%s.rank%d", rt_tr.path, RANK);
+#endif
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        rt_die("--trace %s: %s", path, strerror(errno));
+    fprintf(f, "{\"displayTimeUnit\": \"ns\",\n\"otherData\": {\"producer\": \"onnx2spmd\", \"ranks\": %d, "
+               "\"comms\": \"%s\"},\n\"traceEvents\": [\n", WORLD, rt_comms_names[rt_comms_mode]);
+    fwrite(all, 1, total, f);
+    /* Every event ends in a comma: a last metadata event closes the list. */
+    fprintf(f, "{\"name\": \"process_labels\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"labels\": \"onnx2spmd\"}}\n]}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rt_die("--trace %s: cannot write it: %s", path, strerror(e));
+    }
+    free(all);
+}
 
 static inline void *rt_alloc(size_t bytes)
 {
@@ -919,11 +1317,27 @@ static inline void rt_init_mpi(int *argc, char ***argv)
 
 typedef struct RtArgs {
     const char *in_name[64], *in_path[64], *out_name[64], *out_path[64];
+    const char *trace; /* --trace FILE, or NULL */
     int nin, nout, iters;
 } RtArgs;
 
 #define RT_MAX_ITERS 1000000000
 #define RT_MAX_TIMEOUT 86400
+
+/* An output goes to a temporary name in the same folder and is renamed
+ * over the final one: the folder must be writable, and the final name may
+ * not be a folder. */
+static inline void rt_check_writable(const char *what, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    struct stat st;
+    if (strlen(path) > 4000 || access(dir, W_OK) != 0)
+        rt_die("%s: cannot write into %s: %s", what, dir, strlen(path) > 4000 ? "path too long" : strerror(errno));
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        rt_die("%s: is a folder", what);
+}
 
 static inline long rt_parse_int(const char *flag, const char *s, long lo, long hi)
 {
@@ -946,9 +1360,10 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         const char *flag = argv[i];
         int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
         int is_iters = strcmp(flag, "--iters") == 0, is_timeout = strcmp(flag, "--timeout") == 0;
-        if ((!is_in && !is_out && !is_iters && !is_timeout) || i + 1 >= argc)
+        int is_trace = strcmp(flag, "--trace") == 0, is_comms = strcmp(flag, "--comms") == 0;
+        if ((!is_in && !is_out && !is_iters && !is_timeout && !is_trace && !is_comms) || i + 1 >= argc)
             rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
-                   "(bad argument \"%s\")", argv[0], flag);
+                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] (bad argument \"%s\")", argv[0], flag);
         char *arg = argv[++i];
         if (is_iters) {
             a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);
@@ -956,6 +1371,22 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         }
         if (is_timeout) {
             rt_timeout_s = (int)rt_parse_int(flag, arg, 0, RT_MAX_TIMEOUT);
+            continue;
+        }
+        if (is_trace) {
+            char what[4100];
+            snprintf(what, sizeof what, "--trace %s", arg);
+            rt_check_writable(what, arg);
+            a->trace = arg;
+            continue;
+        }
+        if (is_comms) {
+            int k = 0;
+            while (k < 3 && strcmp(arg, rt_comms_names[k]) != 0)
+                k++;
+            if (k == 3)
+                rt_die("--comms %s: expected overlap, unprogressed or serial", arg);
+            rt_comms_mode = k;
             continue;
         }
         char *eq = strchr(arg, '=');
@@ -974,20 +1405,11 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
             a->in_path[a->nin++] = eq + 1;
             continue;
         }
-        /* An output goes to a temporary name in the same folder and is
-         * renamed over the final one: the folder must be writable, and the
-         * final name may not be a folder. */
-        const char *path = eq + 1, *slash = strrchr(path, '/');
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-        struct stat st;
-        if (strlen(path) > 4000 || access(dir, W_OK) != 0)
-            rt_die("--out %s=%s: cannot write into %s: %s", arg, path, dir,
-                   strlen(path) > 4000 ? "path too long" : strerror(errno));
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rt_die("--out %s=%s: is a folder", arg, path);
+        char what[4200];
+        snprintf(what, sizeof what, "--out %s=%s", arg, eq + 1);
+        rt_check_writable(what, eq + 1);
         a->out_name[a->nout] = arg;
-        a->out_path[a->nout++] = path;
+        a->out_path[a->nout++] = eq + 1;
     }
 }
 
@@ -1108,6 +1530,155 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
         struct timespec nap = {0, 20000}; /* 20 us: the GPU works, the host need not spin */
         nanosleep(&nap, NULL);
     }
+}
+
+/* ---- traces on the GPU (--trace FILE) and NVTX ranges ----
+ * Every node is an NVTX range named after its ONNX node, so Nsight
+ * Systems shows the model's names over the kernels. With --trace, spans
+ * are CUDA events: a node's on the compute stream from its first kernel
+ * to the next node's, a collective's on the communication stream around
+ * its NCCL call, a wait's on the compute stream around the
+ * cudaStreamWaitEvent. At the end of each pass the rank synchronises
+ * both streams (so a traced run does not overlap one pass with the next)
+ * and turns the events into times on the host clock, anchored at the
+ * pass's last event, which has just completed. */
+#ifndef O2S_NO_TRACE
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+typedef struct RtCudaSpan {
+    cudaEvent_t a, b;
+    cudaStream_t s;
+    int type, id;
+} RtCudaSpan;
+
+static struct {
+    RtCudaSpan *span;
+    int n, cap, open; /* open: the node span waiting for its end, -1 none */
+    int comm;         /* the collective between rt_comm_begin and rt_comm_end */
+    cudaEvent_t ref, end, serial;
+    int nvtx;         /* an NVTX range is pushed */
+} rt_cu = {NULL, 0, 0, -1, -1, NULL, NULL, NULL, 0};
+
+/* Records a span's start on stream s; returns its index. */
+static int rt_cuda_span(int type, int id, cudaStream_t s)
+{
+    if (rt_cu.n == rt_cu.cap) {
+        int cap = rt_cu.cap ? 2 * rt_cu.cap : 256;
+        RtCudaSpan *p = (RtCudaSpan *)realloc(rt_cu.span, (size_t)cap * sizeof *p);
+        if (!p)
+            rt_die("--trace: out of memory for %d CUDA events", 2 * cap);
+        for (int i = rt_cu.cap; i < cap; i++) {
+            CHECK_CUDA(cudaEventCreate(&p[i].a));
+            CHECK_CUDA(cudaEventCreate(&p[i].b));
+        }
+        rt_cu.span = p;
+        rt_cu.cap = cap;
+    }
+    RtCudaSpan *sp = &rt_cu.span[rt_cu.n];
+    sp->s = s;
+    sp->type = type;
+    sp->id = id;
+    CHECK_CUDA(cudaEventRecord(sp->a, s));
+    return rt_cu.n++;
+}
+
+static void rt_cuda_span_end(int i)
+{
+    if (i >= 0)
+        CHECK_CUDA(cudaEventRecord(rt_cu.span[i].b, rt_cu.span[i].s));
+}
+
+/* Before each node: names it for errors and for NVTX; with --trace, ends
+ * the last node's span and starts this one's. */
+static inline void rt_enter(int node)
+{
+    rt_node = rt_tr.nodes[node].name;
+#ifndef O2S_NO_TRACE
+    if (rt_cu.nvtx)
+        nvtxRangePop();
+    nvtxRangePushA(rt_node);
+    rt_cu.nvtx = 1;
+#endif
+    if (RT_TRACING) {
+        rt_cuda_span_end(rt_cu.open);
+        rt_cu.open = rt_cuda_span(RT_EV_NODE, node, g_stream);
+    }
+}
+
+/* Around a collective's NCCL call(s) on the communication stream (the
+ * host enqueues one collective at a time: no nesting). */
+static inline void rt_comm_begin(int comm)
+{
+    rt_cu.comm = RT_TRACING ? rt_cuda_span(RT_EV_COMM, comm, g_comm) : -1;
+}
+
+static inline void rt_comm_end(void)
+{
+    rt_cuda_span_end(rt_cu.comm);
+    rt_cu.comm = -1;
+    if (rt_comms_mode == RT_COMMS_SERIAL) { /* --comms serial: compute waits for it at once */
+        if (!rt_cu.serial)
+            CHECK_CUDA(cudaEventCreateWithFlags(&rt_cu.serial, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventRecord(rt_cu.serial, g_comm));
+        CHECK_CUDA(cudaStreamWaitEvent(g_stream, rt_cu.serial, 0));
+    }
+}
+
+/* The compute stream waits for a collective's event `done`. */
+static inline void rt_cuda_wait(cudaEvent_t done, int comm)
+{
+    int w = -1;
+    if (RT_TRACING) {
+        rt_cuda_span_end(rt_cu.open);
+        rt_cu.open = -1;
+        w = rt_cuda_span(RT_EV_WAIT, comm, g_stream);
+    }
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, done, 0));
+    rt_cuda_span_end(w);
+}
+
+static inline void rt_step_begin(void)
+{
+    if (!RT_TRACING)
+        return;
+    if (!rt_cu.ref) {
+        CHECK_CUDA(cudaEventCreate(&rt_cu.ref));
+        CHECK_CUDA(cudaEventCreate(&rt_cu.end));
+    }
+    rt_cu.n = 0;
+    rt_cu.open = -1;
+    CHECK_CUDA(cudaEventRecord(rt_cu.ref, g_stream));
+}
+
+static inline void rt_step_end(void)
+{
+#ifndef O2S_NO_TRACE
+    if (rt_cu.nvtx)
+        nvtxRangePop();
+    rt_cu.nvtx = 0;
+#endif
+    if (!RT_TRACING)
+        return;
+    rt_cuda_span_end(rt_cu.open);
+    rt_cu.open = -1;
+    /* The pass ends when both streams have drained. */
+    CHECK_CUDA(cudaEventRecord(rt_cu.end, g_comm));
+    CHECK_CUDA(cudaStreamWaitEvent(g_stream, rt_cu.end, 0));
+    CHECK_CUDA(cudaEventRecord(rt_cu.end, g_stream));
+    rt_cuda_sync(g_stream, "the traced pass");
+    rt_cuda_sync(g_comm, "the traced pass's collectives");
+    float total = 0, a = 0, b = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&total, rt_cu.ref, rt_cu.end));
+    double anchor = rt_now() - 1e-3 * total; /* host time of the pass's first event */
+    for (int i = 0; i < rt_cu.n; i++) {
+        const RtCudaSpan *sp = &rt_cu.span[i];
+        CHECK_CUDA(cudaEventElapsedTime(&a, rt_cu.ref, sp->a));
+        CHECK_CUDA(cudaEventElapsedTime(&b, rt_cu.ref, sp->b));
+        rt_trace_add(sp->type, sp->id, anchor + 1e-3 * a, anchor + 1e-3 * b);
+    }
+    rt_trace_add(RT_EV_STEP, 0, anchor, anchor + 1e-3 * total);
+    rt_tr.iter++;
 }
 
 /* ---- launch: under mpirun, or from the environment --------------------
@@ -2297,16 +2868,173 @@ static void init_comms(void)
     rt_unwatch();
 }
 
+/* ---- what traces name (--trace FILE): rt_enter(k) is rt_nodes[k], a collective's k rt_comms[k] ---- */
+
+static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */
+    {"embed_tokens", "Gather", "[1, 16, 64]"}, /* 0 */
+    {"embed_positions", "Gather", "[16, 64]"}, /* 1 */
+    {"embed_sum", "Add", "[1, 16, 64]"}, /* 2 */
+    {"l0_ln1", "LayerNormalization", "[1, 16, 64]"}, /* 3 */
+    {"l0_q_proj", "MatMul", "[1, 16, 32]"}, /* 4 */
+    {"l0_q_bias", "Add", "[1, 16, 32]"}, /* 5 */
+    {"l0_q_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 6 */
+    {"l0_k_proj", "MatMul", "[1, 16, 32]"}, /* 7 */
+    {"l0_k_bias", "Add", "[1, 16, 32]"}, /* 8 */
+    {"l0_k_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 9 */
+    {"l0_v_proj", "MatMul", "[1, 16, 32]"}, /* 10 */
+    {"l0_v_bias", "Add", "[1, 16, 32]"}, /* 11 */
+    {"l0_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 12 */
+    {"l0_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 13 */
+    {"l0_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 14 */
+    {"l0_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 15 */
+    {"l0_qk", "MatMul", "[1, 2, 16, 16]"}, /* 16 */
+    {"l0_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 17 */
+    {"l0_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 18 */
+    {"l0_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 19 */
+    {"l0_pv", "MatMul", "[1, 2, 16, 16]"}, /* 20 */
+    {"l0_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 21 */
+    {"l0_merge_heads", "Reshape", "[1, 16, 32]"}, /* 22 */
+    {"l0_o_proj", "MatMul", "[1, 16, 64]"}, /* 23 */
+    {"l0_residual1", "Add", "[1, 16, 64]"}, /* 24 */
+    {"l0_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 25 */
+    {"l0_fc1", "MatMul", "[1, 16, 128]"}, /* 26 */
+    {"l0_gelu", "Gelu", "[1, 16, 128]"}, /* 27 */
+    {"l0_fc2", "MatMul", "[1, 16, 64]"}, /* 28 */
+    {"l0_residual2", "Add", "[1, 16, 64]"}, /* 29 */
+    {"l1_ln1", "LayerNormalization", "[1, 16, 64]"}, /* 30 */
+    {"l1_q_proj", "MatMul", "[1, 16, 32]"}, /* 31 */
+    {"l1_q_bias", "Add", "[1, 16, 32]"}, /* 32 */
+    {"l1_q_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 33 */
+    {"l1_k_proj", "MatMul", "[1, 16, 32]"}, /* 34 */
+    {"l1_k_bias", "Add", "[1, 16, 32]"}, /* 35 */
+    {"l1_k_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 36 */
+    {"l1_v_proj", "MatMul", "[1, 16, 32]"}, /* 37 */
+    {"l1_v_bias", "Add", "[1, 16, 32]"}, /* 38 */
+    {"l1_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 39 */
+    {"l1_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 40 */
+    {"l1_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 41 */
+    {"l1_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 42 */
+    {"l1_qk", "MatMul", "[1, 2, 16, 16]"}, /* 43 */
+    {"l1_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 44 */
+    {"l1_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 45 */
+    {"l1_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 46 */
+    {"l1_pv", "MatMul", "[1, 2, 16, 16]"}, /* 47 */
+    {"l1_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 48 */
+    {"l1_merge_heads", "Reshape", "[1, 16, 32]"}, /* 49 */
+    {"l1_o_proj", "MatMul", "[1, 16, 64]"}, /* 50 */
+    {"l1_residual1", "Add", "[1, 16, 64]"}, /* 51 */
+    {"l1_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 52 */
+    {"l1_fc1", "MatMul", "[1, 16, 128]"}, /* 53 */
+    {"l1_gelu", "Gelu", "[1, 16, 128]"}, /* 54 */
+    {"l1_fc2", "MatMul", "[1, 16, 64]"}, /* 55 */
+    {"l1_residual2", "Add", "[1, 16, 64]"}, /* 56 */
+    {"ln_f", "LayerNormalization", "[1, 16, 64]"}, /* 57 */
+    {"lm_head", "MatMul", "[1, 16, 256]"}, /* 58 */
+};
+
+static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */
+    {"all-gather of tok_emb (reshard 4)", "all-gather", "tok_emb", "dp",
+     "nothing: it is waited for at once", 32768}, /* 0 */
+    {"all-gather of pos_emb (reshard 5)", "all-gather", "pos_emb", "dp",
+     "embed_tokens", 2048}, /* 1 */
+    {"all-gather of pos_ids (reshard 6)", "all-gather", "pos_ids", "dp",
+     "embed_tokens", 64}, /* 2 */
+    {"all-gather of l0_ln1_g (reshard 8)", "all-gather", "l0_ln1_g", "dp",
+     "embed_positions, embed_sum", 128}, /* 3 */
+    {"all-gather of l0_ln1_b (reshard 9)", "all-gather", "l0_ln1_b", "dp",
+     "embed_positions, embed_sum", 128}, /* 4 */
+    {"all-gather of l0_Wq (reshard 12)", "all-gather", "l0_Wq", "dp",
+     "l0_ln1", 4096}, /* 5 */
+    {"all-gather of l0_bq (reshard 13)", "all-gather", "l0_bq", "dp",
+     "l0_q_proj", 64}, /* 6 */
+    {"all-gather of l0_Wk (reshard 14)", "all-gather", "l0_Wk", "dp",
+     "l0_q_bias, l0_q_split_heads", 4096}, /* 7 */
+    {"all-gather of l0_bk (reshard 15)", "all-gather", "l0_bk", "dp",
+     "l0_k_proj", 64}, /* 8 */
+    {"all-gather of l0_Wv (reshard 16)", "all-gather", "l0_Wv", "dp",
+     "l0_k_bias, l0_k_split_heads", 4096}, /* 9 */
+    {"all-gather of l0_bv (reshard 17)", "all-gather", "l0_bv", "dp",
+     "l0_v_proj", 64}, /* 10 */
+    {"all-gather of causal (reshard 7)", "all-gather", "causal", "dp",
+     "l0_v_bias .. l0_qk_scale (7 nodes)", 128}, /* 11 */
+    {"all-gather of l0_Wo (reshard 18)", "all-gather", "l0_Wo", "dp",
+     "l0_causal_mask .. l0_merge_heads (5 nodes)", 4096}, /* 12 */
+    {"all-gather of l0_bo (reshard 19)", "all-gather", "l0_bo", "dp",
+     "l0_o_proj", 128}, /* 13 */
+    {"all-reduce of l0_o_mm (reshard 0)", "all-reduce", "l0_o_mm", "tp",
+     "nothing: it is waited for at once", 4096}, /* 14 */
+    {"all-gather of l0_ln2_g (reshard 10)", "all-gather", "l0_ln2_g", "dp",
+     "l0_residual1", 128}, /* 15 */
+    {"all-gather of l0_ln2_b (reshard 11)", "all-gather", "l0_ln2_b", "dp",
+     "l0_residual1", 128}, /* 16 */
+    {"all-gather of l0_W1 (reshard 20)", "all-gather", "l0_W1", "dp",
+     "l0_ln2", 16384}, /* 17 */
+    {"all-gather of l0_b1 (reshard 21)", "all-gather", "l0_b1", "dp",
+     "l0_fc1", 256}, /* 18 */
+    {"all-gather of l0_W2 (reshard 22)", "all-gather", "l0_W2", "dp",
+     "l0_gelu", 16384}, /* 19 */
+    {"all-gather of l0_b2 (reshard 23)", "all-gather", "l0_b2", "dp",
+     "l0_fc2", 128}, /* 20 */
+    {"all-reduce of l0_fc2 (reshard 1)", "all-reduce", "l0_fc2", "tp",
+     "nothing: it is waited for at once", 4096}, /* 21 */
+    {"all-gather of l1_ln1_g (reshard 24)", "all-gather", "l1_ln1_g", "dp",
+     "l0_residual2", 128}, /* 22 */
+    {"all-gather of l1_ln1_b (reshard 25)", "all-gather", "l1_ln1_b", "dp",
+     "l0_residual2", 128}, /* 23 */
+    {"all-gather of l1_Wq (reshard 28)", "all-gather", "l1_Wq", "dp",
+     "l1_ln1", 4096}, /* 24 */
+    {"all-gather of l1_bq (reshard 29)", "all-gather", "l1_bq", "dp",
+     "l1_q_proj", 64}, /* 25 */
+    {"all-gather of l1_Wk (reshard 30)", "all-gather", "l1_Wk", "dp",
+     "l1_q_bias, l1_q_split_heads", 4096}, /* 26 */
+    {"all-gather of l1_bk (reshard 31)", "all-gather", "l1_bk", "dp",
+     "l1_k_proj", 64}, /* 27 */
+    {"all-gather of l1_Wv (reshard 32)", "all-gather", "l1_Wv", "dp",
+     "l1_k_bias, l1_k_split_heads", 4096}, /* 28 */
+    {"all-gather of l1_bv (reshard 33)", "all-gather", "l1_bv", "dp",
+     "l1_v_proj", 64}, /* 29 */
+    {"all-gather of l1_Wo (reshard 34)", "all-gather", "l1_Wo", "dp",
+     "l1_v_bias .. l1_merge_heads (12 nodes)", 4096}, /* 30 */
+    {"all-gather of l1_bo (reshard 35)", "all-gather", "l1_bo", "dp",
+     "l1_o_proj", 128}, /* 31 */
+    {"all-reduce of l1_o_mm (reshard 2)", "all-reduce", "l1_o_mm", "tp",
+     "nothing: it is waited for at once", 4096}, /* 32 */
+    {"all-gather of l1_ln2_g (reshard 26)", "all-gather", "l1_ln2_g", "dp",
+     "l1_residual1", 128}, /* 33 */
+    {"all-gather of l1_ln2_b (reshard 27)", "all-gather", "l1_ln2_b", "dp",
+     "l1_residual1", 128}, /* 34 */
+    {"all-gather of l1_W1 (reshard 36)", "all-gather", "l1_W1", "dp",
+     "l1_ln2", 16384}, /* 35 */
+    {"all-gather of l1_b1 (reshard 37)", "all-gather", "l1_b1", "dp",
+     "l1_fc1", 256}, /* 36 */
+    {"all-gather of l1_W2 (reshard 38)", "all-gather", "l1_W2", "dp",
+     "l1_gelu", 16384}, /* 37 */
+    {"all-gather of l1_b2 (reshard 39)", "all-gather", "l1_b2", "dp",
+     "l1_fc2", 128}, /* 38 */
+    {"all-reduce of l1_fc2 (reshard 3)", "all-reduce", "l1_fc2", "tp",
+     "nothing: it is waited for at once", 4096}, /* 39 */
+    {"all-gather of lnf_g (reshard 40)", "all-gather", "lnf_g", "dp",
+     "l1_residual2", 128}, /* 40 */
+    {"all-gather of lnf_b (reshard 41)", "all-gather", "lnf_b", "dp",
+     "l1_residual2", 128}, /* 41 */
+    {"all-gather of lm_head (reshard 42)", "all-gather", "lm_head", "dp",
+     "ln_f", 32768}, /* 42 */
+};
+
 /* ---- one forward pass ---- */
 
 static void forward(void)
 {
+    rt_step_begin();
+
     /* start reshard 4 of tok_emb: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "(start)";
     /* all-gather of tok_emb over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r4, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r4, 0));
+    rt_comm_begin(0);
     CHECK_NCCL(ncclAllGather(W_tok_emb, B_tok_emb_r4_s0, 8192, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r4, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 5 of pos_emb: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2314,7 +3042,9 @@ static void forward(void)
     /* all-gather of pos_emb over dp: [dp,_] -> [_,_], 2048 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r5, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r5, 0));
+    rt_comm_begin(1);
     CHECK_NCCL(ncclAllGather(W_pos_emb, B_pos_emb_r5_s0, 512, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r5, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 6 of pos_ids: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2322,16 +3052,18 @@ static void forward(void)
     /* all-gather of pos_ids over dp: [dp] -> [_], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r6, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r6, 0));
+    rt_comm_begin(2);
     CHECK_NCCL(ncclAllGather(W_pos_ids, B_pos_ids_r6_s0, 8, ncclInt64, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r6, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 4 of tok_emb here: embed_tokens is its first reader */
     rt_node = "embed_tokens";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r4, 0));
+    rt_cuda_wait(ev_done_r4, 0);
 
     /* node "embed_tokens" (Gather)
      *   tok: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "embed_tokens";
+    rt_enter(0);
     k_gather(B_tok, B_tok_emb_r4_s0, I_tokens, 16, 4, 1, 256, 64, 0, 256);
 
     /* start reshard 8 of l0_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2339,7 +3071,9 @@ static void forward(void)
     /* all-gather of l0_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r8, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r8, 0));
+    rt_comm_begin(3);
     CHECK_NCCL(ncclAllGather(W_l0_ln1_g, B_l0_ln1_g_r8_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r8, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 9 of l0_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2347,25 +3081,27 @@ static void forward(void)
     /* all-gather of l0_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r9, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r9, 0));
+    rt_comm_begin(4);
     CHECK_NCCL(ncclAllGather(W_l0_ln1_b, B_l0_ln1_b_r9_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r9, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 5 of pos_emb here: embed_positions is its first reader */
     rt_node = "embed_positions";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r5, 0));
+    rt_cuda_wait(ev_done_r5, 1);
 
     /* wait for reshard 6 of pos_ids here: embed_positions is its first reader */
     rt_node = "embed_positions";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r6, 0));
+    rt_cuda_wait(ev_done_r6, 2);
 
     /* node "embed_positions" (Gather)
      *   pos: local [16, 64] of [16, 64], [_,_] */
-    rt_node = "embed_positions";
+    rt_enter(1);
     k_gather(B_pos, B_pos_emb_r5_s0, B_pos_ids_r6_s0, 16, 4, 1, 16, 64, 0, 16);
 
     /* node "embed_sum" (Add)
      *   h0: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "embed_sum";
+    rt_enter(2);
     k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
     /* start reshard 12 of l0_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2373,20 +3109,22 @@ static void forward(void)
     /* all-gather of l0_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r12, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r12, 0));
+    rt_comm_begin(5);
     CHECK_NCCL(ncclAllGather(W_l0_Wq, B_l0_Wq_r12_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r12, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 8 of l0_ln1_g here: l0_ln1 is its first reader */
     rt_node = "l0_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r8, 0));
+    rt_cuda_wait(ev_done_r8, 3);
 
     /* wait for reshard 9 of l0_ln1_b here: l0_ln1 is its first reader */
     rt_node = "l0_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r9, 0));
+    rt_cuda_wait(ev_done_r9, 4);
 
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_ln1";
+    rt_enter(3);
     k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r8_s0, B_l0_ln1_b_r9_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* start reshard 13 of l0_bq: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2394,16 +3132,18 @@ static void forward(void)
     /* all-gather of l0_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r13, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r13, 0));
+    rt_comm_begin(6);
     CHECK_NCCL(ncclAllGather(W_l0_bq, B_l0_bq_r13_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r13, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 12 of l0_Wq here: l0_q_proj is its first reader */
     rt_node = "l0_q_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r12, 0));
+    rt_cuda_wait(ev_done_r12, 5);
 
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_q_proj";
+    rt_enter(4);
     k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r12_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 14 of l0_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2411,21 +3151,23 @@ static void forward(void)
     /* all-gather of l0_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r14, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r14, 0));
+    rt_comm_begin(7);
     CHECK_NCCL(ncclAllGather(W_l0_Wk, B_l0_Wk_r14_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r14, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 13 of l0_bq here: l0_q_bias is its first reader */
     rt_node = "l0_q_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r13, 0));
+    rt_cuda_wait(ev_done_r13, 6);
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_q_bias";
+    rt_enter(5);
     k_arith_f32(0, B_l0_q, B_l0_q_mm, B_l0_bq_r13_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l0_q_split_heads";
+    rt_enter(6);
     k_copy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
 
     /* start reshard 15 of l0_bk: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2433,16 +3175,18 @@ static void forward(void)
     /* all-gather of l0_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r15, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r15, 0));
+    rt_comm_begin(8);
     CHECK_NCCL(ncclAllGather(W_l0_bk, B_l0_bk_r15_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r15, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 14 of l0_Wk here: l0_k_proj is its first reader */
     rt_node = "l0_k_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r14, 0));
+    rt_cuda_wait(ev_done_r14, 7);
 
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_k_proj";
+    rt_enter(7);
     k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r14_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 16 of l0_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2450,21 +3194,23 @@ static void forward(void)
     /* all-gather of l0_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r16, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r16, 0));
+    rt_comm_begin(9);
     CHECK_NCCL(ncclAllGather(W_l0_Wv, B_l0_Wv_r16_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r16, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 15 of l0_bk here: l0_k_bias is its first reader */
     rt_node = "l0_k_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r15, 0));
+    rt_cuda_wait(ev_done_r15, 8);
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_k_bias";
+    rt_enter(8);
     k_arith_f32(0, B_l0_k, B_l0_k_mm, B_l0_bk_r15_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l0_k_split_heads";
+    rt_enter(9);
     k_copy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
 
     /* start reshard 17 of l0_bv: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2472,16 +3218,18 @@ static void forward(void)
     /* all-gather of l0_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r17, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r17, 0));
+    rt_comm_begin(10);
     CHECK_NCCL(ncclAllGather(W_l0_bv, B_l0_bv_r17_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r17, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 16 of l0_Wv here: l0_v_proj is its first reader */
     rt_node = "l0_v_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r16, 0));
+    rt_cuda_wait(ev_done_r16, 9);
 
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_v_proj";
+    rt_enter(10);
     k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r16_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 7 of causal: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2489,26 +3237,28 @@ static void forward(void)
     /* all-gather of causal over dp: [dp,_] -> [_,_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r7, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r7, 0));
+    rt_comm_begin(11);
     CHECK_NCCL(ncclAllGather(W_causal, B_causal_r7_s0, 128, ncclUint8, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r7, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 17 of l0_bv here: l0_v_bias is its first reader */
     rt_node = "l0_v_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r17, 0));
+    rt_cuda_wait(ev_done_r17, 10);
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_v_bias";
+    rt_enter(11);
     k_arith_f32(0, B_l0_v, B_l0_v_mm, B_l0_bv_r17_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l0_v_split_heads";
+    rt_enter(12);
     k_copy(B_l0_v_h, B_l0_v, 2048); /* same bytes, new shape */
 
     /* node "l0_q_perm" (Transpose)
      *   l0_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_q_perm";
+    rt_enter(13);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 32, 1};
@@ -2517,7 +3267,7 @@ static void forward(void)
 
     /* node "l0_k_perm" (Transpose)
      *   l0_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_k_perm";
+    rt_enter(14);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 1, 32};
@@ -2526,7 +3276,7 @@ static void forward(void)
 
     /* node "l0_v_perm" (Transpose)
      *   l0_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_v_perm";
+    rt_enter(15);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 32, 1};
@@ -2535,12 +3285,12 @@ static void forward(void)
 
     /* node "l0_qk" (MatMul)
      *   l0_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_qk";
+    rt_enter(16);
     k_matmul_f32(B_l0_scores_raw, B_l0_q_t, B_l0_k_t, 2, 16, 16, 16, 256, 256);
 
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_qk_scale";
+    rt_enter(17);
     k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* start reshard 18 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2548,16 +3298,18 @@ static void forward(void)
     /* all-gather of l0_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r18, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r18, 0));
+    rt_comm_begin(12);
     CHECK_NCCL(ncclAllGather(W_l0_Wo, B_l0_Wo_r18_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r18, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 7 of causal here: l0_causal_mask is its first reader */
     rt_node = "l0_causal_mask";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r7, 0));
+    rt_cuda_wait(ev_done_r7, 11);
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_causal_mask";
+    rt_enter(18);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2568,17 +3320,17 @@ static void forward(void)
 
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_softmax";
+    rt_enter(19);
     k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l0_pv";
+    rt_enter(20);
     k_matmul_f32(B_l0_ctx, B_l0_probs, B_l0_v_t, 2, 16, 16, 16, 256, 256);
 
     /* node "l0_ctx_perm" (Transpose)
      *   l0_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l0_ctx_perm";
+    rt_enter(21);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2587,7 +3339,7 @@ static void forward(void)
 
     /* node "l0_merge_heads" (Reshape)
      *   l0_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l0_merge_heads";
+    rt_enter(22);
     k_copy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
 
     /* start reshard 19 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2595,16 +3347,18 @@ static void forward(void)
     /* all-gather of l0_bo over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r19, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r19, 0));
+    rt_comm_begin(13);
     CHECK_NCCL(ncclAllGather(W_l0_bo, B_l0_bo_r19_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r19, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 18 of l0_Wo here: l0_o_proj is its first reader */
     rt_node = "l0_o_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r18, 0));
+    rt_cuda_wait(ev_done_r18, 12);
 
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_node = "l0_o_proj";
+    rt_enter(23);
     k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, B_l0_Wo_r18_s0, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
@@ -2612,7 +3366,9 @@ static void forward(void)
     /* all-reduce of l0_o_mm over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r0, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r0, 0));
+    rt_comm_begin(14);
     CHECK_NCCL(ncclAllReduce(B_l0_o_mm, B_l0_o_mm_r0_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r0, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 10 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2620,7 +3376,9 @@ static void forward(void)
     /* all-gather of l0_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r10, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r10, 0));
+    rt_comm_begin(15);
     CHECK_NCCL(ncclAllGather(W_l0_ln2_g, B_l0_ln2_g_r10_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r10, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 11 of l0_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2628,20 +3386,22 @@ static void forward(void)
     /* all-gather of l0_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r11, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r11, 0));
+    rt_comm_begin(16);
     CHECK_NCCL(ncclAllGather(W_l0_ln2_b, B_l0_ln2_b_r11_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r11, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 0 of l0_o_mm here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r0, 0));
+    rt_cuda_wait(ev_done_r0, 14);
 
     /* wait for reshard 19 of l0_bo here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r19, 0));
+    rt_cuda_wait(ev_done_r19, 13);
 
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_residual1";
+    rt_enter(24);
     /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, B_l0_bo_r19_s0, B_h0, 16, 64);
 
@@ -2650,20 +3410,22 @@ static void forward(void)
     /* all-gather of l0_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r20, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r20, 0));
+    rt_comm_begin(17);
     CHECK_NCCL(ncclAllGather(W_l0_W1, B_l0_W1_r20_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r20, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 10 of l0_ln2_g here: l0_ln2 is its first reader */
     rt_node = "l0_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r10, 0));
+    rt_cuda_wait(ev_done_r10, 15);
 
     /* wait for reshard 11 of l0_ln2_b here: l0_ln2 is its first reader */
     rt_node = "l0_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r11, 0));
+    rt_cuda_wait(ev_done_r11, 16);
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_ln2";
+    rt_enter(25);
     k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r10_s0, B_l0_ln2_b_r11_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* start reshard 21 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2671,16 +3433,18 @@ static void forward(void)
     /* all-gather of l0_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r21, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r21, 0));
+    rt_comm_begin(18);
     CHECK_NCCL(ncclAllGather(W_l0_b1, B_l0_b1_r21_s0, 64, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r21, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 20 of l0_W1 here: l0_fc1 is its first reader */
     rt_node = "l0_fc1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r20, 0));
+    rt_cuda_wait(ev_done_r20, 17);
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_node = "l0_fc1";
+    rt_enter(26);
     k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r20_s0, 1, 16, 64, 128, 0, 0);
 
     /* start reshard 22 of l0_W2: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2688,16 +3452,18 @@ static void forward(void)
     /* all-gather of l0_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r22, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r22, 0));
+    rt_comm_begin(19);
     CHECK_NCCL(ncclAllGather(W_l0_W2, B_l0_W2_r22_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r22, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 21 of l0_b1 here: l0_fc1_bias is its first reader */
     rt_node = "l0_fc1_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r21, 0));
+    rt_cuda_wait(ev_done_r21, 18);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_node = "l0_gelu";
+    rt_enter(27);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l0_act, B_l0_fc1, B_l0_b1_r21_s0, 16, 128);
 
@@ -2706,16 +3472,18 @@ static void forward(void)
     /* all-gather of l0_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r23, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r23, 0));
+    rt_comm_begin(20);
     CHECK_NCCL(ncclAllGather(W_l0_b2, B_l0_b2_r23_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r23, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 22 of l0_W2 here: l0_fc2 is its first reader */
     rt_node = "l0_fc2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r22, 0));
+    rt_cuda_wait(ev_done_r22, 19);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_node = "l0_fc2";
+    rt_enter(28);
     k_matmul_f32(B_l0_fc2, B_l0_act, B_l0_W2_r22_s0, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
@@ -2723,7 +3491,9 @@ static void forward(void)
     /* all-reduce of l0_fc2 over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r1, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r1, 0));
+    rt_comm_begin(21);
     CHECK_NCCL(ncclAllReduce(B_l0_fc2, B_l0_fc2_r1_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r1, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 24 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2731,7 +3501,9 @@ static void forward(void)
     /* all-gather of l1_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r24, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r24, 0));
+    rt_comm_begin(22);
     CHECK_NCCL(ncclAllGather(W_l1_ln1_g, B_l1_ln1_g_r24_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r24, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 25 of l1_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2739,20 +3511,22 @@ static void forward(void)
     /* all-gather of l1_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r25, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r25, 0));
+    rt_comm_begin(23);
     CHECK_NCCL(ncclAllGather(W_l1_ln1_b, B_l1_ln1_b_r25_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r25, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 1 of l0_fc2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r1, 0));
+    rt_cuda_wait(ev_done_r1, 21);
 
     /* wait for reshard 23 of l0_b2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r23, 0));
+    rt_cuda_wait(ev_done_r23, 20);
 
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l0_residual2";
+    rt_enter(29);
     /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, B_l0_b2_r23_s0, B_l0_res1, 16, 64);
 
@@ -2761,20 +3535,22 @@ static void forward(void)
     /* all-gather of l1_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r28, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r28, 0));
+    rt_comm_begin(24);
     CHECK_NCCL(ncclAllGather(W_l1_Wq, B_l1_Wq_r28_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r28, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 24 of l1_ln1_g here: l1_ln1 is its first reader */
     rt_node = "l1_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r24, 0));
+    rt_cuda_wait(ev_done_r24, 22);
 
     /* wait for reshard 25 of l1_ln1_b here: l1_ln1 is its first reader */
     rt_node = "l1_ln1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r25, 0));
+    rt_cuda_wait(ev_done_r25, 23);
 
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_ln1";
+    rt_enter(30);
     k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r24_s0, B_l1_ln1_b_r25_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* start reshard 29 of l1_bq: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2782,16 +3558,18 @@ static void forward(void)
     /* all-gather of l1_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r29, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r29, 0));
+    rt_comm_begin(25);
     CHECK_NCCL(ncclAllGather(W_l1_bq, B_l1_bq_r29_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r29, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 28 of l1_Wq here: l1_q_proj is its first reader */
     rt_node = "l1_q_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r28, 0));
+    rt_cuda_wait(ev_done_r28, 24);
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_q_proj";
+    rt_enter(31);
     k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r28_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 30 of l1_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2799,21 +3577,23 @@ static void forward(void)
     /* all-gather of l1_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r30, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r30, 0));
+    rt_comm_begin(26);
     CHECK_NCCL(ncclAllGather(W_l1_Wk, B_l1_Wk_r30_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r30, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 29 of l1_bq here: l1_q_bias is its first reader */
     rt_node = "l1_q_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r29, 0));
+    rt_cuda_wait(ev_done_r29, 25);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_q_bias";
+    rt_enter(32);
     k_arith_f32(0, B_l1_q, B_l1_q_mm, B_l1_bq_r29_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l1_q_split_heads";
+    rt_enter(33);
     k_copy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
 
     /* start reshard 31 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2821,16 +3601,18 @@ static void forward(void)
     /* all-gather of l1_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r31, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r31, 0));
+    rt_comm_begin(27);
     CHECK_NCCL(ncclAllGather(W_l1_bk, B_l1_bk_r31_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r31, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 30 of l1_Wk here: l1_k_proj is its first reader */
     rt_node = "l1_k_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r30, 0));
+    rt_cuda_wait(ev_done_r30, 26);
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_k_proj";
+    rt_enter(34);
     k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r30_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 32 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2838,21 +3620,23 @@ static void forward(void)
     /* all-gather of l1_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r32, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r32, 0));
+    rt_comm_begin(28);
     CHECK_NCCL(ncclAllGather(W_l1_Wv, B_l1_Wv_r32_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r32, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 31 of l1_bk here: l1_k_bias is its first reader */
     rt_node = "l1_k_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r31, 0));
+    rt_cuda_wait(ev_done_r31, 27);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_k_bias";
+    rt_enter(35);
     k_arith_f32(0, B_l1_k, B_l1_k_mm, B_l1_bk_r31_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l1_k_split_heads";
+    rt_enter(36);
     k_copy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
 
     /* start reshard 33 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2860,16 +3644,18 @@ static void forward(void)
     /* all-gather of l1_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r33, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r33, 0));
+    rt_comm_begin(29);
     CHECK_NCCL(ncclAllGather(W_l1_bv, B_l1_bv_r33_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r33, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 32 of l1_Wv here: l1_v_proj is its first reader */
     rt_node = "l1_v_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r32, 0));
+    rt_cuda_wait(ev_done_r32, 28);
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_v_proj";
+    rt_enter(37);
     k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r32_s0, 1, 16, 64, 32, 0, 0);
 
     /* start reshard 34 of l1_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2877,26 +3663,28 @@ static void forward(void)
     /* all-gather of l1_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r34, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r34, 0));
+    rt_comm_begin(30);
     CHECK_NCCL(ncclAllGather(W_l1_Wo, B_l1_Wo_r34_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r34, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 33 of l1_bv here: l1_v_bias is its first reader */
     rt_node = "l1_v_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r33, 0));
+    rt_cuda_wait(ev_done_r33, 29);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_v_bias";
+    rt_enter(38);
     k_arith_f32(0, B_l1_v, B_l1_v_mm, B_l1_bv_r33_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l1_v_split_heads";
+    rt_enter(39);
     k_copy(B_l1_v_h, B_l1_v, 2048); /* same bytes, new shape */
 
     /* node "l1_q_perm" (Transpose)
      *   l1_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_q_perm";
+    rt_enter(40);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 32, 1};
@@ -2905,7 +3693,7 @@ static void forward(void)
 
     /* node "l1_k_perm" (Transpose)
      *   l1_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_k_perm";
+    rt_enter(41);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 1, 32};
@@ -2914,7 +3702,7 @@ static void forward(void)
 
     /* node "l1_v_perm" (Transpose)
      *   l1_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_v_perm";
+    rt_enter(42);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t strides[] = {512, 16, 32, 1};
@@ -2923,17 +3711,17 @@ static void forward(void)
 
     /* node "l1_qk" (MatMul)
      *   l1_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_qk";
+    rt_enter(43);
     k_matmul_f32(B_l1_scores_raw, B_l1_q_t, B_l1_k_t, 2, 16, 16, 16, 256, 256);
 
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_qk_scale";
+    rt_enter(44);
     k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_causal_mask";
+    rt_enter(45);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2944,17 +3732,17 @@ static void forward(void)
 
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_softmax";
+    rt_enter(46);
     k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_node = "l1_pv";
+    rt_enter(47);
     k_matmul_f32(B_l1_ctx, B_l1_probs, B_l1_v_t, 2, 16, 16, 16, 256, 256);
 
     /* node "l1_ctx_perm" (Transpose)
      *   l1_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_node = "l1_ctx_perm";
+    rt_enter(48);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2963,7 +3751,7 @@ static void forward(void)
 
     /* node "l1_merge_heads" (Reshape)
      *   l1_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_node = "l1_merge_heads";
+    rt_enter(49);
     k_copy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
 
     /* start reshard 35 of l1_bo: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2971,16 +3759,18 @@ static void forward(void)
     /* all-gather of l1_bo over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r35, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r35, 0));
+    rt_comm_begin(31);
     CHECK_NCCL(ncclAllGather(W_l1_bo, B_l1_bo_r35_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r35, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 34 of l1_Wo here: l1_o_proj is its first reader */
     rt_node = "l1_o_proj";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r34, 0));
+    rt_cuda_wait(ev_done_r34, 30);
 
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_node = "l1_o_proj";
+    rt_enter(50);
     k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, B_l1_Wo_r34_s0, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
@@ -2988,7 +3778,9 @@ static void forward(void)
     /* all-reduce of l1_o_mm over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r2, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r2, 0));
+    rt_comm_begin(32);
     CHECK_NCCL(ncclAllReduce(B_l1_o_mm, B_l1_o_mm_r2_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r2, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 26 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -2996,7 +3788,9 @@ static void forward(void)
     /* all-gather of l1_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r26, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r26, 0));
+    rt_comm_begin(33);
     CHECK_NCCL(ncclAllGather(W_l1_ln2_g, B_l1_ln2_g_r26_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r26, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 27 of l1_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -3004,20 +3798,22 @@ static void forward(void)
     /* all-gather of l1_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r27, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r27, 0));
+    rt_comm_begin(34);
     CHECK_NCCL(ncclAllGather(W_l1_ln2_b, B_l1_ln2_b_r27_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r27, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 2 of l1_o_mm here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r2, 0));
+    rt_cuda_wait(ev_done_r2, 32);
 
     /* wait for reshard 35 of l1_bo here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r35, 0));
+    rt_cuda_wait(ev_done_r35, 31);
 
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_residual1";
+    rt_enter(51);
     /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, B_l1_bo_r35_s0, B_l0_out, 16, 64);
 
@@ -3026,20 +3822,22 @@ static void forward(void)
     /* all-gather of l1_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r36, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r36, 0));
+    rt_comm_begin(35);
     CHECK_NCCL(ncclAllGather(W_l1_W1, B_l1_W1_r36_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r36, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 26 of l1_ln2_g here: l1_ln2 is its first reader */
     rt_node = "l1_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r26, 0));
+    rt_cuda_wait(ev_done_r26, 33);
 
     /* wait for reshard 27 of l1_ln2_b here: l1_ln2 is its first reader */
     rt_node = "l1_ln2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r27, 0));
+    rt_cuda_wait(ev_done_r27, 34);
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_ln2";
+    rt_enter(52);
     k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r26_s0, B_l1_ln2_b_r27_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* start reshard 37 of l1_b1: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -3047,16 +3845,18 @@ static void forward(void)
     /* all-gather of l1_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r37, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r37, 0));
+    rt_comm_begin(36);
     CHECK_NCCL(ncclAllGather(W_l1_b1, B_l1_b1_r37_s0, 64, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r37, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 36 of l1_W1 here: l1_fc1 is its first reader */
     rt_node = "l1_fc1";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r36, 0));
+    rt_cuda_wait(ev_done_r36, 35);
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_node = "l1_fc1";
+    rt_enter(53);
     k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r36_s0, 1, 16, 64, 128, 0, 0);
 
     /* start reshard 38 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -3064,16 +3864,18 @@ static void forward(void)
     /* all-gather of l1_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r38, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r38, 0));
+    rt_comm_begin(37);
     CHECK_NCCL(ncclAllGather(W_l1_W2, B_l1_W2_r38_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r38, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 37 of l1_b1 here: l1_fc1_bias is its first reader */
     rt_node = "l1_fc1_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r37, 0));
+    rt_cuda_wait(ev_done_r37, 36);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_node = "l1_gelu";
+    rt_enter(54);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l1_act, B_l1_fc1, B_l1_b1_r37_s0, 16, 128);
 
@@ -3082,16 +3884,18 @@ static void forward(void)
     /* all-gather of l1_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r39, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r39, 0));
+    rt_comm_begin(38);
     CHECK_NCCL(ncclAllGather(W_l1_b2, B_l1_b2_r39_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r39, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 38 of l1_W2 here: l1_fc2 is its first reader */
     rt_node = "l1_fc2";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r38, 0));
+    rt_cuda_wait(ev_done_r38, 37);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_node = "l1_fc2";
+    rt_enter(55);
     k_matmul_f32(B_l1_fc2, B_l1_act, B_l1_W2_r38_s0, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
@@ -3099,7 +3903,9 @@ static void forward(void)
     /* all-reduce of l1_fc2 over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r3, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r3, 0));
+    rt_comm_begin(39);
     CHECK_NCCL(ncclAllReduce(B_l1_fc2, B_l1_fc2_r3_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r3, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 40 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -3107,7 +3913,9 @@ static void forward(void)
     /* all-gather of lnf_g over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r40, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r40, 0));
+    rt_comm_begin(40);
     CHECK_NCCL(ncclAllGather(W_lnf_g, B_lnf_g_r40_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r40, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 41 of lnf_b: weight stored split over dp (--shard-weights dp), gathered before use */
@@ -3115,20 +3923,22 @@ static void forward(void)
     /* all-gather of lnf_b over dp: [dp] -> [_], 128 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r41, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r41, 0));
+    rt_comm_begin(41);
     CHECK_NCCL(ncclAllGather(W_lnf_b, B_lnf_b_r41_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r41, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 3 of l1_fc2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r3, 0));
+    rt_cuda_wait(ev_done_r3, 39);
 
     /* wait for reshard 39 of l1_b2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r39, 0));
+    rt_cuda_wait(ev_done_r39, 38);
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "l1_residual2";
+    rt_enter(56);
     /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, B_l1_b2_r39_s0, B_l1_res1, 16, 64);
 
@@ -3137,30 +3947,33 @@ static void forward(void)
     /* all-gather of lm_head over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r42, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r42, 0));
+    rt_comm_begin(42);
     CHECK_NCCL(ncclAllGather(W_lm_head, B_lm_head_r42_s0, 8192, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r42, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 40 of lnf_g here: ln_f is its first reader */
     rt_node = "ln_f";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r40, 0));
+    rt_cuda_wait(ev_done_r40, 40);
 
     /* wait for reshard 41 of lnf_b here: ln_f is its first reader */
     rt_node = "ln_f";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r41, 0));
+    rt_cuda_wait(ev_done_r41, 41);
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_node = "ln_f";
+    rt_enter(57);
     k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, B_lnf_g_r40_s0, B_lnf_b_r41_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* wait for reshard 42 of lm_head here: lm_head is its first reader */
     rt_node = "lm_head";
-    CHECK_CUDA(cudaStreamWaitEvent(g_stream, ev_done_r42, 0));
+    rt_cuda_wait(ev_done_r42, 42);
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
-    rt_node = "lm_head";
+    rt_enter(58);
     k_matmul_f32(B_logits, B_lnf, B_lm_head_r42_s0, 1, 16, 64, 256, 0, 0);
+    rt_step_end();
 }
 
 /* ---- main ---- */
@@ -3218,6 +4031,7 @@ int main(int argc, char **argv)
      * return before its DMA lands: finish them before the first kernel on the
      * non-blocking compute stream. */
     CHECK_CUDA(cudaDeviceSynchronize());
+    rt_trace_init(args.trace, rt_nodes, rt_comms, "dp=0 tp=1"); /* --trace FILE: record from here */
     if (args.iters > 0) {
         cudaEvent_t t0, t1;
         CHECK_CUDA(cudaEventCreate(&t0));
@@ -3240,6 +4054,7 @@ int main(int argc, char **argv)
         forward();
     }
     rt_cuda_sync(g_stream, "the forward pass");
+    rt_trace_write();
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "logits") == 0) {
             static const int64_t dims[] = {2, 16, 256};

@@ -181,11 +181,23 @@ def main():
             if any(w in syms.split() for w in ("system", "popen", "execl", "execvp")):
                 fail.append("%s/rank%d: links system()" % (name, k))
         out = os.path.join(OUT, name + "_logits.npy")
+        trace = os.path.join(OUT, name + "_trace.json")
         r = run([os.path.join(d, "run.sh").encode(), b"--in", tokens + b"=" + golden_in.encode(),
-                 b"--out", logits + b"=" + out.encode()], env=env, timeout=120, stdin=subprocess.DEVNULL)
+                 b"--out", logits + b"=" + out.encode(), b"--trace", trace.encode()], env=env, timeout=120,
+                stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             fail.append("%s: run exit %d: %r" % (name, r.returncode, (r.stdout + r.stderr)[-400:]))
             continue
+        # The trace names the nodes by their (hostile) labels: still valid JSON.
+        try:
+            with open(trace) as f:
+                nodes = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "node"]
+            if not nodes:
+                fail.append("%s: the trace has no node spans" % name)
+            for e in nodes[:40]:
+                check_text(name + " trace", e["name"].encode(), fail)
+        except ValueError as e:
+            fail.append("%s: --trace wrote invalid JSON: %s" % (name, e))
         got = np.load(out)
         err = float(np.max(np.abs(got - golden_out) - 1e-4 * np.abs(golden_out)))
         status = "ok" if err <= 1e-5 else "FAIL"

@@ -47,6 +47,11 @@ expect "unknown --out" '--out z: the model has no output of that name' "$D/out/r
 expect "unwritable --out" '--out y=/nonexistent/y.npy: cannot write into /nonexistent' \
     "$D/out/run.sh" --in x=$GOOD --out y=/nonexistent/y.npy
 expect "--out is a folder" "--out y=$D: is a folder" "$D/out/run.sh" --in x=$GOOD --out y=$D
+expect "unwritable --trace" '--trace /nonexistent/t.json: cannot write into /nonexistent' \
+    "$D/out/run.sh" --in x=$GOOD --trace /nonexistent/t.json
+expect "--trace is a folder" "--trace $D: is a folder" "$D/out/run.sh" --in x=$GOOD --trace $D
+expect "--comms unknown" '--comms eager: expected overlap, unprogressed or serial' \
+    "$D/out/run.sh" --in x=$GOOD --comms eager
 mkfifo "$D/fifo.npy"
 expect "--in a FIFO" 'fifo.npy: not a regular file' "$D/out/run.sh" --in x="$D/fifo.npy"
 expect "--in a device" '/dev/zero: not a regular file' "$D/out/run.sh" --in x=/dev/zero

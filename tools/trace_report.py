@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Summarises a trace a generated program wrote with --trace FILE.
+
+    python3 tools/trace_report.py TRACE.json [--serial SERIAL.json] [--json]
+
+Per forward pass (the first, a warm-up, is left out when there are more),
+averaged over the passes and the ranks:
+  - the time per op kind, and its share of the step (where the time goes);
+  - each collective kind: count, bytes, time in flight (start to the
+    completion the rank saw), time exposed (the rank blocked in its wait);
+  - communication hidden behind compute. Taken from one trace this is
+    1 - exposed / in flight, which overstates it when MPI only moves a
+    collective inside its own calls (it is "in flight" but idle). With
+    --serial, a trace of the same program run with --comms serial (every
+    collective waited for as soon as it starts, so its whole time is
+    exposed), it is 1 - exposed / exposed-when-serial: the share of the
+    communication time the overlap actually removed from the step.
+
+Standard library only; --json prints the numbers for scripts (make bench).
+"""
+import argparse
+import collections
+import json
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        d = json.load(f)
+    return d.get("otherData", {}), [e for e in d["traceEvents"] if e.get("ph") == "X"]
+
+
+def summarise(path):
+    meta, events = load(path)
+    iters = sorted({e["args"]["iteration"] for e in events if e.get("cat") == "step"})
+    keep = set(iters[1:] if len(iters) > 1 else iters)
+    ranks = sorted({e["pid"] for e in events})
+    n = max(1, len(keep)) * max(1, len(ranks))  # rank-passes averaged over
+    ops = collections.defaultdict(float)
+    kinds = collections.defaultdict(lambda: [0, 0, 0.0, 0.0])  # count, bytes, flight_us, exposed_us
+    step = collections.defaultdict(list)  # rank -> step durations
+    flight = exposed = 0.0
+    for e in events:
+        a = e.get("args", {})
+        if a.get("iteration") not in keep:
+            continue
+        cat = e.get("cat")
+        if cat == "step":
+            step[e["pid"]].append(e["dur"])
+        elif cat == "node":
+            ops[a["op"]] += e["dur"]
+        elif cat == "comm":
+            k = kinds[a["kind"]]
+            k[0] += 1
+            k[1] += a["bytes"]
+            k[2] += e["dur"]
+            flight += e["dur"]
+        elif cat == "wait":
+            kinds[a["kind"]][3] += e["dur"]
+            exposed += e["dur"]
+    step_us = max(sum(v) / len(v) for v in step.values()) if step else 0.0
+    return {
+        "file": path,
+        "comms": meta.get("comms", "?"),
+        "ranks": len(ranks),
+        "iterations": len(keep),
+        "step_ms": step_us / 1e3,
+        "compute_ms": sum(ops.values()) / n / 1e3,
+        "ops": {k: v / n / 1e3 for k, v in ops.items()},
+        "kinds": {k: {"count": v[0] / n, "bytes": v[1] / n, "flight_ms": v[2] / n / 1e3, "exposed_ms": v[3] / n / 1e3}
+                  for k, v in kinds.items()},
+        "flight_ms": flight / n / 1e3,
+        "exposed_ms": exposed / n / 1e3,
+    }
+
+
+def hidden(s, serial=None):
+    """The share of communication hidden: against a serial run if given."""
+    base = serial["exposed_ms"] if serial else s["flight_ms"]
+    return max(0.0, 1.0 - s["exposed_ms"] / base) if base > 0 else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("--serial", help="a trace of the same program run with --comms serial")
+    ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    a = ap.parse_args()
+    try:
+        s = summarise(a.trace)
+        serial = summarise(a.serial) if a.serial else None
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit("trace_report: %s: %s" % (a.serial if a.serial and "s" in dir() else a.trace, e))
+    s["hidden"] = hidden(s, serial)
+    s["hidden_basis"] = "serial run" if serial else "time in flight"
+    if serial:
+        s["serial_exposed_ms"] = serial["exposed_ms"]
+        s["serial_step_ms"] = serial["step_ms"]
+    if a.json:
+        json.dump(s, sys.stdout, indent=1, sort_keys=True)
+        print()
+        return
+    print("%s: %d ranks, %d passes (--comms %s), step %.3f ms, compute %.3f ms per rank"
+          % (a.trace, s["ranks"], s["iterations"], s["comms"], s["step_ms"], s["compute_ms"]))
+    print("\n%-28s %10s %7s" % ("op", "ms/pass", "share"))
+    for op, ms in sorted(s["ops"].items(), key=lambda kv: -kv[1]):
+        print("%-28s %10.3f %6.1f%%" % (op, ms, 100 * ms / s["step_ms"] if s["step_ms"] else 0))
+    if s["kinds"]:
+        print("\n%-16s %7s %12s %12s %12s" % ("collective", "count", "bytes", "flight ms", "exposed ms"))
+        for k, v in sorted(s["kinds"].items()):
+            print("%-16s %7.1f %12.0f %12.3f %12.3f" % (k, v["count"], v["bytes"], v["flight_ms"], v["exposed_ms"]))
+        h = s["hidden"]
+        print("\ncommunication hidden behind compute: %s (%s%s)"
+              % ("n/a" if h is None else "%.0f%%" % (100 * h), s["hidden_basis"],
+                 ": %.3f ms exposed, %.3f ms when serial" % (s["exposed_ms"], serial["exposed_ms"]) if serial else ""))
+
+
+if __name__ == "__main__":
+    main()
