@@ -177,6 +177,7 @@ bench: deps all
 	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
 	@$(PY) bench/pipeline_bench.py
+	@$(PY) bench/overlap_bench.py
 	@$(PY) bench/auto_bench.py
 	@build/venv-xla/bin/python bench/xla_bench.py
 

@@ -2,7 +2,7 @@
 # demo.sh: the main job on the bundled model. Compiles tiny_gpt for a
 # dp=2 x tp=2 mesh (batch over dp, Megatron tensor parallelism over tp),
 # builds the four rank programs, runs them under mpirun, and compares the
-# gathered logits with ONNX Runtime's.
+# gathered logits with ONNX Runtime's, then traces a run (tools/trace_report.py, tools/trace_svg.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=build/demo
@@ -19,3 +19,8 @@ echo "== run on 4 ranks"
 "$OUT/run.sh" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --out logits="$OUT/logits.npy" --iters 20 </dev/null
 echo "== compare with ONNX Runtime"
 build/venv/bin/python tests/e2e/compare.py tests/golden/tiny_gpt/output_logits.npy "$OUT/logits.npy"
+echo "== trace one run: where the time went, and a timeline"
+"$OUT/run.sh" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --iters 20 --trace "$OUT/trace.json" </dev/null >/dev/null
+python3 tools/trace_report.py "$OUT/trace.json" | head -12
+python3 tools/trace_svg.py "$OUT/trace.json" -o "$OUT/trace.svg"
+echo "timeline: $OUT/trace.svg; the trace opens in https://ui.perfetto.dev"
