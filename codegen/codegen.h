@@ -101,6 +101,13 @@ typedef struct Program {
 
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d);
 void program_free(Program *prog);
+
+/* The cost model over this program's schedule (its starts and waits, as
+ * the generated code runs them), per pass. */
+typedef struct ProgramEstimate {
+    double compute_s, comm_s, exposed_s, step_s;
+} ProgramEstimate;
+void program_estimate(const Program *pr, ProgramEstimate *e);
 /* Does this rank's program run node n (its pipeline stage's)? */
 int program_runs(const Program *pr, const Node *n);
 /* Buffer a node reads for operand k (the reshard result when it has one). */

@@ -422,6 +422,7 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
         const char **sa = calloc((size_t)nr, sizeof(char *)), **wb = calloc((size_t)nr, sizeof(char *));
         int *fw = calloc((size_t)nr, sizeof(int));
         Program *pr0 = NULL;
+        ProgramEstimate est = {0};
         for (int st = 0; st < nstages; st++) {
             program_free(pr0);
             pr0 = program_build(p, p->pipe ? pipeline_world_rank(p->pipe, st, 0) : 0, &opt->prog, d);
@@ -442,8 +443,10 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
                 wb[r] = w0->node ? w0->node->label : NULL;
                 fw[r] = pr0->fused_leader[r];
             }
+            if (st == 0)
+                program_estimate(pr0, &est);
         }
-        PlanSchedule sched = {sa, wb, fw};
+        PlanSchedule sched = {sa, wb, fw, est.compute_s, est.comm_s, est.exposed_s, est.step_s};
         fprintf(f, "schedule: weight gathers prefetched %d node(s) ahead; all-reduces under %lld bytes fused\n",
                 pr0->prefetch_used, (long long)opt->prog.fuse_bytes);
         plan_print_text_sched(p, &sched, f);
@@ -451,10 +454,10 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
         free(wb);
         free(fw);
         program_free(pr0);
+        if (close_checked(f, "plan.txt", d) || !(f = open_in(tmp, "plan.json", d)))
+            goto fail;
+        plan_print_json_sched(p, &sched, f);
     }
-    if (close_checked(f, "plan.txt", d) || !(f = open_in(tmp, "plan.json", d)))
-        goto fail;
-    plan_print_json(p, f);
     if (close_checked(f, "plan.json", d))
         goto fail;
     if (write_marker(p, opt, tmp, d))

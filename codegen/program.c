@@ -967,3 +967,61 @@ void program_free(Program *pr)
     arena_free(&pr->arena);
     free(pr);
 }
+
+/* The cost model run over this program's own schedule (plan_estimate's
+ * simulation assumes every collective starts as soon as its input exists;
+ * the program starts weight gathers only `prefetch` nodes ahead and waits
+ * at first readers). Compute in instruction order on one stream; each
+ * start on the communication stream once it is free; a wait holds compute
+ * until its collective is done; later steps of a reshard run blocking at
+ * its wait. Fused members cost as their leader's call carries them. */
+void program_estimate(const Program *pr, ProgramEstimate *e)
+{
+    const Plan *p = pr->plan;
+    memset(e, 0, sizeof *e);
+    double *done = calloc((size_t)p->nreshards + 1, sizeof(double));
+    if (!done)
+        abort();
+    double tc = 0, tm = 0;
+    for (int i = 0; i < pr->ninsts; i++) {
+        const Inst *in = &pr->insts[i];
+        if (in->kind == INST_COMPUTE) {
+            const NodePlan *np = &p->nodes[in->node->id];
+            double c = plan_node_seconds(p, in->node, &np->rule, np->fnaxes,
+                                         (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+            if (pr->fused_from[in->node->id] >= 0) { /* the bias Add it carries */
+                const Node *b = pr->g->nodes[pr->fused_from[in->node->id]];
+                const NodePlan *bp = &p->nodes[b->id];
+                c += plan_node_seconds(p, b, &bp->rule, bp->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])bp->faxes);
+            }
+            e->compute_s += c;
+            tc += c;
+            continue;
+        }
+        if (in->reshard < 0)
+            continue; /* a member of a fused call: the leader's instruction */
+        int r = in->reshard;
+        const Reshard *rs = &p->reshards[r].r;
+        if (in->kind == INST_START) {
+            double s = rs->nsteps ? rs->steps[0].seconds : 0;
+            for (int m = r + 1; pr->fused_leader[r] == r && m < p->nreshards; m++)
+                if (pr->fused_leader[m] == r) /* a member riding in the leader's call */
+                    s += p->reshards[m].r.nsteps ? p->reshards[m].r.steps[0].seconds : 0;
+            double t0 = tc > tm ? tc : tm;
+            done[r] = tm = t0 + s;
+            e->comm_s += s;
+            continue;
+        }
+        if (done[r] > tc) {
+            e->exposed_s += done[r] - tc;
+            tc = done[r];
+        }
+        for (int j = 1; j < rs->nsteps; j++) { /* blocking, at the wait */
+            e->comm_s += rs->steps[j].seconds;
+            e->exposed_s += rs->steps[j].seconds;
+            tc += rs->steps[j].seconds;
+        }
+    }
+    e->step_s = tc > tm ? tc : tm;
+    free(done);
+}

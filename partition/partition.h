@@ -524,11 +524,15 @@ typedef struct PlanSchedule {
     const char **start_after;  /* per reshard */
     const char **wait_before;  /* per reshard */
     int *fused_with;           /* per reshard: first member of its fused call, or -1 */
+    /* The cost model over rank 0's program as scheduled (codegen's
+     * program_estimate): seconds per pass. */
+    double compute_s, comm_s, exposed_s, step_s;
 } PlanSchedule;
 
 void plan_print_text(const Plan *p, FILE *f);
 void plan_print_text_sched(const Plan *p, const PlanSchedule *s, FILE *f);
 void plan_print_json(const Plan *p, FILE *f);
+void plan_print_json_sched(const Plan *p, const PlanSchedule *s, FILE *f);
 int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
 void plan_print_dot(const Plan *p, FILE *f);
 

@@ -345,6 +345,13 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
             time_str(e.exposed_s, t3, sizeof t3), time_str(e.overlapped_s, t4, sizeof t4),
             time_str(e.step_s, t5, sizeof t5), (long long)e.memory_bytes, (long long)e.weight_bytes,
             (long long)e.peak_activation_bytes);
+    if (sched) {
+        char s1[32], s2[32], s3[32];
+        fprintf(f, "  as scheduled  rank 0's program (its starts and waits): communication %s, %s exposed, "
+                   "%s overlapped\n",
+                time_str(sched->comm_s, s1, sizeof s1), time_str(sched->exposed_s, s2, sizeof s2),
+                time_str(sched->comm_s - sched->exposed_s, s3, sizeof s3));
+    }
     if (p->program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
                 (long long)p->program_bytes);
@@ -353,6 +360,11 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
 }
 
 void plan_print_json(const Plan *p, FILE *f)
+{
+    plan_print_json_sched(p, NULL, f);
+}
+
+void plan_print_json_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
 {
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
@@ -440,9 +452,14 @@ void plan_print_json(const Plan *p, FILE *f)
             (long long)t.activation_bytes, (long long)t.output_gather_bytes);
     fprintf(f, "  \"estimate\": {\"device\": \"%s\", \"compute_s\": %.9g, \"communication_s\": %.9g, "
                "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
-               "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld}",
+               "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld",
             p->mesh.device->name, e.compute_s, e.comm_s, e.exposed_s, e.overlapped_s, e.step_s,
             (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)p->program_bytes);
+    if (sched)
+        fprintf(f, ",\n    \"as_scheduled\": {\"compute_s\": %.9g, \"communication_s\": %.9g, \"exposed_s\": %.9g, "
+                   "\"overlapped_s\": %.9g, \"step_s\": %.9g}",
+                sched->compute_s, sched->comm_s, sched->exposed_s, sched->comm_s - sched->exposed_s, sched->step_s);
+    fprintf(f, "}");
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "

@@ -186,7 +186,7 @@ typedef struct RtEvent {
     int at;        /* a collective: the node that ran when its completion was seen; -1: its wait */
 } RtEvent;
 
-#define RT_MAX_EVENTS (1 << 24)
+#define RT_MAX_EVENTS (1 << 22) /* 4M spans, about 160 MiB; later ones are counted, not kept */
 
 static struct {
     const RtNodeInfo *nodes;

@@ -5,6 +5,8 @@
  * local shapes. */
 #include "tests/test_util.h"
 
+#include <math.h>
+
 #include "codegen/codegen.h"
 
 typedef struct Built {
@@ -246,6 +248,52 @@ static void test_program_build_prefetches_weight_gathers(void **st)
     built_free(&b);
 }
 
+/* The cost model over the program's own schedule: every collective's
+ * time is counted once, exposure never exceeds it, and gathering weights
+ * further ahead hides more (never less); a plan whose waits follow their
+ * starts at once hides nothing. */
+static void test_program_estimate_follows_the_schedule(void **st)
+{
+    (void)st;
+    Built b;
+    build(&b, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    Diag d;
+    diag_init(&d, NULL);
+    assert_int_equal(partition_shard_weights(b.p, "dp", &d), 0);
+    PlanEstimate pe;
+    plan_estimate(b.p, &pe);
+    double exposed[3];
+    for (int k = 0; k < 3; k++) {
+        ProgramOptions o = {.prefetch = k, .fuse_bytes = 0};
+        Program *pr = program_build(b.p, 0, &o, &d);
+        assert_non_null(pr);
+        ProgramEstimate e;
+        program_estimate(pr, &e);
+        assert_true(fabs(e.comm_s - pe.comm_s) <= 1e-9 * pe.comm_s); /* every reshard once, unfused */
+        assert_true(e.exposed_s >= 0 && e.exposed_s <= e.comm_s + 1e-15);
+        assert_true(e.compute_s > 0 && e.compute_s <= pe.compute_s + 1e-12);
+        assert_true(e.step_s >= e.compute_s + e.exposed_s - 1e-12);
+        exposed[k] = e.exposed_s;
+        program_free(pr);
+    }
+    assert_true(exposed[1] <= exposed[0] + 1e-15 && exposed[2] <= exposed[1] + 1e-15);
+    assert_true(exposed[1] < exposed[0]); /* a gather one node ahead hides some of itself */
+    diag_free(&d);
+    built_free(&b);
+
+    /* Megatron alone: each all-reduce's reader follows it at once. */
+    build(&b, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL);
+    diag_init(&d, NULL);
+    ProgramOptions o = {.prefetch = 1, .fuse_bytes = 0};
+    Program *pr = program_build(b.p, 0, &o, &d);
+    ProgramEstimate e;
+    program_estimate(pr, &e);
+    assert_true(e.comm_s > 0 && fabs(e.exposed_s - e.comm_s) <= 1e-12);
+    program_free(pr);
+    diag_free(&d);
+    built_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_program_build_waits_late_in_gpt),
         cmocka_unit_test(test_program_build_fuses_ready_all_reduces),
         cmocka_unit_test(test_program_build_prefetches_weight_gathers),
+        cmocka_unit_test(test_program_estimate_follows_the_schedule),
     };
     return cmocka_run_group_tests_name("codegen/program", tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #     no NCCL. Compared with the goldens (compare.py, tolerance by dtype);
 #  2. determinism: tiny_gpt run twice, outputs bit-identical; and a
 #     pipeline (one stage, two microbatches) against the golden;
+#  2c. --trace on one GPU: a span per node from CUDA events, valid JSON;
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
 #     GPUs exist, else the clear refusal of two ranks on one GPU;
@@ -92,6 +93,26 @@ if compile_build gpt_pp1_mb2 tests/models/tiny_gpt.onnx pp=1 --microbatches 2; t
     golden_args tiny_gpt "$d"
     timeout 120 "$d/rank0" "${args[@]}" --timeout 60 </dev/null >"$d.log" 2>&1 \
         && compare tiny_gpt "$d" "tiny_gpt pp=1, 2 microbatches" || err "gpt_pp1_mb2: run (exit $?): $(tail -3 "$d.log")"
+fi
+
+step "2c. --trace on the GPU: CUDA-event spans for every node, valid trace JSON, same numbers"
+d=$OUT/tiny_gpt_1
+if [ -x "$d/rank0" ]; then
+    timeout 120 "$d/rank0" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --out logits="$OUT/traced.npy" \
+        --iters 5 --trace "$OUT/trace.json" </dev/null >"$OUT/trace.log" 2>&1 || err "tiny_gpt --trace: $(tail -3 "$OUT/trace.log")"
+    cmp -s "$d/output_logits.npy" "$OUT/traced.npy" || err "tiny_gpt: a traced run's logits differ"
+    nodes=$(grep -cE 'rt_enter\([0-9]+\);' "$d/rank0.cu")
+    "$PY" - "$OUT/trace.json" "$nodes" <<'PYEOF' || err "tiny_gpt --trace: bad trace"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+steps = [e for e in ev if e.get("cat") == "step"]
+nodes = [e for e in ev if e.get("cat") == "node" and e["args"]["iteration"] == 3]
+assert len(steps) == 6, len(steps)
+assert len(nodes) == int(sys.argv[2]), (len(nodes), sys.argv[2])
+assert all(e["dur"] >= 0 for e in nodes) and sum(e["dur"] for e in nodes) <= steps[3]["dur"] * 1.01
+print("tiny_gpt --trace: %d node spans per pass, %.3f ms on the GPU" % (len(nodes), steps[3]["dur"] / 1e3))
+PYEOF
+    python3 tools/trace_report.py "$OUT/trace.json" | head -8
 fi
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
