@@ -890,6 +890,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     FILE *fw = open_memstream(&fw_text, &fw_len);
     if (!g_comm_of || !fw)
         abort();
+    for (int r = 0; r <= p->nreshards; r++)
+        g_comm_of[r] = -1; /* set at each start */
     trace_tables_begin();
     if (p->pipe) {
         emit_pipe_decls(pr, f, g_cuda);
