@@ -121,7 +121,7 @@ static struct {
 } rt_cu = {NULL, 0, 0, -1, -1, NULL, NULL, NULL, 0};
 
 /* Records a span's start on stream s; returns its index. */
-static int rt_cuda_span(int type, int id, cudaStream_t s)
+static inline int rt_cuda_span(int type, int id, cudaStream_t s)
 {
     if (rt_cu.n == rt_cu.cap) {
         int cap = rt_cu.cap ? 2 * rt_cu.cap : 256;
@@ -143,7 +143,7 @@ static int rt_cuda_span(int type, int id, cudaStream_t s)
     return rt_cu.n++;
 }
 
-static void rt_cuda_span_end(int i)
+static inline void rt_cuda_span_end(int i)
 {
     if (i >= 0)
         CHECK_CUDA(cudaEventRecord(rt_cu.span[i].b, rt_cu.span[i].s));

@@ -205,7 +205,7 @@ static struct {
 enum { RT_COMMS_OVERLAP, RT_COMMS_UNPROGRESSED, RT_COMMS_SERIAL };
 static int rt_comms_mode;
 
-static int rt_trace_add(int type, int id, double t0, double t1)
+static inline int rt_trace_add(int type, int id, double t0, double t1)
 {
     if (rt_tr.nev == rt_tr.cap) {
         if (rt_tr.cap == RT_MAX_EVENTS) {
@@ -231,7 +231,7 @@ static int rt_trace_add(int type, int id, double t0, double t1)
 
 #if !defined(O2S_CUDA) /* the CUDA target's spans come from CUDA events: rt_cuda_* */
 /* Ends the open node span (at a node, a collective or a wait). */
-static void rt_trace_close(double now)
+static inline void rt_trace_close(double now)
 {
     if (rt_tr.node >= 0)
         rt_trace_add(RT_EV_NODE, rt_tr.node, rt_tr.node_t0, now);
@@ -266,7 +266,7 @@ static int rt_nfly;
 
 /* Tests every collective in flight once: MPI's progress engine moves
  * them along, and a completed one's span ends here (during node `at`). */
-static void rt_progress(int at, double now)
+static inline void rt_progress(int at, double now)
 {
     for (int i = 0; i < rt_nfly;) {
         int done = 0;
@@ -283,7 +283,7 @@ static void rt_progress(int at, double now)
     }
 }
 
-static void rt_trace_enter(int node)
+static inline void rt_trace_enter(int node)
 {
     double now = rt_now();
     int last = rt_tr.node;
@@ -366,7 +366,7 @@ static inline void rt_started(int comm, MPI_Request *req)
  * escaped. The tables hold the compiler's labels, which are valid UTF-8
  * with every unsafe code point already spelled out as \xNN, so the other
  * bytes pass as they are. */
-static void rt_json_str(FILE *f, const char *s)
+static inline void rt_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -384,7 +384,7 @@ static void rt_json_str(FILE *f, const char *s)
 #define RT_TRACE_LANES 16
 
 /* This rank's events as trace-event JSON objects, each followed by ",\n". */
-static void rt_trace_format(FILE *f)
+static inline void rt_trace_format(FILE *f)
 {
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": ", RANK);
     char name[256];
@@ -468,7 +468,7 @@ static void rt_trace_format(FILE *f)
 
 /* Sets the tables (every run); with --trace FILE, starts recording. The
  * clock's origin is where the ranks leave a barrier together. */
-static void rt_trace_init(const char *path, const RtNodeInfo *nodes, const RtCommInfo *comms, const char *where)
+static inline void rt_trace_init(const char *path, const RtNodeInfo *nodes, const RtCommInfo *comms, const char *where)
 {
     rt_tr.nodes = nodes;
     rt_tr.comms = comms;
@@ -492,7 +492,7 @@ static const char *const rt_comms_names[] = {"overlap", "unprogressed", "serial"
 /* Rank 0 writes every rank's spans to the --trace file, under a
  * temporary name renamed over it once complete. (Without MPI each rank
  * writes its own: FILE for rank 0, FILE.rankN for the others.) */
-static void rt_trace_write(void)
+static inline void rt_trace_write(void)
 {
     if (!rt_tr.path)
         return;
