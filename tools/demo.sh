@@ -21,6 +21,6 @@ echo "== compare with ONNX Runtime"
 build/venv/bin/python tests/e2e/compare.py tests/golden/tiny_gpt/output_logits.npy "$OUT/logits.npy"
 echo "== trace one run: where the time went, and a timeline"
 "$OUT/run.sh" --in tokens=tests/golden/tiny_gpt/input_tokens.npy --iters 20 --trace "$OUT/trace.json" </dev/null >/dev/null
-python3 tools/trace_report.py "$OUT/trace.json" | head -12
+python3 tools/trace_report.py "$OUT/trace.json"
 python3 tools/trace_svg.py "$OUT/trace.json" -o "$OUT/trace.svg"
 echo "timeline: $OUT/trace.svg; the trace opens in https://ui.perfetto.dev"
