@@ -121,8 +121,7 @@ def main():
                 tr = os.path.join(d, "trace_%s.json" % mode)
                 run(d, tokens, iters, "--trace", tr, "--comms", mode)
                 res[mode] = trace_report.summarise(tr)
-            base = res["serial"]["exposed_ms"]
-            hid = {k: max(0.0, 1 - res[k]["exposed_ms"] / base) if base > 0 else 0.0 for k in ("unprogressed", "overlap")}
+            hid = {k: trace_report.hidden(res[k], res["serial"]) or 0.0 for k in ("unprogressed", "overlap")}
             applies = est["communication_s"] < 0.5 * est["compute_s"]
             verdict = ("met" if hid["overlap"] >= 0.8 else "MISSED") if applies else "n/a (comm >= compute/2)"
             verdicts.append(verdict)

@@ -986,14 +986,9 @@ void program_estimate(const Program *pr, ProgramEstimate *e)
     for (int i = 0; i < pr->ninsts; i++) {
         const Inst *in = &pr->insts[i];
         if (in->kind == INST_COMPUTE) {
-            const NodePlan *np = &p->nodes[in->node->id];
-            double c = plan_node_seconds(p, in->node, &np->rule, np->fnaxes,
-                                         (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
-            if (pr->fused_from[in->node->id] >= 0) { /* the bias Add it carries */
-                const Node *b = pr->g->nodes[pr->fused_from[in->node->id]];
-                const NodePlan *bp = &p->nodes[b->id];
-                c += plan_node_seconds(p, b, &bp->rule, bp->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])bp->faxes);
-            }
+            double c = plan_node_planned_seconds(p, in->node);
+            if (pr->fused_from[in->node->id] >= 0) /* the bias Add it carries */
+                c += plan_node_planned_seconds(p, pr->g->nodes[pr->fused_from[in->node->id]]);
             e->compute_s += c;
             tc += c;
             continue;

@@ -30,6 +30,12 @@ static int64_t reshard_buf_bytes(const Plan *p, int r)
     return b;
 }
 
+double plan_node_planned_seconds(const Plan *p, const Node *n)
+{
+    const NodePlan *np = &p->nodes[n->id];
+    return plan_node_seconds(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+}
+
 void plan_estimate(const Plan *p, PlanEstimate *e)
 {
     const Graph *g = p->g;
@@ -67,7 +73,7 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
                 start = avail;
         }
         e->exposed_s += start - tc; /* the compute stream waited */
-        double c = plan_node_seconds(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+        double c = plan_node_planned_seconds(p, n);
         e->compute_s += c;
         tc = start + c;
         for (int k = 0; k < n->noutputs; k++)

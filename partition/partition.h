@@ -518,6 +518,9 @@ typedef struct PlanEstimate {
 } PlanEstimate;
 
 void plan_estimate(const Plan *p, PlanEstimate *e);
+/* Node n's compute time under the strategy its plan chose (plan_node_seconds
+ * with the node's own rule and factor axes). */
+double plan_node_planned_seconds(const Plan *p, const Node *n);
 /* Where each reshard starts and is waited on (from the program schedule):
  * node names, NULL meaning the start of forward() or the outputs. */
 typedef struct PlanSchedule {

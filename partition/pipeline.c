@@ -334,7 +334,7 @@ static double node_seconds(const Plan *p, int i)
 {
     const Node *n = p->g->nodes[i];
     const NodePlan *np = &p->nodes[i];
-    double s = plan_node_seconds(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
+    double s = plan_node_planned_seconds(p, n);
     for (int k = 0; k < n->ninputs; k++)
         if (np->in_reshard[k] >= 0)
             s += p->reshards[np->in_reshard[k]].r.seconds;

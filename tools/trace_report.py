@@ -80,17 +80,21 @@ def hidden(s, serial=None):
     return max(0.0, 1.0 - s["exposed_ms"] / base) if base > 0 else None
 
 
+def load_summary(path):
+    try:
+        return summarise(path)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit("trace_report: %s: %s" % (path, e))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--serial", help="a trace of the same program run with --comms serial")
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
     a = ap.parse_args()
-    try:
-        s = summarise(a.trace)
-        serial = summarise(a.serial) if a.serial else None
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit("trace_report: %s: %s" % (a.serial if a.serial and "s" in dir() else a.trace, e))
+    s = load_summary(a.trace)
+    serial = load_summary(a.serial) if a.serial else None
     s["hidden"] = hidden(s, serial)
     s["hidden_basis"] = "serial run" if serial else "time in flight"
     if serial:
