@@ -90,6 +90,17 @@ typedef struct Program {
     int **wide;
     int cuda;               /* ProgramOptions.cuda */
     int *fused_from;        /* node index -> bias Add fused into this activation, or -1 */
+    /* MatMul node index * 2 + operand -> the Transpose whose input it reads
+     * as a strided matrix view (CblasTrans or a leading dimension), so the
+     * transposed copy is never made, or -1; view_into: Transpose -> that
+     * MatMul, or -1 (program.c find_views). */
+    int *mm_view, *view_into;
+    /* buffer -> the buffer whose storage it shares (a Reshape, Squeeze,
+     * Unsqueeze, Flatten or Identity result: same bytes, new shape), or -1
+     * (program.c find_aliases); alias_node: node index -> 1 when its
+     * output is such a view and the node copies nothing. */
+    int *alias_of;
+    char *alias_node;
     Inst *insts;
     int ninsts, insts_cap;
     int *start_at, *wait_at; /* reshard -> instruction index */

@@ -174,6 +174,12 @@ int emit_binary(const EmitCtx *c, Diag *d)
         }
     }
     (void)cols;
+    if (c->n->op == OP_POW && y->dtype == DT_F32 && a->dtype == DT_F32 && b->dtype == DT_F32 && a->bytes == y->bytes &&
+        b->bytes == 4) {
+        fprintf(c->f, "    k_pow_scalar_f32(%s, %s, %s, %lld); /* one exponent */\n", y->name, a->name, b->name,
+                (long long)ny);
+        return 0;
+    }
     int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
     emit_bcast_strides(a, y, sa);
     emit_bcast_strides(b, y, sb);
@@ -221,6 +227,10 @@ int emit_unary(const EmitCtx *c, Diag *d)
     int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
     switch (c->n->op) {
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN: case OP_BITCAST:
+        if (c->pr->alias_node[c->n->id]) {
+            fprintf(c->f, "    /* %s is %s's storage, new shape: nothing to copy */\n", y->name, x->name);
+            return 0;
+        }
         fprintf(c->f, "    k_copy(%s, %s, %lld); /* same bytes, new %s */\n", y->name, x->name, (long long)y->bytes,
                 c->n->op == OP_BITCAST ? "type" : "shape");
         return 0;
@@ -240,9 +250,84 @@ int emit_unary(const EmitCtx *c, Diag *d)
     return 0;
 }
 
+/* Operand k of a MatMul read through the Transpose that made it
+ * (program.c find_views): the Transpose's input, its matrices stored
+ * transposed or not with leading dimension ld, and the view's strides. */
+typedef struct MatView {
+    const Buffer *buf;
+    int trans;
+    int64_t ld;
+    int64_t st[IR_MAX_RANK];
+} MatView;
+
+static MatView mat_view(const EmitCtx *c, int k)
+{
+    MatView v = {emit_in(c, k), 0, 0, {0}};
+    int tr = c->pr->mm_view[2 * c->n->id + k], r = v.buf->rank;
+    if (tr < 0) {
+        emit_strides(v.buf->dims, r, v.st);
+        v.ld = v.st[r - 2];
+        return v;
+    }
+    const Node *t = c->pr->g->nodes[tr];
+    const Attr *perm = node_attr(t, "perm");
+    int64_t sx[IR_MAX_RANK];
+    v.buf = &c->pr->bufs[program_operand_buf(c->pr, t, 0)];
+    emit_strides(v.buf->dims, r, sx);
+    for (int i = 0; i < r; i++)
+        v.st[i] = sx[perm ? perm->ints[i] : r - 1 - i];
+    int last = perm ? (int)perm->ints[r - 1] : 0;
+    v.trans = last != r - 1;
+    v.ld = v.trans ? v.st[r - 1] : v.st[r - 2];
+    return v;
+}
+
+/* A MatMul with an operand read in place through its Transpose. */
+static int emit_matmul_view(const EmitCtx *c)
+{
+    const Buffer *y = emit_out(c, 0);
+    MatView a = mat_view(c, 0), b = mat_view(c, 1);
+    int r = y->rank;
+    int64_t m = y->dims[r - 2], n = y->dims[r - 1], k = emit_in(c, 0)->dims[emit_in(c, 0)->rank - 1];
+    char nm[ESC_NAME_CAP];
+    for (int q = 0; q < 2; q++) {
+        int tr = c->pr->mm_view[2 * c->n->id + q];
+        if (tr >= 0)
+            fprintf(c->f, "    /* %s read in place through node \"%s\" (Transpose), whose copy is never made */\n",
+                    q ? "B" : "A", CMT(c->pr->g->nodes[tr]->name, nm));
+    }
+    if (b.buf->rank == 2 && r > 2) {
+        /* A shared right operand: the batch folds into M (A is contiguous). */
+        fprintf(c->f, "    k_matmul_view_f32(%s, %s, 0, %lld, %s, %d, %lld, %lld, %lld, %lld);\n", y->name, a.buf->name,
+                (long long)k, b.buf->name, b.trans, (long long)b.ld, (long long)(emit_prod(y->dims, 0, r - 1)),
+                (long long)k, (long long)n);
+        return 0;
+    }
+    int64_t batch = emit_prod(y->dims, 0, r - 2);
+    if (batch == 1) {
+        fprintf(c->f, "    k_matmul_view_f32(%s, %s, %d, %lld, %s, %d, %lld, %lld, %lld, %lld);\n", y->name, a.buf->name,
+                a.trans, (long long)a.ld, b.buf->name, b.trans, (long long)b.ld, (long long)m, (long long)k,
+                (long long)n);
+        return 0;
+    }
+    /* One GEMM per batch: each operand's matrix at its view's batch strides. */
+    fprintf(c->f, "    for (int64_t bi = 0; bi < %lld; bi++) {\n        int64_t rem = bi, ao = 0, bo = 0;\n",
+            (long long)batch);
+    for (int i = r - 3; i >= 0; i--)
+        fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n        bo += (rem %% %lld) * %lld;\n        rem /= %lld;\n",
+                (long long)y->dims[i], (long long)a.st[i], (long long)y->dims[i], (long long)b.st[i],
+                (long long)y->dims[i]);
+    fprintf(c->f, "        k_matmul_view_f32(%s + bi * %lld, %s + ao, %d, %lld, %s + bo, %d, %lld, %lld, %lld, %lld);\n    }\n",
+            y->name, (long long)(m * n), a.buf->name, a.trans, (long long)a.ld, b.buf->name, b.trans, (long long)b.ld,
+            (long long)m, (long long)k, (long long)n);
+    return 0;
+}
+
 int emit_matmul(const EmitCtx *c, Diag *d)
 {
     (void)d;
+    if (c->pr->mm_view[2 * c->n->id] >= 0 || c->pr->mm_view[2 * c->n->id + 1] >= 0)
+        return emit_matmul_view(c);
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     int64_t m = a->rank > 1 ? a->dims[a->rank - 2] : 1, k = a->dims[a->rank - 1];
     int64_t n = b->rank > 1 ? b->dims[b->rank - 1] : 1;

@@ -323,6 +323,116 @@ static void find_fusions(Program *pr)
     free(resharded);
 }
 
+/* Transposes folded into GEMMs: a float32 MatMul operand made by a
+ * Transpose read by nothing else is, on this rank's local blocks, a
+ * strided view of the Transpose's input. When each matrix of the view has
+ * a unit stride along its rows or its columns (the permutation keeps the
+ * input's last dim in one of the two matrix dims), BLAS reads it in place
+ * (transposed or with a leading dimension) and the copy never runs. Only
+ * the plain cases: a shared 2-D right operand, or operands and result of
+ * one rank with equal batch dims (no broadcasting), and no widened
+ * operands, reshards, graph outputs or other readers of the view. */
+static int view_usable(const Program *pr, const Node *mm, int k)
+{
+    const Plan *p = pr->plan;
+    const Tensor *t = mm->inputs[k];
+    const Node *tr = t ? t->producer : NULL;
+    if (!tr || tr->op != OP_TRANSPOSE || !program_runs(pr, tr) || pr->wide[tr->id] || pr->wide[mm->id])
+        return 0;
+    if (t->nconsumers != 1 || t->is_output || t->dtype != DT_F32 || tr->inputs[0]->dtype != DT_F32 ||
+        p->nodes[mm->id].in_reshard[k] >= 0 || (mm->inputs[0] == mm->inputs[1]))
+        return 0;
+    if (p->pipe && (p->pipe->stage_of[tr->id] != p->pipe->stage_of[mm->id] || p->pipe->readers[t->id]))
+        return 0;
+    for (int r = 0; r < p->nreshards; r++)
+        if (p->reshards[r].tensor == t)
+            return 0;
+    const Buffer *x = &pr->bufs[program_operand_buf(pr, tr, 0)], *v = &pr->bufs[pr->tensor_buf[t->id]];
+    const Buffer *y = &pr->bufs[pr->tensor_buf[mm->outputs[0]->id]];
+    const Buffer *o = &pr->bufs[program_operand_buf(pr, mm, 1 - k)];
+    const Attr *perm = node_attr(tr, "perm");
+    int r = v->rank;
+    if (r < 2 || x->rank != r || x->bytes != v->bytes || v->bytes == 0 || o->dtype != DT_F32 || y->dtype != DT_F32)
+        return 0;
+    int last = perm ? (int)perm->ints[r - 1] : 0, row = perm ? (int)perm->ints[r - 2] : 1;
+    if (last != r - 1 && row != r - 1)
+        return 0; /* neither matrix dim has unit stride */
+    if (k == 1 && r == 2 && o->rank >= 2)
+        return 1; /* a shared right operand: the batch folds into M */
+    if (o->rank != r || y->rank != r)
+        return 0;
+    for (int i = 0; i < r - 2; i++)
+        if (o->dims[i] != y->dims[i] || v->dims[i] != y->dims[i])
+            return 0;
+    return 1;
+}
+
+static void find_views(Program *pr)
+{
+    const Graph *g = pr->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        pr->mm_view[2 * i] = pr->mm_view[2 * i + 1] = -1;
+        pr->view_into[i] = -1;
+    }
+    if (pr->cuda)
+        return; /* the CUDA kernels take contiguous operands */
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op != OP_MATMUL || n->ninputs != 2 || !program_runs(pr, n))
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (view_usable(pr, n, k)) {
+                const Node *tr = n->inputs[k]->producer;
+                pr->mm_view[2 * i + k] = tr->id;
+                pr->view_into[tr->id] = n->id;
+            }
+    }
+}
+
+/* Reshapes that alias: a shape-only node (same bytes, new shape) whose
+ * float32/int64 input is an arena value read by nothing else gives its
+ * output the input's storage, so no copy runs. The two buffers are placed
+ * as one, live from the input's first use to the output's last. Not for
+ * weights, graph inputs or outputs, resharded values or widened operands
+ * (a collective or a conversion then writes one of them on its own). */
+static int is_shape_only(OpKind op)
+{
+    return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE || op == OP_FLATTEN || op == OP_IDENTITY;
+}
+
+static void find_aliases(Program *pr)
+{
+    const Graph *g = pr->g;
+    const Plan *p = pr->plan;
+    for (int b = 0; b < pr->nbufs; b++)
+        pr->alias_of[b] = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        pr->alias_node[i] = 0;
+    char *resharded = calloc((size_t)g->ntensors + 1, 1);
+    if (!resharded)
+        abort();
+    for (int r = 0; r < p->nreshards; r++)
+        resharded[p->reshards[r].tensor->id] = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (!is_shape_only(n->op) || !program_runs(pr, n) || n->noutputs != 1 || !n->outputs[0] || !n->inputs[0] ||
+            pr->wide[i] || pr->view_into[i] >= 0)
+            continue;
+        const Tensor *x = n->inputs[0], *t = n->outputs[0];
+        if (x->nconsumers != 1 || x->is_output || t->is_output || resharded[x->id] || resharded[t->id] ||
+            p->nodes[i].in_reshard[0] >= 0 || (p->pipe && (p->pipe->readers[x->id] || p->pipe->readers[t->id])))
+            continue;
+        int xb = pr->tensor_buf[x->id], yb = pr->tensor_buf[t->id];
+        const Buffer *bx = &pr->bufs[xb], *by = &pr->bufs[yb];
+        if (bx->kind != BUF_VALUE || by->kind != BUF_VALUE || bx->bytes != by->bytes || bx->dtype != by->dtype ||
+            (by->dtype != DT_F32 && by->dtype != DT_I64))
+            continue;
+        pr->alias_of[yb] = pr->alias_of[xb] >= 0 ? pr->alias_of[xb] : xb;
+        pr->alias_node[i] = 1;
+    }
+    free(resharded);
+}
+
 /* Groups items 0..n-1 by key (0..nkeys-1; negative: none), in increasing
  * item order within a group: key k's items are items[off[k] .. off[k+1]).
  * Linear, so that the schedule is. */
@@ -420,7 +530,7 @@ static void schedule(Program *pr, int prefetch)
             pr->wait_at[r] = pr->ninsts;
             inst_add(pr, INST_WAIT, n, r);
         }
-        int fused_away = i + 1 < nn && pr->fused_from[i + 1] == i;
+        int fused_away = (i + 1 < nn && pr->fused_from[i + 1] == i) || pr->view_into[i] >= 0;
         if (!fused_away && program_runs(pr, n))
             inst_add(pr, INST_COMPUTE, n, -1);
         for (int q = posts.off[i]; q < posts.off[i + 1]; q++) {
@@ -530,9 +640,11 @@ static void liveness(Program *pr)
         const Inst *in = &pr->insts[i];
         if (in->kind == INST_COMPUTE) {
             const Node *n = in->node;
-            for (int k = 0; k < n->ninputs; k++)
+            for (int k = 0; k < n->ninputs; k++) {
+                int tr = k < 2 ? pr->mm_view[2 * n->id + k] : -1; /* read through to the Transpose's input */
                 if (n->inputs[k])
-                    live(pr, program_operand_buf(pr, n, k), i);
+                    live(pr, tr >= 0 ? program_operand_buf(pr, g->nodes[tr], 0) : program_operand_buf(pr, n, k), i);
+            }
             for (int k = 0; k < n->noutputs; k++)
                 if (n->outputs[k])
                     live(pr, pr->tensor_buf[n->outputs[k]->id], i);
@@ -669,7 +781,7 @@ static int place(Program *pr, Diag *d)
     pr->arena_bytes = 0;
     for (int i = 0; i < n; i++) {
         const Buffer *b = &pr->bufs[i];
-        if (b->kind < BUF_VALUE || b->last < 0)
+        if (b->kind < BUF_VALUE || b->last < 0 || pr->alias_of[i] >= 0)
             continue;
         if (round64(b->bytes, &size[i])) {
             diag_add(d, "rank %d: buffer %s (%lld bytes) is too large for a 64-bit arena", pr->rank, b->name,
@@ -716,6 +828,9 @@ static int place(Program *pr, Diag *d)
         for (t /= 2; t >= 1; t /= 2)
             pl.tree[t] = pl.tree[2 * t] > pl.tree[2 * t + 1] ? pl.tree[2 * t] : pl.tree[2 * t + 1];
     }
+    for (int i = 0; i < n; i++)
+        if (pr->alias_of[i] >= 0)
+            pr->bufs[i].offset = pr->bufs[pr->alias_of[i]].offset;
     rc = 0;
 cleanup:
     free(pl.tree);
@@ -859,6 +974,8 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->wait_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_leader = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_from = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
+    pr->mm_view = arena_alloc(&pr->arena, (size_t)(2 * g->nnodes + 2) * sizeof(int));
+    pr->view_into = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_recv = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     for (int i = 0; i < g->ntensors; i++)
@@ -907,9 +1024,22 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
         }
     }
     find_fusions(pr);
+    find_views(pr);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
+    pr->alias_of = arena_alloc(&pr->arena, (size_t)(pr->nbufs + 1) * sizeof(int));
+    pr->alias_node = arena_alloc(&pr->arena, (size_t)g->nnodes + 1);
+    find_aliases(pr);
     liveness(pr);
+    for (int i = 0; i < pr->nbufs; i++) { /* a view keeps the storage it shares alive */
+        Buffer *b = &pr->bufs[i], *root = pr->alias_of[i] >= 0 ? &pr->bufs[pr->alias_of[i]] : NULL;
+        if (root && b->last >= 0) {
+            if (root->last < 0 || b->first < root->first)
+                root->first = b->first;
+            if (b->last > root->last)
+                root->last = b->last;
+        }
+    }
     int64_t woff = 0, sz;
     for (int i = 0; i < pr->nbufs; i++) {
         Buffer *b = &pr->bufs[i];
@@ -1017,6 +1147,8 @@ void program_estimate(const Program *pr, ProgramEstimate *e)
             tc += rs->steps[j].seconds;
         }
     }
+    if (e->exposed_s > e->comm_s)
+        e->exposed_s = e->comm_s; /* (t0 + s) - t0 rounds above s: not more exposed than sent */
     e->step_s = tc > tm ? tc : tm;
     free(done);
 }

@@ -141,11 +141,29 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= dims[i];
+    if (n == 0)
+        return;
+    /* The innermost dim in a loop of its own (typed for 4-byte elements,
+     * a masked score row), the outer ones by the index walk. */
+    int r = rank ? rank - 1 : 0;
+    int64_t run = rank ? dims[rank - 1] : 1, cl = rank ? sc[rank - 1] : 0, xl = rank ? sx[rank - 1] : 0,
+            zl = rank ? sz[rank - 1] : 0;
     int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
-    for (int64_t k = 0; k < n; k++) {
-        memcpy((char *)y + k * (int64_t)elsize,
-               c[oc] ? (const char *)x + ox * (int64_t)elsize : (const char *)z + oz * (int64_t)elsize, elsize);
-        for (int i = rank - 1; i >= 0; i--) {
+    for (int64_t k = 0; k < n; k += run) {
+        if (elsize == 4) {
+            char *yp = (char *)y + k * 4;
+            const char *xp = (const char *)x + ox * 4, *zp = (const char *)z + oz * 4;
+            const unsigned char *cp = c + oc;
+            for (int64_t j = 0; j < run; j++)
+                memcpy(yp + j * 4, cp[j * cl] ? xp + j * xl * 4 : zp + j * zl * 4, 4);
+        } else {
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize,
+                       c[oc + j * cl] ? (const char *)x + (ox + j * xl) * (int64_t)elsize
+                                      : (const char *)z + (oz + j * zl) * (int64_t)elsize,
+                       elsize);
+        }
+        for (int i = r - 1; i >= 0; i--) {
             oc += sc[i];
             ox += sx[i];
             oz += sz[i];
@@ -203,6 +221,30 @@ K_VECTOR_MATH static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
+/* tanh: an odd Taylor polynomial below |x| = 1/4 (error under 1e-9
+ * relative there, where 1 - 2/(e^2x + 1) would cancel), that form above. */
+K_VECTOR_MATH static inline float k_tanh(float x)
+{
+    float z = x < 0 ? -x : x, z2 = z * z;
+    float small = z * (1.0f + z2 * (-0.333333333f + z2 * (0.133333333f + z2 * (-0.0539682540f +
+                                                                                  z2 * 0.0218694885f))));
+    float big = 1.0f - 2.0f / (k_exp(2.0f * (z < 9.0f ? z : 9.0f)) + 1.0f);
+    float r = z < 0.25f ? small : big;
+    return x < 0 ? -r : r;
+}
+
+K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_tanh(x[i]);
+}
+
 K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
 {
     if (gelu)
@@ -227,16 +269,29 @@ static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
     case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
     case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case 2: k_erf_loop(y, x, n, 0); break;
-    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 3: k_tanh_loop(y, x, n, 0); break;
     case 4: k_sigmoid_loop(y, x, n); break;
     case 5: k_erf_loop(y, x, n, 1); break;
-    default:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        break;
+    default: k_tanh_loop(y, x, n, 1); break;
     }
+}
+
+/* Pow by one exponent (a scalar operand): the small integer and half
+ * powers exported activations use (x^3 in GPT-2's Gelu, x^2 in RMSNorm)
+ * as multiplies, which vectorise; any other exponent through powf. */
+static inline void k_pow_scalar_f32(float *y, const float *x, const float *e, int64_t n)
+{
+    float p = *e;
+    if (p == 2.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+    else if (p == 3.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i];
+    else if (p == 1.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    else if (p == 0.5f)
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = powf(x[i], p);
 }
 
 static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
@@ -281,6 +336,16 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
                     (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
 }
 
+/* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
+ * (m x k) or b (k x n) is stored transposed, lda/ldb are their leading
+ * dimensions (a Transpose folded into the call: its copy is never made). */
+static inline void k_matmul_view_f32(float *y, const float *a, int ta, int64_t lda, const float *b, int tb,
+                                     int64_t ldb, int64_t m, int64_t k, int64_t n)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                1.0f, a, (int)lda, b, (int)ldb, 0.0f, y, (int)n);
+}
+
 static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
                                 int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
 {
@@ -305,7 +370,23 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
                 (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
 }
 
-/* Softmax over the middle dim of [outer, n, inner]. */
+/* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
+ * plain loops, vectorised. Rows with no finite maximum go the exact way. */
+K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n, float mx)
+{
+    float sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = k_exp(x[j] - mx);
+        sum += y[j];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++)
+        y[j] *= inv;
+}
+
+/* Softmax over the middle dim of [outer, n, inner]: contiguous rows
+ * (inner 1) with a finite maximum through k_softmax_row_f32, the rest
+ * (strided, or a row of -inf, whose result is NaN) with expf. */
 static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     for (int64_t o = 0; o < outer; o++)
@@ -315,6 +396,10 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             float mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            if (inner == 1 && isfinite(mx)) {
+                k_softmax_row_f32(yp, xp, n, mx);
+                continue;
+            }
             for (int64_t j = 0; j < n; j++) {
                 yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
@@ -405,12 +490,26 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
         n *= dims[i];
     if (n == 0)
         return;
-    /* Copy the innermost contiguous run at once when it is unit-stride. */
-    int64_t run = rank && sx[rank - 1] == 1 ? dims[rank - 1] : 1;
-    int r = rank && sx[rank - 1] == 1 ? rank - 1 : rank;
+    /* Copy the innermost contiguous run at once when it is unit-stride;
+     * else walk the innermost dim in a loop of its own (a transpose's
+     * reads), typed for 4- and 8-byte elements. */
+    int unit = rank && sx[rank - 1] == 1;
+    int64_t run = rank ? dims[rank - 1] : 1, step = rank ? sx[rank - 1] : 1;
+    int r = rank ? rank - 1 : 0;
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset;
     for (int64_t k = 0; k < n; k += run) {
-        memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        if (unit || rank == 0)
+            memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        else if (elsize == 4)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 4, (const char *)x + (ox + j * step) * 4, 4);
+        else if (elsize == 8)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 8, (const char *)x + (ox + j * step) * 8, 8);
+        else
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
+                       elsize);
         for (int i = r - 1; i >= 0; i--) {
             ox += sx[i];
             if (++idx[i] < dims[i])

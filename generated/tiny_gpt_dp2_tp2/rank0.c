@@ -1579,11 +1579,29 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= dims[i];
+    if (n == 0)
+        return;
+    /* The innermost dim in a loop of its own (typed for 4-byte elements,
+     * a masked score row), the outer ones by the index walk. */
+    int r = rank ? rank - 1 : 0;
+    int64_t run = rank ? dims[rank - 1] : 1, cl = rank ? sc[rank - 1] : 0, xl = rank ? sx[rank - 1] : 0,
+            zl = rank ? sz[rank - 1] : 0;
     int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
-    for (int64_t k = 0; k < n; k++) {
-        memcpy((char *)y + k * (int64_t)elsize,
-               c[oc] ? (const char *)x + ox * (int64_t)elsize : (const char *)z + oz * (int64_t)elsize, elsize);
-        for (int i = rank - 1; i >= 0; i--) {
+    for (int64_t k = 0; k < n; k += run) {
+        if (elsize == 4) {
+            char *yp = (char *)y + k * 4;
+            const char *xp = (const char *)x + ox * 4, *zp = (const char *)z + oz * 4;
+            const unsigned char *cp = c + oc;
+            for (int64_t j = 0; j < run; j++)
+                memcpy(yp + j * 4, cp[j * cl] ? xp + j * xl * 4 : zp + j * zl * 4, 4);
+        } else {
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize,
+                       c[oc + j * cl] ? (const char *)x + (ox + j * xl) * (int64_t)elsize
+                                      : (const char *)z + (oz + j * zl) * (int64_t)elsize,
+                       elsize);
+        }
+        for (int i = r - 1; i >= 0; i--) {
             oc += sc[i];
             ox += sx[i];
             oz += sz[i];
@@ -1641,6 +1659,30 @@ K_VECTOR_MATH static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
+/* tanh: an odd Taylor polynomial below |x| = 1/4 (error under 1e-9
+ * relative there, where 1 - 2/(e^2x + 1) would cancel), that form above. */
+K_VECTOR_MATH static inline float k_tanh(float x)
+{
+    float z = x < 0 ? -x : x, z2 = z * z;
+    float small = z * (1.0f + z2 * (-0.333333333f + z2 * (0.133333333f + z2 * (-0.0539682540f +
+                                                                                  z2 * 0.0218694885f))));
+    float big = 1.0f - 2.0f / (k_exp(2.0f * (z < 9.0f ? z : 9.0f)) + 1.0f);
+    float r = z < 0.25f ? small : big;
+    return x < 0 ? -r : r;
+}
+
+K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_tanh(x[i]);
+}
+
 K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
 {
     if (gelu)
@@ -1665,16 +1707,29 @@ static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
     case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
     case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case 2: k_erf_loop(y, x, n, 0); break;
-    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 3: k_tanh_loop(y, x, n, 0); break;
     case 4: k_sigmoid_loop(y, x, n); break;
     case 5: k_erf_loop(y, x, n, 1); break;
-    default:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        break;
+    default: k_tanh_loop(y, x, n, 1); break;
     }
+}
+
+/* Pow by one exponent (a scalar operand): the small integer and half
+ * powers exported activations use (x^3 in GPT-2's Gelu, x^2 in RMSNorm)
+ * as multiplies, which vectorise; any other exponent through powf. */
+static inline void k_pow_scalar_f32(float *y, const float *x, const float *e, int64_t n)
+{
+    float p = *e;
+    if (p == 2.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+    else if (p == 3.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i];
+    else if (p == 1.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    else if (p == 0.5f)
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = powf(x[i], p);
 }
 
 static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
@@ -1719,6 +1774,16 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
                     (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
 }
 
+/* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
+ * (m x k) or b (k x n) is stored transposed, lda/ldb are their leading
+ * dimensions (a Transpose folded into the call: its copy is never made). */
+static inline void k_matmul_view_f32(float *y, const float *a, int ta, int64_t lda, const float *b, int tb,
+                                     int64_t ldb, int64_t m, int64_t k, int64_t n)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                1.0f, a, (int)lda, b, (int)ldb, 0.0f, y, (int)n);
+}
+
 static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
                                 int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
 {
@@ -1743,7 +1808,23 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
                 (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
 }
 
-/* Softmax over the middle dim of [outer, n, inner]. */
+/* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
+ * plain loops, vectorised. Rows with no finite maximum go the exact way. */
+K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n, float mx)
+{
+    float sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = k_exp(x[j] - mx);
+        sum += y[j];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++)
+        y[j] *= inv;
+}
+
+/* Softmax over the middle dim of [outer, n, inner]: contiguous rows
+ * (inner 1) with a finite maximum through k_softmax_row_f32, the rest
+ * (strided, or a row of -inf, whose result is NaN) with expf. */
 static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     for (int64_t o = 0; o < outer; o++)
@@ -1753,6 +1834,10 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             float mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            if (inner == 1 && isfinite(mx)) {
+                k_softmax_row_f32(yp, xp, n, mx);
+                continue;
+            }
             for (int64_t j = 0; j < n; j++) {
                 yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
@@ -1843,12 +1928,26 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
         n *= dims[i];
     if (n == 0)
         return;
-    /* Copy the innermost contiguous run at once when it is unit-stride. */
-    int64_t run = rank && sx[rank - 1] == 1 ? dims[rank - 1] : 1;
-    int r = rank && sx[rank - 1] == 1 ? rank - 1 : rank;
+    /* Copy the innermost contiguous run at once when it is unit-stride;
+     * else walk the innermost dim in a loop of its own (a transpose's
+     * reads), typed for 4- and 8-byte elements. */
+    int unit = rank && sx[rank - 1] == 1;
+    int64_t run = rank ? dims[rank - 1] : 1, step = rank ? sx[rank - 1] : 1;
+    int r = rank ? rank - 1 : 0;
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset;
     for (int64_t k = 0; k < n; k += run) {
-        memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        if (unit || rank == 0)
+            memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        else if (elsize == 4)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 4, (const char *)x + (ox + j * step) * 4, 4);
+        else if (elsize == 8)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 8, (const char *)x + (ox + j * step) * 8, 8);
+        else
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
+                       elsize);
         for (int i = r - 1; i >= 0; i--) {
             ox += sx[i];
             if (++idx[i] < dims[i])
@@ -2161,73 +2260,67 @@ static unsigned char *g_arena, *g_weights;
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_] */
 #define B_tok ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 2]: tok local [1, 16, 64], [dp,_,_] */
 #define B_pos ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: pos local [16, 64], [_,_] */
-#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 26]: h0 local [1, 16, 64], [dp,_,_] */
+#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 23]: h0 local [1, 16, 64], [dp,_,_] */
 #define B_l0_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [3, 10]: l0_ln1 local [1, 16, 64], [dp,_,_] */
 #define B_l0_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [4, 5]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 6]: l0_q local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q_h ((float *)(g_arena + 4096)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_k_mm ((float *)(g_arena + 6144)) /* 2048 bytes, live [7, 8]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 9]: l0_k local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [9, 14]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [10, 11]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [11, 12]: l0_v local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v_h ((float *)(g_arena + 2048)) /* 2048 bytes, live [12, 15]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_q_t ((float *)(g_arena + 0)) /* 2048 bytes, live [13, 16]: l0_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_k_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 16]: l0_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_v_t ((float *)(g_arena + 6144)) /* 2048 bytes, live [15, 20]: l0_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [16, 17]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores ((float *)(g_arena + 0)) /* 2048 bytes, live [17, 18]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [18, 19]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_probs ((float *)(g_arena + 0)) /* 2048 bytes, live [19, 20]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [20, 21]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [21, 22]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [22, 23]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [23, 25]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [26, 26]: l0_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [26, 33]: l0_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [27, 28]: l0_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [28, 29]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [29, 29]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [29, 30]: l0_act local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 32]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [33, 33]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [33, 57]: l0_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [34, 41]: l1_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [35, 36]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [36, 37]: l1_q local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [37, 44]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [38, 39]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [39, 40]: l1_k local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [40, 45]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [41, 42]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [42, 43]: l1_v local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 2048)) /* 2048 bytes, live [43, 46]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_q_t ((float *)(g_arena + 0)) /* 2048 bytes, live [44, 47]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_k_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [45, 47]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_v_t ((float *)(g_arena + 10240)) /* 2048 bytes, live [46, 51]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [47, 48]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 0)) /* 2048 bytes, live [48, 49]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [49, 50]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 0)) /* 2048 bytes, live [50, 51]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [51, 52]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [52, 53]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [53, 54]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l1_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [54, 56]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [57, 57]: l1_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [57, 64]: l1_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [58, 59]: l1_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [59, 60]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [60, 60]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [60, 61]: l1_act local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [61, 63]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [64, 64]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [64, 65]: l1_out local [1, 16, 64], [dp,_,_] */
-#define B_lnf ((float *)(g_arena + 16384)) /* 4096 bytes, live [65, 66]: lnf local [1, 16, 64], [dp,_,_] */
-#define B_logits ((float *)(g_arena + 0)) /* 16384 bytes, live [66, 67]: logits local [1, 16, 256], [dp,_,_] */
-#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [24, 26]: l0_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [31, 33]: l0_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [55, 57]: l1_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [62, 64]: l1_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 13]: l0_q local [1, 16, 32], [dp,_,tp] */
+#define B_l0_q_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_k_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [7, 8]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 13]: l0_k local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [9, 13]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_v_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [10, 11]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [11, 17]: l0_v local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [12, 17]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [13, 14]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 15]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [15, 16]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_probs ((float *)(g_arena + 4096)) /* 2048 bytes, live [16, 17]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [17, 18]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_ctx_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [18, 20]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [19, 20]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [20, 22]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [23, 23]: l0_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [23, 30]: l0_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [24, 25]: l0_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 26]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [26, 26]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [26, 27]: l0_act local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [27, 29]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 30]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [30, 51]: l0_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [31, 38]: l1_ln1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [32, 33]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [33, 41]: l1_q local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [34, 41]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [35, 36]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [36, 41]: l1_k local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [37, 41]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [38, 39]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [39, 45]: l1_v local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [40, 45]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [41, 42]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 8192)) /* 2048 bytes, live [42, 43]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [43, 44]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 8192)) /* 2048 bytes, live [44, 45]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [45, 46]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [46, 48]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [47, 48]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l1_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [48, 50]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [51, 51]: l1_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [51, 58]: l1_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [52, 53]: l1_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [53, 54]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [54, 54]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [54, 55]: l1_act local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [55, 57]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [58, 58]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [58, 59]: l1_out local [1, 16, 64], [dp,_,_] */
+#define B_lnf ((float *)(g_arena + 16384)) /* 4096 bytes, live [59, 60]: lnf local [1, 16, 64], [dp,_,_] */
+#define B_logits ((float *)(g_arena + 0)) /* 16384 bytes, live [60, 61]: logits local [1, 16, 256], [dp,_,_] */
+#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [21, 23]: l0_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [28, 30]: l0_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [49, 51]: l1_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [56, 58]: l1_fc2 local [1, 16, 64], [dp,_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -2258,52 +2351,46 @@ static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */
     {"l0_v_proj", "MatMul", "[1, 16, 32]"}, /* 10 */
     {"l0_v_bias", "Add", "[1, 16, 32]"}, /* 11 */
     {"l0_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 12 */
-    {"l0_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 13 */
-    {"l0_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 14 */
-    {"l0_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 15 */
-    {"l0_qk", "MatMul", "[1, 2, 16, 16]"}, /* 16 */
-    {"l0_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 17 */
-    {"l0_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 18 */
-    {"l0_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 19 */
-    {"l0_pv", "MatMul", "[1, 2, 16, 16]"}, /* 20 */
-    {"l0_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 21 */
-    {"l0_merge_heads", "Reshape", "[1, 16, 32]"}, /* 22 */
-    {"l0_o_proj", "MatMul", "[1, 16, 64]"}, /* 23 */
-    {"l0_residual1", "Add", "[1, 16, 64]"}, /* 24 */
-    {"l0_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 25 */
-    {"l0_fc1", "MatMul", "[1, 16, 128]"}, /* 26 */
-    {"l0_gelu", "Gelu", "[1, 16, 128]"}, /* 27 */
-    {"l0_fc2", "MatMul", "[1, 16, 64]"}, /* 28 */
-    {"l0_residual2", "Add", "[1, 16, 64]"}, /* 29 */
-    {"l1_ln1", "LayerNormalization", "[1, 16, 64]"}, /* 30 */
-    {"l1_q_proj", "MatMul", "[1, 16, 32]"}, /* 31 */
-    {"l1_q_bias", "Add", "[1, 16, 32]"}, /* 32 */
-    {"l1_q_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 33 */
-    {"l1_k_proj", "MatMul", "[1, 16, 32]"}, /* 34 */
-    {"l1_k_bias", "Add", "[1, 16, 32]"}, /* 35 */
-    {"l1_k_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 36 */
-    {"l1_v_proj", "MatMul", "[1, 16, 32]"}, /* 37 */
-    {"l1_v_bias", "Add", "[1, 16, 32]"}, /* 38 */
-    {"l1_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 39 */
-    {"l1_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 40 */
-    {"l1_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 41 */
-    {"l1_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 42 */
-    {"l1_qk", "MatMul", "[1, 2, 16, 16]"}, /* 43 */
-    {"l1_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 44 */
-    {"l1_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 45 */
-    {"l1_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 46 */
-    {"l1_pv", "MatMul", "[1, 2, 16, 16]"}, /* 47 */
-    {"l1_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 48 */
-    {"l1_merge_heads", "Reshape", "[1, 16, 32]"}, /* 49 */
-    {"l1_o_proj", "MatMul", "[1, 16, 64]"}, /* 50 */
-    {"l1_residual1", "Add", "[1, 16, 64]"}, /* 51 */
-    {"l1_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 52 */
-    {"l1_fc1", "MatMul", "[1, 16, 128]"}, /* 53 */
-    {"l1_gelu", "Gelu", "[1, 16, 128]"}, /* 54 */
-    {"l1_fc2", "MatMul", "[1, 16, 64]"}, /* 55 */
-    {"l1_residual2", "Add", "[1, 16, 64]"}, /* 56 */
-    {"ln_f", "LayerNormalization", "[1, 16, 64]"}, /* 57 */
-    {"lm_head", "MatMul", "[1, 16, 256]"}, /* 58 */
+    {"l0_qk", "MatMul", "[1, 2, 16, 16]"}, /* 13 */
+    {"l0_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 14 */
+    {"l0_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 15 */
+    {"l0_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 16 */
+    {"l0_pv", "MatMul", "[1, 2, 16, 16]"}, /* 17 */
+    {"l0_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 18 */
+    {"l0_merge_heads", "Reshape", "[1, 16, 32]"}, /* 19 */
+    {"l0_o_proj", "MatMul", "[1, 16, 64]"}, /* 20 */
+    {"l0_residual1", "Add", "[1, 16, 64]"}, /* 21 */
+    {"l0_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 22 */
+    {"l0_fc1", "MatMul", "[1, 16, 128]"}, /* 23 */
+    {"l0_gelu", "Gelu", "[1, 16, 128]"}, /* 24 */
+    {"l0_fc2", "MatMul", "[1, 16, 64]"}, /* 25 */
+    {"l0_residual2", "Add", "[1, 16, 64]"}, /* 26 */
+    {"l1_ln1", "LayerNormalization", "[1, 16, 64]"}, /* 27 */
+    {"l1_q_proj", "MatMul", "[1, 16, 32]"}, /* 28 */
+    {"l1_q_bias", "Add", "[1, 16, 32]"}, /* 29 */
+    {"l1_q_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 30 */
+    {"l1_k_proj", "MatMul", "[1, 16, 32]"}, /* 31 */
+    {"l1_k_bias", "Add", "[1, 16, 32]"}, /* 32 */
+    {"l1_k_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 33 */
+    {"l1_v_proj", "MatMul", "[1, 16, 32]"}, /* 34 */
+    {"l1_v_bias", "Add", "[1, 16, 32]"}, /* 35 */
+    {"l1_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 36 */
+    {"l1_qk", "MatMul", "[1, 2, 16, 16]"}, /* 37 */
+    {"l1_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 38 */
+    {"l1_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 39 */
+    {"l1_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 40 */
+    {"l1_pv", "MatMul", "[1, 2, 16, 16]"}, /* 41 */
+    {"l1_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 42 */
+    {"l1_merge_heads", "Reshape", "[1, 16, 32]"}, /* 43 */
+    {"l1_o_proj", "MatMul", "[1, 16, 64]"}, /* 44 */
+    {"l1_residual1", "Add", "[1, 16, 64]"}, /* 45 */
+    {"l1_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 46 */
+    {"l1_fc1", "MatMul", "[1, 16, 128]"}, /* 47 */
+    {"l1_gelu", "Gelu", "[1, 16, 128]"}, /* 48 */
+    {"l1_fc2", "MatMul", "[1, 16, 64]"}, /* 49 */
+    {"l1_residual2", "Add", "[1, 16, 64]"}, /* 50 */
+    {"ln_f", "LayerNormalization", "[1, 16, 64]"}, /* 51 */
+    {"lm_head", "MatMul", "[1, 16, 256]"}, /* 52 */
 };
 
 static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */
@@ -2356,7 +2443,7 @@ static void forward(void)
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_enter(6);
-    k_copy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
+    /* B_l0_q_h is B_l0_q's storage, new shape: nothing to copy */
 
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -2371,7 +2458,7 @@ static void forward(void)
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_enter(9);
-    k_copy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
+    /* B_l0_k_h is B_l0_k's storage, new shape: nothing to copy */
 
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -2386,48 +2473,32 @@ static void forward(void)
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
     rt_enter(12);
-    k_copy(B_l0_v_h, B_l0_v, 2048); /* same bytes, new shape */
-
-    /* node "l0_q_perm" (Transpose)
-     *   l0_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(13);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l0_q_t, B_l0_q_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l0_k_perm" (Transpose)
-     *   l0_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(14);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 1, 32};
-        k_strided_copy(B_l0_k_t, B_l0_k_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l0_v_perm" (Transpose)
-     *   l0_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(15);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l0_v_t, B_l0_v_h, 4, 4, dims, strides, 0);
-    }
+    /* B_l0_v_h is B_l0_v's storage, new shape: nothing to copy */
 
     /* node "l0_qk" (MatMul)
      *   l0_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(16);
-    k_matmul_f32(B_l0_scores_raw, B_l0_q_t, B_l0_k_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(13);
+    /* A read in place through node "l0_q_perm" (Transpose), whose copy is never made */
+    /* B read in place through node "l0_k_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 16;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16);
+    }
 
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(17);
+    rt_enter(14);
     k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(18);
+    rt_enter(15);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2438,17 +2509,27 @@ static void forward(void)
 
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(19);
+    rt_enter(16);
     k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(20);
-    k_matmul_f32(B_l0_ctx, B_l0_probs, B_l0_v_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(17);
+    /* B read in place through node "l0_v_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 256;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16);
+    }
 
     /* node "l0_ctx_perm" (Transpose)
      *   l0_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_enter(21);
+    rt_enter(18);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2457,12 +2538,12 @@ static void forward(void)
 
     /* node "l0_merge_heads" (Reshape)
      *   l0_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(22);
-    k_copy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
+    rt_enter(19);
+    /* B_l0_ctx_m is B_l0_ctx_t's storage, new shape: nothing to copy */
 
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_enter(23);
+    rt_enter(20);
     k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
@@ -2477,29 +2558,29 @@ static void forward(void)
 
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(24);
+    rt_enter(21);
     /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, W_l0_bo, B_h0, 16, 64);
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(25);
+    rt_enter(22);
     k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_enter(26);
+    rt_enter(23);
     k_matmul_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, 1, 16, 64, 128, 0, 0);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_enter(27);
+    rt_enter(24);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_enter(28);
+    rt_enter(25);
     k_matmul_f32(B_l0_fc2, B_l0_act, W_l0_W2, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
@@ -2514,100 +2595,84 @@ static void forward(void)
 
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(29);
+    rt_enter(26);
     /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, W_l0_b2, B_l0_res1, 16, 64);
 
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(30);
+    rt_enter(27);
     k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, W_l1_ln1_g, W_l1_ln1_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(31);
+    rt_enter(28);
     k_matmul_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, 1, 16, 64, 32, 0, 0);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(32);
+    rt_enter(29);
     k_arith_f32(0, B_l1_q, B_l1_q_mm, W_l1_bq, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_enter(33);
-    k_copy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
+    rt_enter(30);
+    /* B_l1_q_h is B_l1_q's storage, new shape: nothing to copy */
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(34);
+    rt_enter(31);
     k_matmul_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, 1, 16, 64, 32, 0, 0);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(35);
+    rt_enter(32);
     k_arith_f32(0, B_l1_k, B_l1_k_mm, W_l1_bk, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_enter(36);
-    k_copy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
+    rt_enter(33);
+    /* B_l1_k_h is B_l1_k's storage, new shape: nothing to copy */
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(37);
+    rt_enter(34);
     k_matmul_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, 1, 16, 64, 32, 0, 0);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(38);
+    rt_enter(35);
     k_arith_f32(0, B_l1_v, B_l1_v_mm, W_l1_bv, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_enter(39);
-    k_copy(B_l1_v_h, B_l1_v, 2048); /* same bytes, new shape */
-
-    /* node "l1_q_perm" (Transpose)
-     *   l1_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(40);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l1_q_t, B_l1_q_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l1_k_perm" (Transpose)
-     *   l1_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(41);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 1, 32};
-        k_strided_copy(B_l1_k_t, B_l1_k_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l1_v_perm" (Transpose)
-     *   l1_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(42);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l1_v_t, B_l1_v_h, 4, 4, dims, strides, 0);
-    }
+    rt_enter(36);
+    /* B_l1_v_h is B_l1_v's storage, new shape: nothing to copy */
 
     /* node "l1_qk" (MatMul)
      *   l1_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(43);
-    k_matmul_f32(B_l1_scores_raw, B_l1_q_t, B_l1_k_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(37);
+    /* A read in place through node "l1_q_perm" (Transpose), whose copy is never made */
+    /* B read in place through node "l1_k_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 16;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16);
+    }
 
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(44);
+    rt_enter(38);
     k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(45);
+    rt_enter(39);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2618,17 +2683,27 @@ static void forward(void)
 
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(46);
+    rt_enter(40);
     k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
-    rt_enter(47);
-    k_matmul_f32(B_l1_ctx, B_l1_probs, B_l1_v_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(41);
+    /* B read in place through node "l1_v_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 256;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16);
+    }
 
     /* node "l1_ctx_perm" (Transpose)
      *   l1_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
-    rt_enter(48);
+    rt_enter(42);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2637,12 +2712,12 @@ static void forward(void)
 
     /* node "l1_merge_heads" (Reshape)
      *   l1_ctx_m: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
-    rt_enter(49);
-    k_copy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
+    rt_enter(43);
+    /* B_l1_ctx_m is B_l1_ctx_t's storage, new shape: nothing to copy */
 
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_enter(50);
+    rt_enter(44);
     k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
@@ -2657,29 +2732,29 @@ static void forward(void)
 
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(51);
+    rt_enter(45);
     /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, W_l1_bo, B_l0_out, 16, 64);
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(52);
+    rt_enter(46);
     k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_enter(53);
+    rt_enter(47);
     k_matmul_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, 1, 16, 64, 128, 0, 0);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
-    rt_enter(54);
+    rt_enter(48);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
-    rt_enter(55);
+    rt_enter(49);
     k_matmul_f32(B_l1_fc2, B_l1_act, W_l1_W2, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
@@ -2694,18 +2769,18 @@ static void forward(void)
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(56);
+    rt_enter(50);
     /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, W_l1_b2, B_l1_res1, 16, 64);
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
-    rt_enter(57);
+    rt_enter(51);
     k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
-    rt_enter(58);
+    rt_enter(52);
     k_matmul_f32(B_logits, B_lnf, W_lm_head, 1, 16, 64, 256, 0, 0);
     rt_step_end();
 }

@@ -1579,11 +1579,29 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= dims[i];
+    if (n == 0)
+        return;
+    /* The innermost dim in a loop of its own (typed for 4-byte elements,
+     * a masked score row), the outer ones by the index walk. */
+    int r = rank ? rank - 1 : 0;
+    int64_t run = rank ? dims[rank - 1] : 1, cl = rank ? sc[rank - 1] : 0, xl = rank ? sx[rank - 1] : 0,
+            zl = rank ? sz[rank - 1] : 0;
     int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
-    for (int64_t k = 0; k < n; k++) {
-        memcpy((char *)y + k * (int64_t)elsize,
-               c[oc] ? (const char *)x + ox * (int64_t)elsize : (const char *)z + oz * (int64_t)elsize, elsize);
-        for (int i = rank - 1; i >= 0; i--) {
+    for (int64_t k = 0; k < n; k += run) {
+        if (elsize == 4) {
+            char *yp = (char *)y + k * 4;
+            const char *xp = (const char *)x + ox * 4, *zp = (const char *)z + oz * 4;
+            const unsigned char *cp = c + oc;
+            for (int64_t j = 0; j < run; j++)
+                memcpy(yp + j * 4, cp[j * cl] ? xp + j * xl * 4 : zp + j * zl * 4, 4);
+        } else {
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize,
+                       c[oc + j * cl] ? (const char *)x + (ox + j * xl) * (int64_t)elsize
+                                      : (const char *)z + (oz + j * zl) * (int64_t)elsize,
+                       elsize);
+        }
+        for (int i = r - 1; i >= 0; i--) {
             oc += sc[i];
             ox += sx[i];
             oz += sz[i];
@@ -1641,6 +1659,30 @@ K_VECTOR_MATH static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
+/* tanh: an odd Taylor polynomial below |x| = 1/4 (error under 1e-9
+ * relative there, where 1 - 2/(e^2x + 1) would cancel), that form above. */
+K_VECTOR_MATH static inline float k_tanh(float x)
+{
+    float z = x < 0 ? -x : x, z2 = z * z;
+    float small = z * (1.0f + z2 * (-0.333333333f + z2 * (0.133333333f + z2 * (-0.0539682540f +
+                                                                                  z2 * 0.0218694885f))));
+    float big = 1.0f - 2.0f / (k_exp(2.0f * (z < 9.0f ? z : 9.0f)) + 1.0f);
+    float r = z < 0.25f ? small : big;
+    return x < 0 ? -r : r;
+}
+
+K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_tanh(x[i]);
+}
+
 K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
 {
     if (gelu)
@@ -1665,16 +1707,29 @@ static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
     case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
     case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case 2: k_erf_loop(y, x, n, 0); break;
-    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 3: k_tanh_loop(y, x, n, 0); break;
     case 4: k_sigmoid_loop(y, x, n); break;
     case 5: k_erf_loop(y, x, n, 1); break;
-    default:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        break;
+    default: k_tanh_loop(y, x, n, 1); break;
     }
+}
+
+/* Pow by one exponent (a scalar operand): the small integer and half
+ * powers exported activations use (x^3 in GPT-2's Gelu, x^2 in RMSNorm)
+ * as multiplies, which vectorise; any other exponent through powf. */
+static inline void k_pow_scalar_f32(float *y, const float *x, const float *e, int64_t n)
+{
+    float p = *e;
+    if (p == 2.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+    else if (p == 3.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i];
+    else if (p == 1.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    else if (p == 0.5f)
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = powf(x[i], p);
 }
 
 static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
@@ -1719,6 +1774,16 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
                     (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
 }
 
+/* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
+ * (m x k) or b (k x n) is stored transposed, lda/ldb are their leading
+ * dimensions (a Transpose folded into the call: its copy is never made). */
+static inline void k_matmul_view_f32(float *y, const float *a, int ta, int64_t lda, const float *b, int tb,
+                                     int64_t ldb, int64_t m, int64_t k, int64_t n)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                1.0f, a, (int)lda, b, (int)ldb, 0.0f, y, (int)n);
+}
+
 static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
                                 int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
 {
@@ -1743,7 +1808,23 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
                 (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
 }
 
-/* Softmax over the middle dim of [outer, n, inner]. */
+/* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
+ * plain loops, vectorised. Rows with no finite maximum go the exact way. */
+K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n, float mx)
+{
+    float sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = k_exp(x[j] - mx);
+        sum += y[j];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++)
+        y[j] *= inv;
+}
+
+/* Softmax over the middle dim of [outer, n, inner]: contiguous rows
+ * (inner 1) with a finite maximum through k_softmax_row_f32, the rest
+ * (strided, or a row of -inf, whose result is NaN) with expf. */
 static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     for (int64_t o = 0; o < outer; o++)
@@ -1753,6 +1834,10 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             float mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            if (inner == 1 && isfinite(mx)) {
+                k_softmax_row_f32(yp, xp, n, mx);
+                continue;
+            }
             for (int64_t j = 0; j < n; j++) {
                 yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
@@ -1843,12 +1928,26 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
         n *= dims[i];
     if (n == 0)
         return;
-    /* Copy the innermost contiguous run at once when it is unit-stride. */
-    int64_t run = rank && sx[rank - 1] == 1 ? dims[rank - 1] : 1;
-    int r = rank && sx[rank - 1] == 1 ? rank - 1 : rank;
+    /* Copy the innermost contiguous run at once when it is unit-stride;
+     * else walk the innermost dim in a loop of its own (a transpose's
+     * reads), typed for 4- and 8-byte elements. */
+    int unit = rank && sx[rank - 1] == 1;
+    int64_t run = rank ? dims[rank - 1] : 1, step = rank ? sx[rank - 1] : 1;
+    int r = rank ? rank - 1 : 0;
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset;
     for (int64_t k = 0; k < n; k += run) {
-        memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        if (unit || rank == 0)
+            memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        else if (elsize == 4)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 4, (const char *)x + (ox + j * step) * 4, 4);
+        else if (elsize == 8)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 8, (const char *)x + (ox + j * step) * 8, 8);
+        else
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
+                       elsize);
         for (int i = r - 1; i >= 0; i--) {
             ox += sx[i];
             if (++idx[i] < dims[i])
@@ -2141,39 +2240,36 @@ static unsigned char *g_arena, *g_weights;
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [mb,_] */
 #define B_tok ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 2]: tok local [1, 16, 64], [mb,_,_] */
 #define B_pos ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: pos local [16, 64], [_,_] */
-#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 26]: h0 local [1, 16, 64], [mb,_,_] */
+#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 23]: h0 local [1, 16, 64], [mb,_,_] */
 #define B_l0_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [3, 10]: l0_ln1 local [1, 16, 64], [mb,_,_] */
 #define B_l0_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [4, 5]: l0_q_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 6]: l0_q local [1, 16, 32], [mb,_,tp] */
-#define B_l0_q_h ((float *)(g_arena + 4096)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l0_k_mm ((float *)(g_arena + 6144)) /* 2048 bytes, live [7, 8]: l0_k_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l0_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 9]: l0_k local [1, 16, 32], [mb,_,tp] */
-#define B_l0_k_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [9, 14]: l0_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l0_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [10, 11]: l0_v_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [11, 12]: l0_v local [1, 16, 32], [mb,_,tp] */
-#define B_l0_v_h ((float *)(g_arena + 2048)) /* 2048 bytes, live [12, 15]: l0_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l0_q_t ((float *)(g_arena + 0)) /* 2048 bytes, live [13, 16]: l0_q_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_k_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 16]: l0_k_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_v_t ((float *)(g_arena + 6144)) /* 2048 bytes, live [15, 20]: l0_v_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [16, 17]: l0_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_scores ((float *)(g_arena + 0)) /* 2048 bytes, live [17, 18]: l0_scores local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [18, 19]: l0_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_probs ((float *)(g_arena + 0)) /* 2048 bytes, live [19, 20]: l0_probs local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [20, 21]: l0_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l0_ctx_t ((float *)(g_arena + 0)) /* 2048 bytes, live [21, 22]: l0_ctx_t local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [22, 23]: l0_ctx_m local [1, 16, 32], [mb,_,tp] */
-#define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [23, 25]: l0_o_mm local [1, 16, 64], [mb,_,_] partial(tp) */
-#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [26, 26]: l0_attn_out local [1, 16, 64], [mb,_,_] */
-#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [26, 33]: l0_res1 local [1, 16, 64], [mb,_,_] */
-#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [27, 28]: l0_ln2 local [1, 16, 64], [mb,_,_] */
-#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [28, 29]: l0_fc1 local [1, 16, 128], [mb,_,tp] */
-#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [29, 29]: l0_fc1_b local [1, 16, 128], [mb,_,tp] */
-#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [29, 30]: l0_act local [1, 16, 128], [mb,_,tp] */
-#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 32]: l0_fc2 local [1, 16, 64], [mb,_,_] partial(tp) */
-#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [33, 33]: l0_fc2_b local [1, 16, 64], [mb,_,_] */
-#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [33, 33]: l0_out local [1, 16, 64], [mb,_,_] */
-#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [24, 26]: l0_o_mm local [1, 16, 64], [mb,_,_] */
-#define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [31, 33]: l0_fc2 local [1, 16, 64], [mb,_,_] */
+#define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 13]: l0_q local [1, 16, 32], [mb,_,tp] */
+#define B_l0_q_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l0_k_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [7, 8]: l0_k_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l0_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 13]: l0_k local [1, 16, 32], [mb,_,tp] */
+#define B_l0_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [9, 13]: l0_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l0_v_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [10, 11]: l0_v_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [11, 17]: l0_v local [1, 16, 32], [mb,_,tp] */
+#define B_l0_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [12, 17]: l0_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l0_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [13, 14]: l0_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l0_scores ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 15]: l0_scores local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l0_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [15, 16]: l0_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l0_probs ((float *)(g_arena + 4096)) /* 2048 bytes, live [16, 17]: l0_probs local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l0_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [17, 18]: l0_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l0_ctx_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [18, 20]: l0_ctx_t local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [19, 20]: l0_ctx_m local [1, 16, 32], [mb,_,tp] */
+#define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [20, 22]: l0_o_mm local [1, 16, 64], [mb,_,_] partial(tp) */
+#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [23, 23]: l0_attn_out local [1, 16, 64], [mb,_,_] */
+#define B_l0_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [23, 30]: l0_res1 local [1, 16, 64], [mb,_,_] */
+#define B_l0_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [24, 25]: l0_ln2 local [1, 16, 64], [mb,_,_] */
+#define B_l0_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 26]: l0_fc1 local [1, 16, 128], [mb,_,tp] */
+#define B_l0_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [26, 26]: l0_fc1_b local [1, 16, 128], [mb,_,tp] */
+#define B_l0_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [26, 27]: l0_act local [1, 16, 128], [mb,_,tp] */
+#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [27, 29]: l0_fc2 local [1, 16, 64], [mb,_,_] partial(tp) */
+#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 30]: l0_fc2_b local [1, 16, 64], [mb,_,_] */
+#define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [30, 30]: l0_out local [1, 16, 64], [mb,_,_] */
+#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [21, 23]: l0_o_mm local [1, 16, 64], [mb,_,_] */
+#define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [28, 30]: l0_fc2 local [1, 16, 64], [mb,_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -2220,23 +2316,20 @@ static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */
     {"l0_v_proj", "MatMul", "[1, 16, 32]"}, /* 10 */
     {"l0_v_bias", "Add", "[1, 16, 32]"}, /* 11 */
     {"l0_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 12 */
-    {"l0_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 13 */
-    {"l0_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 14 */
-    {"l0_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 15 */
-    {"l0_qk", "MatMul", "[1, 2, 16, 16]"}, /* 16 */
-    {"l0_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 17 */
-    {"l0_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 18 */
-    {"l0_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 19 */
-    {"l0_pv", "MatMul", "[1, 2, 16, 16]"}, /* 20 */
-    {"l0_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 21 */
-    {"l0_merge_heads", "Reshape", "[1, 16, 32]"}, /* 22 */
-    {"l0_o_proj", "MatMul", "[1, 16, 64]"}, /* 23 */
-    {"l0_residual1", "Add", "[1, 16, 64]"}, /* 24 */
-    {"l0_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 25 */
-    {"l0_fc1", "MatMul", "[1, 16, 128]"}, /* 26 */
-    {"l0_gelu", "Gelu", "[1, 16, 128]"}, /* 27 */
-    {"l0_fc2", "MatMul", "[1, 16, 64]"}, /* 28 */
-    {"l0_residual2", "Add", "[1, 16, 64]"}, /* 29 */
+    {"l0_qk", "MatMul", "[1, 2, 16, 16]"}, /* 13 */
+    {"l0_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 14 */
+    {"l0_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 15 */
+    {"l0_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 16 */
+    {"l0_pv", "MatMul", "[1, 2, 16, 16]"}, /* 17 */
+    {"l0_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 18 */
+    {"l0_merge_heads", "Reshape", "[1, 16, 32]"}, /* 19 */
+    {"l0_o_proj", "MatMul", "[1, 16, 64]"}, /* 20 */
+    {"l0_residual1", "Add", "[1, 16, 64]"}, /* 21 */
+    {"l0_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 22 */
+    {"l0_fc1", "MatMul", "[1, 16, 128]"}, /* 23 */
+    {"l0_gelu", "Gelu", "[1, 16, 128]"}, /* 24 */
+    {"l0_fc2", "MatMul", "[1, 16, 64]"}, /* 25 */
+    {"l0_residual2", "Add", "[1, 16, 64]"}, /* 26 */
 };
 
 static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */
@@ -2289,7 +2382,7 @@ static void step(int mb, int slot)
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(6);
-    k_copy(B_l0_q_h, B_l0_q, 2048); /* same bytes, new shape */
+    /* B_l0_q_h is B_l0_q's storage, new shape: nothing to copy */
 
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2304,7 +2397,7 @@ static void step(int mb, int slot)
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(9);
-    k_copy(B_l0_k_h, B_l0_k, 2048); /* same bytes, new shape */
+    /* B_l0_k_h is B_l0_k's storage, new shape: nothing to copy */
 
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2319,48 +2412,32 @@ static void step(int mb, int slot)
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(12);
-    k_copy(B_l0_v_h, B_l0_v, 2048); /* same bytes, new shape */
-
-    /* node "l0_q_perm" (Transpose)
-     *   l0_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(13);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l0_q_t, B_l0_q_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l0_k_perm" (Transpose)
-     *   l0_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(14);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 1, 32};
-        k_strided_copy(B_l0_k_t, B_l0_k_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l0_v_perm" (Transpose)
-     *   l0_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(15);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l0_v_t, B_l0_v_h, 4, 4, dims, strides, 0);
-    }
+    /* B_l0_v_h is B_l0_v's storage, new shape: nothing to copy */
 
     /* node "l0_qk" (MatMul)
      *   l0_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(16);
-    k_matmul_f32(B_l0_scores_raw, B_l0_q_t, B_l0_k_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(13);
+    /* A read in place through node "l0_q_perm" (Transpose), whose copy is never made */
+    /* B read in place through node "l0_k_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 16;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16);
+    }
 
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(17);
+    rt_enter(14);
     k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(18);
+    rt_enter(15);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2371,17 +2448,27 @@ static void step(int mb, int slot)
 
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(19);
+    rt_enter(16);
     k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(20);
-    k_matmul_f32(B_l0_ctx, B_l0_probs, B_l0_v_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(17);
+    /* B read in place through node "l0_v_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 256;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16);
+    }
 
     /* node "l0_ctx_perm" (Transpose)
      *   l0_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
-    rt_enter(21);
+    rt_enter(18);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2390,12 +2477,12 @@ static void step(int mb, int slot)
 
     /* node "l0_merge_heads" (Reshape)
      *   l0_ctx_m: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
-    rt_enter(22);
-    k_copy(B_l0_ctx_m, B_l0_ctx_t, 2048); /* same bytes, new shape */
+    rt_enter(19);
+    /* B_l0_ctx_m is B_l0_ctx_t's storage, new shape: nothing to copy */
 
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
-    rt_enter(23);
+    rt_enter(20);
     k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
@@ -2410,29 +2497,29 @@ static void step(int mb, int slot)
 
     /* node "l0_residual1" (Add)
      *   l0_res1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(24);
+    rt_enter(21);
     /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, W_l0_bo, B_h0, 16, 64);
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(25);
+    rt_enter(22);
     k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
-    rt_enter(26);
+    rt_enter(23);
     k_matmul_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, 1, 16, 64, 128, 0, 0);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
-    rt_enter(27);
+    rt_enter(24);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
-    rt_enter(28);
+    rt_enter(25);
     k_matmul_f32(B_l0_fc2, B_l0_act, W_l0_W2, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
@@ -2447,7 +2534,7 @@ static void step(int mb, int slot)
 
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(29);
+    rt_enter(26);
     /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, W_l0_b2, B_l0_res1, 16, 64);
 

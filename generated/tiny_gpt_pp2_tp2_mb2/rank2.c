@@ -1579,11 +1579,29 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= dims[i];
+    if (n == 0)
+        return;
+    /* The innermost dim in a loop of its own (typed for 4-byte elements,
+     * a masked score row), the outer ones by the index walk. */
+    int r = rank ? rank - 1 : 0;
+    int64_t run = rank ? dims[rank - 1] : 1, cl = rank ? sc[rank - 1] : 0, xl = rank ? sx[rank - 1] : 0,
+            zl = rank ? sz[rank - 1] : 0;
     int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
-    for (int64_t k = 0; k < n; k++) {
-        memcpy((char *)y + k * (int64_t)elsize,
-               c[oc] ? (const char *)x + ox * (int64_t)elsize : (const char *)z + oz * (int64_t)elsize, elsize);
-        for (int i = rank - 1; i >= 0; i--) {
+    for (int64_t k = 0; k < n; k += run) {
+        if (elsize == 4) {
+            char *yp = (char *)y + k * 4;
+            const char *xp = (const char *)x + ox * 4, *zp = (const char *)z + oz * 4;
+            const unsigned char *cp = c + oc;
+            for (int64_t j = 0; j < run; j++)
+                memcpy(yp + j * 4, cp[j * cl] ? xp + j * xl * 4 : zp + j * zl * 4, 4);
+        } else {
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize,
+                       c[oc + j * cl] ? (const char *)x + (ox + j * xl) * (int64_t)elsize
+                                      : (const char *)z + (oz + j * zl) * (int64_t)elsize,
+                       elsize);
+        }
+        for (int i = r - 1; i >= 0; i--) {
             oc += sc[i];
             ox += sx[i];
             oz += sz[i];
@@ -1641,6 +1659,30 @@ K_VECTOR_MATH static inline float k_erf(float x)
     return x < 0 ? erfc - 1.0f : 1.0f - erfc;
 }
 
+/* tanh: an odd Taylor polynomial below |x| = 1/4 (error under 1e-9
+ * relative there, where 1 - 2/(e^2x + 1) would cancel), that form above. */
+K_VECTOR_MATH static inline float k_tanh(float x)
+{
+    float z = x < 0 ? -x : x, z2 = z * z;
+    float small = z * (1.0f + z2 * (-0.333333333f + z2 * (0.133333333f + z2 * (-0.0539682540f +
+                                                                                  z2 * 0.0218694885f))));
+    float big = 1.0f - 2.0f / (k_exp(2.0f * (z < 9.0f ? z : 9.0f)) + 1.0f);
+    float r = z < 0.25f ? small : big;
+    return x < 0 ? -r : r;
+}
+
+K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
+{
+    if (gelu)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = k_tanh(x[i]);
+}
+
 K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
 {
     if (gelu)
@@ -1665,16 +1707,29 @@ static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
     case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
     case 1: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case 2: k_erf_loop(y, x, n, 0); break;
-    case 3: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
+    case 3: k_tanh_loop(y, x, n, 0); break;
     case 4: k_sigmoid_loop(y, x, n); break;
     case 5: k_erf_loop(y, x, n, 1); break;
-    default:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        break;
+    default: k_tanh_loop(y, x, n, 1); break;
     }
+}
+
+/* Pow by one exponent (a scalar operand): the small integer and half
+ * powers exported activations use (x^3 in GPT-2's Gelu, x^2 in RMSNorm)
+ * as multiplies, which vectorise; any other exponent through powf. */
+static inline void k_pow_scalar_f32(float *y, const float *x, const float *e, int64_t n)
+{
+    float p = *e;
+    if (p == 2.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+    else if (p == 3.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i];
+    else if (p == 1.0f)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    else if (p == 0.5f)
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = powf(x[i], p);
 }
 
 static inline void k_relu_i64(int64_t *y, const int64_t *x, int64_t n)
@@ -1719,6 +1774,16 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
                     (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
 }
 
+/* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
+ * (m x k) or b (k x n) is stored transposed, lda/ldb are their leading
+ * dimensions (a Transpose folded into the call: its copy is never made). */
+static inline void k_matmul_view_f32(float *y, const float *a, int ta, int64_t lda, const float *b, int tb,
+                                     int64_t ldb, int64_t m, int64_t k, int64_t n)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                1.0f, a, (int)lda, b, (int)ldb, 0.0f, y, (int)n);
+}
+
 static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
                                 int64_t k, int64_t n, int64_t a_bstride, int64_t w_bstride)
 {
@@ -1743,7 +1808,23 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
                 (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
 }
 
-/* Softmax over the middle dim of [outer, n, inner]. */
+/* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
+ * plain loops, vectorised. Rows with no finite maximum go the exact way. */
+K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n, float mx)
+{
+    float sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = k_exp(x[j] - mx);
+        sum += y[j];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++)
+        y[j] *= inv;
+}
+
+/* Softmax over the middle dim of [outer, n, inner]: contiguous rows
+ * (inner 1) with a finite maximum through k_softmax_row_f32, the rest
+ * (strided, or a row of -inf, whose result is NaN) with expf. */
 static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     for (int64_t o = 0; o < outer; o++)
@@ -1753,6 +1834,10 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             float mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n; j++)
                 mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            if (inner == 1 && isfinite(mx)) {
+                k_softmax_row_f32(yp, xp, n, mx);
+                continue;
+            }
             for (int64_t j = 0; j < n; j++) {
                 yp[j * inner] = expf(xp[j * inner] - mx);
                 sum += yp[j * inner];
@@ -1843,12 +1928,26 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
         n *= dims[i];
     if (n == 0)
         return;
-    /* Copy the innermost contiguous run at once when it is unit-stride. */
-    int64_t run = rank && sx[rank - 1] == 1 ? dims[rank - 1] : 1;
-    int r = rank && sx[rank - 1] == 1 ? rank - 1 : rank;
+    /* Copy the innermost contiguous run at once when it is unit-stride;
+     * else walk the innermost dim in a loop of its own (a transpose's
+     * reads), typed for 4- and 8-byte elements. */
+    int unit = rank && sx[rank - 1] == 1;
+    int64_t run = rank ? dims[rank - 1] : 1, step = rank ? sx[rank - 1] : 1;
+    int r = rank ? rank - 1 : 0;
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset;
     for (int64_t k = 0; k < n; k += run) {
-        memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        if (unit || rank == 0)
+            memcpy((char *)y + k * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
+        else if (elsize == 4)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 4, (const char *)x + (ox + j * step) * 4, 4);
+        else if (elsize == 8)
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * 8, (const char *)x + (ox + j * step) * 8, 8);
+        else
+            for (int64_t j = 0; j < run; j++)
+                memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
+                       elsize);
         for (int i = r - 1; i >= 0; i--) {
             ox += sx[i];
             if (++idx[i] < dims[i])
@@ -2141,38 +2240,35 @@ static unsigned char *g_arena, *g_weights;
 static float *R_l0_out; /* from stage 0: local [1, 16, 64] of [2, 16, 64], [mb,_,_], in its receive slot */
 #define B_l1_ln1 ((float *)(g_arena + 4096)) /* 4096 bytes, live [0, 7]: l1_ln1 local [1, 16, 64], [mb,_,_] */
 #define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [1, 2]: l1_q_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [2, 3]: l1_q local [1, 16, 32], [mb,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [3, 10]: l1_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [4, 5]: l1_k_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [5, 6]: l1_k local [1, 16, 32], [mb,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [6, 11]: l1_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [7, 8]: l1_v_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_v ((float *)(g_arena + 4096)) /* 2048 bytes, live [8, 9]: l1_v local [1, 16, 32], [mb,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [9, 12]: l1_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_q_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [10, 13]: l1_q_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_k_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [11, 13]: l1_k_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_v_t ((float *)(g_arena + 10240)) /* 2048 bytes, live [12, 17]: l1_v_t local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 6144)) /* 2048 bytes, live [13, 14]: l1_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 15]: l1_scores local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 6144)) /* 2048 bytes, live [15, 16]: l1_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 4096)) /* 2048 bytes, live [16, 17]: l1_probs local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 6144)) /* 2048 bytes, live [17, 18]: l1_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_ctx_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [18, 19]: l1_ctx_t local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [19, 20]: l1_ctx_m local [1, 16, 32], [mb,_,tp] */
-#define B_l1_o_mm ((float *)(g_arena + 4096)) /* 4096 bytes, live [20, 22]: l1_o_mm local [1, 16, 64], [mb,_,_] partial(tp) */
-#define B_l1_attn_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [23, 23]: l1_attn_out local [1, 16, 64], [mb,_,_] */
-#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [23, 30]: l1_res1 local [1, 16, 64], [mb,_,_] */
-#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [24, 25]: l1_ln2 local [1, 16, 64], [mb,_,_] */
-#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 26]: l1_fc1 local [1, 16, 128], [mb,_,tp] */
-#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [26, 26]: l1_fc1_b local [1, 16, 128], [mb,_,tp] */
-#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [26, 27]: l1_act local [1, 16, 128], [mb,_,tp] */
-#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [27, 29]: l1_fc2 local [1, 16, 64], [mb,_,_] partial(tp) */
-#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 30]: l1_fc2_b local [1, 16, 64], [mb,_,_] */
-#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [30, 31]: l1_out local [1, 16, 64], [mb,_,_] */
-#define B_lnf ((float *)(g_arena + 16384)) /* 4096 bytes, live [31, 32]: lnf local [1, 16, 64], [mb,_,_] */
-#define B_logits ((float *)(g_arena + 0)) /* 16384 bytes, live [32, 33]: logits local [1, 16, 256], [mb,_,_] */
-#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [21, 23]: l1_o_mm local [1, 16, 64], [mb,_,_] */
-#define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [28, 30]: l1_fc2 local [1, 16, 64], [mb,_,_] */
+#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [2, 10]: l1_q local [1, 16, 32], [mb,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [3, 10]: l1_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [4, 5]: l1_k_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [5, 10]: l1_k local [1, 16, 32], [mb,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [6, 10]: l1_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [7, 8]: l1_v_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l1_v ((float *)(g_arena + 4096)) /* 2048 bytes, live [8, 14]: l1_v local [1, 16, 32], [mb,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 4096)) /* 2048 bytes, live [9, 14]: l1_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 6144)) /* 2048 bytes, live [10, 11]: l1_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 8192)) /* 2048 bytes, live [11, 12]: l1_scores local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 6144)) /* 2048 bytes, live [12, 13]: l1_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 8192)) /* 2048 bytes, live [13, 14]: l1_probs local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 6144)) /* 2048 bytes, live [14, 15]: l1_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_ctx_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [15, 17]: l1_ctx_t local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [16, 17]: l1_ctx_m local [1, 16, 32], [mb,_,tp] */
+#define B_l1_o_mm ((float *)(g_arena + 4096)) /* 4096 bytes, live [17, 19]: l1_o_mm local [1, 16, 64], [mb,_,_] partial(tp) */
+#define B_l1_attn_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [20, 20]: l1_attn_out local [1, 16, 64], [mb,_,_] */
+#define B_l1_res1 ((float *)(g_arena + 24576)) /* 4096 bytes, live [20, 27]: l1_res1 local [1, 16, 64], [mb,_,_] */
+#define B_l1_ln2 ((float *)(g_arena + 8192)) /* 4096 bytes, live [21, 22]: l1_ln2 local [1, 16, 64], [mb,_,_] */
+#define B_l1_fc1 ((float *)(g_arena + 0)) /* 8192 bytes, live [22, 23]: l1_fc1 local [1, 16, 128], [mb,_,tp] */
+#define B_l1_fc1_b ((float *)(g_arena + 8192)) /* 8192 bytes, live [23, 23]: l1_fc1_b local [1, 16, 128], [mb,_,tp] */
+#define B_l1_act ((float *)(g_arena + 16384)) /* 8192 bytes, live [23, 24]: l1_act local [1, 16, 128], [mb,_,tp] */
+#define B_l1_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [24, 26]: l1_fc2 local [1, 16, 64], [mb,_,_] partial(tp) */
+#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [27, 27]: l1_fc2_b local [1, 16, 64], [mb,_,_] */
+#define B_l1_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [27, 28]: l1_out local [1, 16, 64], [mb,_,_] */
+#define B_lnf ((float *)(g_arena + 16384)) /* 4096 bytes, live [28, 29]: lnf local [1, 16, 64], [mb,_,_] */
+#define B_logits ((float *)(g_arena + 0)) /* 16384 bytes, live [29, 30]: logits local [1, 16, 256], [mb,_,_] */
+#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [18, 20]: l1_o_mm local [1, 16, 64], [mb,_,_] */
+#define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [25, 27]: l1_fc2 local [1, 16, 64], [mb,_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -2216,25 +2312,22 @@ static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */
     {"l1_v_proj", "MatMul", "[1, 16, 32]"}, /* 7 */
     {"l1_v_bias", "Add", "[1, 16, 32]"}, /* 8 */
     {"l1_v_split_heads", "Reshape", "[1, 16, 2, 16]"}, /* 9 */
-    {"l1_q_perm", "Transpose", "[1, 2, 16, 16]"}, /* 10 */
-    {"l1_k_perm", "Transpose", "[1, 2, 16, 16]"}, /* 11 */
-    {"l1_v_perm", "Transpose", "[1, 2, 16, 16]"}, /* 12 */
-    {"l1_qk", "MatMul", "[1, 2, 16, 16]"}, /* 13 */
-    {"l1_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 14 */
-    {"l1_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 15 */
-    {"l1_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 16 */
-    {"l1_pv", "MatMul", "[1, 2, 16, 16]"}, /* 17 */
-    {"l1_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 18 */
-    {"l1_merge_heads", "Reshape", "[1, 16, 32]"}, /* 19 */
-    {"l1_o_proj", "MatMul", "[1, 16, 64]"}, /* 20 */
-    {"l1_residual1", "Add", "[1, 16, 64]"}, /* 21 */
-    {"l1_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 22 */
-    {"l1_fc1", "MatMul", "[1, 16, 128]"}, /* 23 */
-    {"l1_gelu", "Gelu", "[1, 16, 128]"}, /* 24 */
-    {"l1_fc2", "MatMul", "[1, 16, 64]"}, /* 25 */
-    {"l1_residual2", "Add", "[1, 16, 64]"}, /* 26 */
-    {"ln_f", "LayerNormalization", "[1, 16, 64]"}, /* 27 */
-    {"lm_head", "MatMul", "[1, 16, 256]"}, /* 28 */
+    {"l1_qk", "MatMul", "[1, 2, 16, 16]"}, /* 10 */
+    {"l1_qk_scale", "Mul", "[1, 2, 16, 16]"}, /* 11 */
+    {"l1_causal_mask", "Where", "[1, 2, 16, 16]"}, /* 12 */
+    {"l1_softmax", "Softmax", "[1, 2, 16, 16]"}, /* 13 */
+    {"l1_pv", "MatMul", "[1, 2, 16, 16]"}, /* 14 */
+    {"l1_ctx_perm", "Transpose", "[1, 16, 2, 16]"}, /* 15 */
+    {"l1_merge_heads", "Reshape", "[1, 16, 32]"}, /* 16 */
+    {"l1_o_proj", "MatMul", "[1, 16, 64]"}, /* 17 */
+    {"l1_residual1", "Add", "[1, 16, 64]"}, /* 18 */
+    {"l1_ln2", "LayerNormalization", "[1, 16, 64]"}, /* 19 */
+    {"l1_fc1", "MatMul", "[1, 16, 128]"}, /* 20 */
+    {"l1_gelu", "Gelu", "[1, 16, 128]"}, /* 21 */
+    {"l1_fc2", "MatMul", "[1, 16, 64]"}, /* 22 */
+    {"l1_residual2", "Add", "[1, 16, 64]"}, /* 23 */
+    {"ln_f", "LayerNormalization", "[1, 16, 64]"}, /* 24 */
+    {"lm_head", "MatMul", "[1, 16, 256]"}, /* 25 */
 };
 
 static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */
@@ -2271,7 +2364,7 @@ static void step(int mb, int slot)
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(3);
-    k_copy(B_l1_q_h, B_l1_q, 2048); /* same bytes, new shape */
+    /* B_l1_q_h is B_l1_q's storage, new shape: nothing to copy */
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2286,7 +2379,7 @@ static void step(int mb, int slot)
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(6);
-    k_copy(B_l1_k_h, B_l1_k, 2048); /* same bytes, new shape */
+    /* B_l1_k_h is B_l1_k's storage, new shape: nothing to copy */
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2301,48 +2394,32 @@ static void step(int mb, int slot)
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
     rt_enter(9);
-    k_copy(B_l1_v_h, B_l1_v, 2048); /* same bytes, new shape */
-
-    /* node "l1_q_perm" (Transpose)
-     *   l1_q_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(10);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l1_q_t, B_l1_q_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l1_k_perm" (Transpose)
-     *   l1_k_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(11);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 1, 32};
-        k_strided_copy(B_l1_k_t, B_l1_k_h, 4, 4, dims, strides, 0);
-    }
-
-    /* node "l1_v_perm" (Transpose)
-     *   l1_v_t: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(12);
-    {
-        static const int64_t dims[] = {1, 2, 16, 16};
-        static const int64_t strides[] = {512, 16, 32, 1};
-        k_strided_copy(B_l1_v_t, B_l1_v_h, 4, 4, dims, strides, 0);
-    }
+    /* B_l1_v_h is B_l1_v's storage, new shape: nothing to copy */
 
     /* node "l1_qk" (MatMul)
      *   l1_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(13);
-    k_matmul_f32(B_l1_scores_raw, B_l1_q_t, B_l1_k_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(10);
+    /* A read in place through node "l1_q_perm" (Transpose), whose copy is never made */
+    /* B read in place through node "l1_k_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 16;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16);
+    }
 
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(14);
+    rt_enter(11);
     k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(15);
+    rt_enter(12);
     {
         static const int64_t dims[] = {1, 2, 16, 16};
         static const int64_t sc[] = {0, 0, 16, 1};
@@ -2353,17 +2430,27 @@ static void step(int mb, int slot)
 
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(16);
+    rt_enter(13);
     k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
-    rt_enter(17);
-    k_matmul_f32(B_l1_ctx, B_l1_probs, B_l1_v_t, 2, 16, 16, 16, 256, 256);
+    rt_enter(14);
+    /* B read in place through node "l1_v_perm" (Transpose), whose copy is never made */
+    for (int64_t bi = 0; bi < 2; bi++) {
+        int64_t rem = bi, ao = 0, bo = 0;
+        ao += (rem % 2) * 256;
+        bo += (rem % 2) * 16;
+        rem /= 2;
+        ao += (rem % 1) * 512;
+        bo += (rem % 1) * 512;
+        rem /= 1;
+        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16);
+    }
 
     /* node "l1_ctx_perm" (Transpose)
      *   l1_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
-    rt_enter(18);
+    rt_enter(15);
     {
         static const int64_t dims[] = {1, 16, 2, 16};
         static const int64_t strides[] = {512, 16, 256, 1};
@@ -2372,12 +2459,12 @@ static void step(int mb, int slot)
 
     /* node "l1_merge_heads" (Reshape)
      *   l1_ctx_m: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
-    rt_enter(19);
-    k_copy(B_l1_ctx_m, B_l1_ctx_t, 2048); /* same bytes, new shape */
+    rt_enter(16);
+    /* B_l1_ctx_m is B_l1_ctx_t's storage, new shape: nothing to copy */
 
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
-    rt_enter(20);
+    rt_enter(17);
     k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, 1, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
@@ -2392,29 +2479,29 @@ static void step(int mb, int slot)
 
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(21);
+    rt_enter(18);
     /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, W_l1_bo, R_l0_out, 16, 64);
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(22);
+    rt_enter(19);
     k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
-    rt_enter(23);
+    rt_enter(20);
     k_matmul_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, 1, 16, 64, 128, 0, 0);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
-    rt_enter(24);
+    rt_enter(21);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
-    rt_enter(25);
+    rt_enter(22);
     k_matmul_f32(B_l1_fc2, B_l1_act, W_l1_W2, 1, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
@@ -2429,18 +2516,18 @@ static void step(int mb, int slot)
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(26);
+    rt_enter(23);
     /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, W_l1_b2, B_l1_res1, 16, 64);
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
-    rt_enter(27);
+    rt_enter(24);
     k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f);
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [mb,_,_] */
-    rt_enter(28);
+    rt_enter(25);
     k_matmul_f32(B_logits, B_lnf, W_lm_head, 1, 16, 64, 256, 0, 0);
 
     /* keep this microbatch's block of every graph output */

@@ -49,6 +49,15 @@ static int inst_of(const Program *pr, InstKind k, const char *node)
     return -1;
 }
 
+/* The buffer whose storage b uses: itself, or the one a reshape aliases. */
+static int storage_of(const Program *pr, int b)
+{
+    return pr->alias_of[b] >= 0 ? pr->alias_of[b] : b;
+}
+
+/* No two buffers live at once share memory, unless one is a view (an
+ * aliasing reshape) of the other's storage, placed with it and exactly
+ * where it is. */
 static void check_arena(const Program *pr)
 {
     int64_t sum = 0;
@@ -56,11 +65,18 @@ static void check_arena(const Program *pr)
         const Buffer *a = &pr->bufs[i];
         if (a->kind < BUF_VALUE || a->last < 0)
             continue;
+        if (storage_of(pr, i) != i) {
+            const Buffer *r = &pr->bufs[storage_of(pr, i)];
+            assert_int_equal(a->offset, r->offset);
+            assert_int_equal(a->bytes, r->bytes);
+            assert_true(r->first <= a->first && a->last <= r->last);
+            continue;
+        }
         sum += a->bytes;
         assert_true(a->offset + a->bytes <= pr->arena_bytes);
         for (int j = i + 1; j < pr->nbufs; j++) {
             const Buffer *b = &pr->bufs[j];
-            if (b->kind < BUF_VALUE || b->last < 0)
+            if (b->kind < BUF_VALUE || b->last < 0 || storage_of(pr, j) != j)
                 continue;
             int live_together = !(a->last < b->first || b->last < a->first);
             int share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
