@@ -46,7 +46,7 @@ static const char usage_text[] =
     "plan options:\n"
     "  --mesh AXES       named mesh axes, row-major, e.g. dp=2,tp=4 (required)\n"
     "  --link A=CLASS    link class per axis: nvlink, pcie, ib, ethernet, shm\n"
-    "                    (comma-separated; default nvlink)\n"
+    "                    (comma-separated; default nvlink, shm with --device cpu)\n"
     "  --device NAME     device preset for the cost model: H100, H200, A100, cpu\n"
     "  --shard N=SPEC    annotate tensor N, e.g. W1=[_,tp], x=[dp,_], y=[dp+tp,_]\n"
     "                    (repeatable)\n"
@@ -672,12 +672,19 @@ static int cmd_plan(int argc, char **argv, int compile)
     AnnotationList ann = {0};
     Mesh mesh;
     diag_init(&d, NULL);
-    if (mesh_parse(mesh_spec, &mesh, &d) || (links && mesh_links_parse(&mesh, links, &d)))
+    if (mesh_parse(mesh_spec, &mesh, &d))
         goto cleanup;
     if (device && !(mesh.device = device_preset_find(device))) {
         diag_add(&d, "--device %s: unknown device (H100, H200, A100, cpu)", device);
         goto cleanup;
     }
+    /* CPU ranks talk through the host's shared memory unless --link says
+     * otherwise (an NVLink default would price their transfers at 450 GB/s). */
+    if (device && strcmp(mesh.device->name, "cpu") == 0)
+        for (int a = 0; a < mesh.naxes; a++)
+            mesh.axes[a].link = link_preset_find("shm");
+    if (links && mesh_links_parse(&mesh, links, &d))
+        goto cleanup;
     /* A pipeline: the stages are planned on the other axes (and the
      * microbatches' loop axis); world keeps the mesh as given. */
     Mesh world = mesh;

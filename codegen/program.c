@@ -459,12 +459,37 @@ static Buckets buckets_make(int nkeys, int n, const int *key)
     return b;
 }
 
+/* A weight gather started early enough that the cost model's compute
+ * between its start and its reader is this many times its own time.
+ * Transfer on CPUs moves only when a rank tests it (between nodes and
+ * between a long kernel's blocks), and ranks drift apart, so the plan's
+ * time is a floor, not a forecast: the lead is generous. */
+#define PREFETCH_COVER 4.0
+/* ... but never more than this many weight-reading nodes ahead per
+ * prefetch step: where compute is short of the transfers (small models on
+ * fast devices) every gather would otherwise start at once and hold every
+ * gathered weight for the whole pass. */
+#define PREFETCH_WINDOW 8
+
+static double reshard_seconds(const Reshard *rs)
+{
+    double s = 0;
+    for (int j = 0; j < rs->nsteps; j++)
+        s += rs->steps[j].seconds;
+    return s;
+}
+
 /* Instruction order. A reshard of a node's output starts right after that
  * node; a weight gather (--shard-weights) starts `prefetch` weight-reading
- * nodes before its first reader, so it overlaps their compute; any other
+ * nodes before its first reader, or earlier (up to PREFETCH_WINDOW times as
+ * far) where the compute of those nodes (cost model) is under
+ * PREFETCH_COVER times the gather's time, so it
+ * overlaps their compute (prefetch 0: right before its reader); any other
  * reshard of a weight or input starts before the first node. Every
  * reshard is waited on right before its first reader (nnodes for graph
- * outputs). Reshards at the same place go in index order. */
+ * outputs). Reshards at the same place go in index order. The times are
+ * the plan's, the same on every rank, so the ranks of a group start their
+ * collectives in one order. */
 static void schedule(Program *pr, int prefetch)
 {
     const Plan *p = pr->plan;
@@ -477,6 +502,13 @@ static void schedule(Program *pr, int prefetch)
     int nreaders = 0;
     if (!reader || !start_before || !after || !reader_pos || !readers || !is_reader)
         abort();
+    /* cum[i]: planned compute of the nodes before node i that run here. */
+    double *cum = malloc(sizeof(double) * (size_t)(nn + 1));
+    if (!cum)
+        abort();
+    cum[0] = 0;
+    for (int i = 0; i < nn; i++)
+        cum[i + 1] = cum[i] + (program_runs(pr, g->nodes[i]) ? plan_node_planned_seconds(p, g->nodes[i]) : 0);
     for (int r = 0; r < nr; r++)
         reader[r] = pr->here[r] ? nn : -1;
     /* One pass over every operand: its first reader is the lowest node. */
@@ -506,8 +538,12 @@ static void schedule(Program *pr, int prefetch)
             start_before[r] = -2;
             after[r] = p->reshards[r].tensor->producer->id;
         } else if (p->reshards[r].weight_gather && reader[r] >= 0 && reader[r] < nn) {
-            int j = reader_pos[reader[r]];
-            start_before[r] = j - prefetch >= 0 ? readers[j - prefetch] : -1;
+            int j = reader_pos[reader[r]], at = j - prefetch >= 0 ? readers[j - prefetch] : -1;
+            int far = j - PREFETCH_WINDOW * prefetch >= 0 ? readers[j - PREFETCH_WINDOW * prefetch] : -1;
+            double need = PREFETCH_COVER * reshard_seconds(&p->reshards[r].r);
+            while (prefetch > 0 && at > far && cum[reader[r]] - cum[at] < need)
+                at--; /* one more node of compute ahead */
+            start_before[r] = at;
         }
     }
     Buckets starts = buckets_make(nn, nr, start_before), waits = buckets_make(nn + 1, nr, reader),
@@ -555,6 +591,7 @@ static void schedule(Program *pr, int prefetch)
     free(reader_pos);
     free(readers);
     free(is_reader);
+    free(cum);
 }
 
 /* Fusion: all-reduces on the same group and dtype, each smaller than

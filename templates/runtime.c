@@ -247,31 +247,45 @@ static inline void rt_step_end(void)
 #endif
 
 #if !defined(O2S_CUDA)
-/* Collectives started and not yet seen complete. */
+/* Collectives started and not yet waited for, in start order: rt_nfly of
+ * them, rt_nlive of those not yet seen complete. rt_nfly follows the
+ * schedule alone (whatever MPI has finished), so kernels that split their
+ * work around tests when it is non-zero split it the same way every run. */
 #define RT_MAX_INFLIGHT 256
 static struct {
     MPI_Request *req;
-    int ev; /* its span, -1 untraced */
+    int ev;   /* its span, -1 untraced */
+    int done; /* seen complete by a test (*req is MPI_REQUEST_NULL then) */
 } rt_fly[RT_MAX_INFLIGHT];
-static int rt_nfly;
+static int rt_nfly, rt_nlive;
 
 /* Tests every collective in flight once: MPI's progress engine moves
  * them along, and a completed one's span ends here (during node `at`). */
 static inline void rt_progress(int at, double now)
 {
-    for (int i = 0; i < rt_nfly;) {
+    for (int i = 0; i < rt_nfly; i++) {
+        if (rt_fly[i].done)
+            continue;
         int done = 0;
         CHECK_MPI(MPI_Test(rt_fly[i].req, &done, MPI_STATUS_IGNORE));
-        if (!done) {
-            i++;
+        if (!done)
             continue;
-        }
+        rt_fly[i].done = 1;
+        rt_nlive--;
         if (rt_fly[i].ev >= 0) {
             rt_tr.ev[rt_fly[i].ev].t1 = now;
             rt_tr.ev[rt_fly[i].ev].at = at;
         }
-        rt_fly[i] = rt_fly[--rt_nfly];
     }
+}
+
+/* Between blocks of a long kernel: with collectives in flight, tests
+ * them, so a transfer moves on while a GEMM or an activation runs (MPI
+ * progresses a non-blocking collective only inside MPI calls). */
+static inline void rt_poll(void)
+{
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(RT_TRACING ? rt_tr.node : -1, RT_TRACING ? rt_now() : 0);
 }
 
 static inline void rt_trace_enter(int node)
@@ -279,7 +293,7 @@ static inline void rt_trace_enter(int node)
     double now = rt_now();
     int last = rt_tr.node;
     rt_trace_close(now);
-    if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(last, now);
     rt_tr.node = node;
     rt_tr.node_t0 = rt_now();
@@ -292,8 +306,25 @@ static inline void rt_enter(int node)
     rt_node = rt_tr.nodes[node].name;
     if (RT_TRACING)
         rt_trace_enter(node);
-    else if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    else if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(-1, 0);
+}
+
+/* Drops a waited-for collective from the in-flight list, ending its span
+ * at t1 if no test saw it complete first. */
+static inline void rt_landed(MPI_Request *req, double t1)
+{
+    for (int i = 0; i < rt_nfly; i++)
+        if (rt_fly[i].req == req) {
+            if (!rt_fly[i].done) {
+                rt_nlive--;
+                if (rt_fly[i].ev >= 0)
+                    rt_tr.ev[rt_fly[i].ev].t1 = t1;
+            }
+            memmove(&rt_fly[i], &rt_fly[i + 1], sizeof rt_fly[0] * (size_t)(rt_nfly - i - 1));
+            rt_nfly--;
+            return;
+        }
 }
 
 /* Waits for a non-blocking collective, polling against the deadline; past
@@ -301,8 +332,10 @@ static inline void rt_enter(int node)
  * its streams instead: rt_cuda_sync.) */
 static inline void rt_wait(MPI_Request *req, int comm)
 {
-    if (*req == MPI_REQUEST_NULL)
-        return; /* never started (a slot's first use) or seen complete between nodes */
+    if (*req == MPI_REQUEST_NULL) {
+        rt_landed(req, 0); /* seen complete between nodes, or never started (a slot's first use) */
+        return;
+    }
     double t0 = RT_TRACING ? rt_now() : 0;
     if (RT_TRACING)
         rt_trace_close(t0);
@@ -323,13 +356,7 @@ static inline void rt_wait(MPI_Request *req, int comm)
         }
     }
     double t1 = RT_TRACING ? rt_now() : 0;
-    for (int i = 0; i < rt_nfly; i++)
-        if (rt_fly[i].req == req) {
-            if (rt_fly[i].ev >= 0)
-                rt_tr.ev[rt_fly[i].ev].t1 = t1;
-            rt_fly[i] = rt_fly[--rt_nfly];
-            break;
-        }
+    rt_landed(req, t1);
     if (RT_TRACING)
         rt_trace_add(RT_EV_WAIT, comm, t0, t1);
 }
@@ -346,7 +373,9 @@ static inline void rt_started(int comm, MPI_Request *req)
     }
     if (rt_nfly < RT_MAX_INFLIGHT) {
         rt_fly[rt_nfly].req = req;
-        rt_fly[rt_nfly++].ev = ev;
+        rt_fly[rt_nfly].ev = ev;
+        rt_fly[rt_nfly++].done = 0;
+        rt_nlive++;
     }
     if (rt_comms_mode == RT_COMMS_SERIAL)
         rt_wait(req, comm);

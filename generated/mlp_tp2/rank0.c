@@ -256,31 +256,45 @@ static inline void rt_step_end(void)
 #endif
 
 #if !defined(O2S_CUDA)
-/* Collectives started and not yet seen complete. */
+/* Collectives started and not yet waited for, in start order: rt_nfly of
+ * them, rt_nlive of those not yet seen complete. rt_nfly follows the
+ * schedule alone (whatever MPI has finished), so kernels that split their
+ * work around tests when it is non-zero split it the same way every run. */
 #define RT_MAX_INFLIGHT 256
 static struct {
     MPI_Request *req;
-    int ev; /* its span, -1 untraced */
+    int ev;   /* its span, -1 untraced */
+    int done; /* seen complete by a test (*req is MPI_REQUEST_NULL then) */
 } rt_fly[RT_MAX_INFLIGHT];
-static int rt_nfly;
+static int rt_nfly, rt_nlive;
 
 /* Tests every collective in flight once: MPI's progress engine moves
  * them along, and a completed one's span ends here (during node `at`). */
 static inline void rt_progress(int at, double now)
 {
-    for (int i = 0; i < rt_nfly;) {
+    for (int i = 0; i < rt_nfly; i++) {
+        if (rt_fly[i].done)
+            continue;
         int done = 0;
         CHECK_MPI(MPI_Test(rt_fly[i].req, &done, MPI_STATUS_IGNORE));
-        if (!done) {
-            i++;
+        if (!done)
             continue;
-        }
+        rt_fly[i].done = 1;
+        rt_nlive--;
         if (rt_fly[i].ev >= 0) {
             rt_tr.ev[rt_fly[i].ev].t1 = now;
             rt_tr.ev[rt_fly[i].ev].at = at;
         }
-        rt_fly[i] = rt_fly[--rt_nfly];
     }
+}
+
+/* Between blocks of a long kernel: with collectives in flight, tests
+ * them, so a transfer moves on while a GEMM or an activation runs (MPI
+ * progresses a non-blocking collective only inside MPI calls). */
+static inline void rt_poll(void)
+{
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(RT_TRACING ? rt_tr.node : -1, RT_TRACING ? rt_now() : 0);
 }
 
 static inline void rt_trace_enter(int node)
@@ -288,7 +302,7 @@ static inline void rt_trace_enter(int node)
     double now = rt_now();
     int last = rt_tr.node;
     rt_trace_close(now);
-    if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(last, now);
     rt_tr.node = node;
     rt_tr.node_t0 = rt_now();
@@ -301,8 +315,25 @@ static inline void rt_enter(int node)
     rt_node = rt_tr.nodes[node].name;
     if (RT_TRACING)
         rt_trace_enter(node);
-    else if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    else if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(-1, 0);
+}
+
+/* Drops a waited-for collective from the in-flight list, ending its span
+ * at t1 if no test saw it complete first. */
+static inline void rt_landed(MPI_Request *req, double t1)
+{
+    for (int i = 0; i < rt_nfly; i++)
+        if (rt_fly[i].req == req) {
+            if (!rt_fly[i].done) {
+                rt_nlive--;
+                if (rt_fly[i].ev >= 0)
+                    rt_tr.ev[rt_fly[i].ev].t1 = t1;
+            }
+            memmove(&rt_fly[i], &rt_fly[i + 1], sizeof rt_fly[0] * (size_t)(rt_nfly - i - 1));
+            rt_nfly--;
+            return;
+        }
 }
 
 /* Waits for a non-blocking collective, polling against the deadline; past
@@ -310,8 +341,10 @@ static inline void rt_enter(int node)
  * its streams instead: rt_cuda_sync.) */
 static inline void rt_wait(MPI_Request *req, int comm)
 {
-    if (*req == MPI_REQUEST_NULL)
-        return; /* never started (a slot's first use) or seen complete between nodes */
+    if (*req == MPI_REQUEST_NULL) {
+        rt_landed(req, 0); /* seen complete between nodes, or never started (a slot's first use) */
+        return;
+    }
     double t0 = RT_TRACING ? rt_now() : 0;
     if (RT_TRACING)
         rt_trace_close(t0);
@@ -332,13 +365,7 @@ static inline void rt_wait(MPI_Request *req, int comm)
         }
     }
     double t1 = RT_TRACING ? rt_now() : 0;
-    for (int i = 0; i < rt_nfly; i++)
-        if (rt_fly[i].req == req) {
-            if (rt_fly[i].ev >= 0)
-                rt_tr.ev[rt_fly[i].ev].t1 = t1;
-            rt_fly[i] = rt_fly[--rt_nfly];
-            break;
-        }
+    rt_landed(req, t1);
     if (RT_TRACING)
         rt_trace_add(RT_EV_WAIT, comm, t0, t1);
 }
@@ -355,7 +382,9 @@ static inline void rt_started(int comm, MPI_Request *req)
     }
     if (rt_nfly < RT_MAX_INFLIGHT) {
         rt_fly[rt_nfly].req = req;
-        rt_fly[rt_nfly++].ev = ev;
+        rt_fly[rt_nfly].ev = ev;
+        rt_fly[rt_nfly++].done = 0;
+        rt_nlive++;
     }
     if (rt_comms_mode == RT_COMMS_SERIAL)
         rt_wait(req, comm);
@@ -1446,6 +1475,59 @@ static inline MPI_Comm rt_comm_split(int color, int key)
 
 #define K_MAX_RANK 8
 
+/* With collectives in flight (rt_nfly), long kernels run in blocks and
+ * test them between blocks (rt_poll), so a transfer moves on during a GEMM
+ * rather than only at the node's end. A GEMM splits into blocks of about
+ * K_POLL_FLOPS along its longer output dim, none under K_POLL_SPAN wide
+ * (each block packs the other operand again: at 256 that is a few percent);
+ * elementwise loops test every K_POLL_ELEMS elements. With nothing in
+ * flight every kernel runs whole. */
+#define K_POLL_FLOPS 20000000
+#define K_POLL_SPAN 256
+#define K_POLL_ELEMS 65536
+
+/* One CBLAS GEMM, y (ldy) = alpha op(a) op(b) + beta y, in blocks when
+ * collectives are in flight. */
+static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy)
+{
+    int by_cols = n >= m;
+    int64_t span = by_cols ? n : m, blocks = 1;
+    if (rt_nfly) {
+        int64_t work = 2 * m * n * k / K_POLL_FLOPS, most = span / K_POLL_SPAN;
+        blocks = work < most ? work : most;
+        blocks = blocks < 1 ? 1 : blocks;
+    }
+    int64_t step = (span + blocks - 1) / blocks;
+    step = (step + 15) / 16 * 16; /* whole vector tiles per block */
+    for (int64_t o = 0; o < span; o += step) {
+        int64_t w = span - o < step ? span - o : step;
+        const float *ab = a, *bb = b;
+        float *yb = y;
+        if (by_cols) {
+            bb = tb ? b + o * ldb : b + o;
+            yb = y + o;
+        } else {
+            ab = ta ? a + o : a + o * lda;
+            yb = y + o * ldy;
+        }
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)(by_cols ? m : w), (int)(by_cols ? w : n), (int)k, alpha, ab, (int)lda, bb, (int)ldb, beta,
+                    yb, (int)ldy);
+        if (o + w < span)
+            rt_poll();
+    }
+}
+
+/* Rows of `cols` elements a loop may run between tests of the collectives
+ * in flight (all of them when none is). */
+static inline int64_t k_poll_rows(int64_t cols)
+{
+    if (!rt_nfly)
+        return INT64_MAX;
+    return cols >= K_POLL_ELEMS ? 1 : K_POLL_ELEMS / (cols > 0 ? cols : 1);
+}
+
 /* No NCCL here: nothing to abort before MPI_Abort. */
 static void rt_abort_comms(void)
 {
@@ -1560,7 +1642,10 @@ static inline void k_add_f32(float *y, const float *a, const float *b, int64_t n
 static inline void k_arith_f32(int op, float *y, const float *a, const float *b, int64_t rows, int64_t cols,
                                int64_t a_rs, int64_t b_rs, int64_t b_cs)
 {
+    int64_t every = k_poll_rows(cols);
     for (int64_t r = 0; r < rows; r++) {
+        if (r && r % every == 0)
+            rt_poll();
         const float *ap = a + r * a_rs, *bp = b + r * b_rs;
         float *yp = y + r * cols;
         switch (op) {
@@ -1701,7 +1786,7 @@ K_VECTOR_MATH static void k_sigmoid_loop(float *y, const float *x, int64_t n)
 
 /* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh).
  * One plain loop per op, so each vectorises. */
-static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
+static inline void k_unary_run_f32(int op, float *y, const float *x, int64_t n)
 {
     switch (op) {
     case 0: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
@@ -1711,6 +1796,16 @@ static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
     case 4: k_sigmoid_loop(y, x, n); break;
     case 5: k_erf_loop(y, x, n, 1); break;
     default: k_tanh_loop(y, x, n, 1); break;
+    }
+}
+
+static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
+{
+    int64_t step = rt_nfly ? K_POLL_ELEMS : n;
+    for (int64_t i = 0; i < n; i += step) {
+        k_unary_run_f32(op, y + i, x + i, n - i < step ? n - i : step);
+        if (i + step < n)
+            rt_poll();
     }
 }
 
@@ -1769,9 +1864,11 @@ static inline void k_cast(void *y, int to, const void *x, int from, int64_t n)
 static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_t batch, int64_t m, int64_t k,
                                 int64_t n, int64_t a_bstride, int64_t w_bstride)
 {
-    for (int64_t b = 0; b < batch; b++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a + b * a_bstride,
-                    (int)k, w + b * w_bstride, (int)n, 0.0f, y + b * m * n, (int)n);
+    for (int64_t b = 0; b < batch; b++) {
+        k_sgemm(0, 0, m, n, k, 1.0f, a + b * a_bstride, k, w + b * w_bstride, n, 0.0f, y + b * m * n, n);
+        if (b + 1 < batch)
+            rt_poll();
+    }
 }
 
 /* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
@@ -1780,8 +1877,7 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
 static inline void k_matmul_view_f32(float *y, const float *a, int ta, int64_t lda, const float *b, int tb,
                                      int64_t ldb, int64_t m, int64_t k, int64_t n)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-                1.0f, a, (int)lda, b, (int)ldb, 0.0f, y, (int)n);
+    k_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, y, n);
 }
 
 static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, int64_t batch, int64_t m,
@@ -1804,8 +1900,7 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++)
             y[i * n + j] = c ? beta * c[i * c_rs + j * c_cs] : 0.0f;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, alpha, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n, 1.0f, y, (int)n);
+    k_sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, 1.0f, y, n);
 }
 
 /* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
@@ -1827,8 +1922,11 @@ K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n,
  * (strided, or a row of -inf, whose result is NaN) with expf. */
 static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
+    int64_t every = k_poll_rows(n * inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
+            if (o && !i && o % every == 0)
+                rt_poll();
             const float *xp = x + o * n * inner + i;
             float *yp = y + o * n * inner + i;
             float mx = -INFINITY, sum = 0;
@@ -1852,7 +1950,10 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
 static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, const float *x, const float *scale,
                                    const float *bias, int64_t outer, int64_t n, int64_t sn, int64_t bn, float eps)
 {
+    int64_t every = k_poll_rows(n);
     for (int64_t o = 0; o < outer; o++) {
+        if (o && o % every == 0)
+            rt_poll();
         const float *xp = x + o * n;
         float *yp = y + o * n;
         double mean = 0, var = 0;
@@ -2196,10 +2297,16 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
  * of `cols` repeated over `rows` (or as long as a). act as k_unary_f32. */
 static inline void k_bias_act_f32(int act, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            y[r * cols + c] = a[r * cols + c] + b[c];
-    k_unary_f32(act, y, y, rows * cols);
+    int64_t every = k_poll_rows(cols);
+    for (int64_t r = 0; r < rows; r += every) {
+        int64_t nr = rows - r < every ? rows - r : every;
+        for (int64_t i = r; i < r + nr; i++)
+            for (int64_t c = 0; c < cols; c++)
+                y[i * cols + c] = a[i * cols + c] + b[c];
+        k_unary_run_f32(act, y + r * cols, y + r * cols, nr * cols);
+        if (r + nr < rows)
+            rt_poll();
+    }
 }
 
 /* Bias + residual (a fused bias Add read by a residual Add):
@@ -2207,9 +2314,13 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
 static inline void k_bias_residual_f32(float *y, const float *a, const float *b, const float *r, int64_t rows,
                                        int64_t cols)
 {
-    for (int64_t i = 0; i < rows; i++)
+    int64_t every = k_poll_rows(cols);
+    for (int64_t i = 0; i < rows; i++) {
+        if (i && i % every == 0)
+            rt_poll();
         for (int64_t c = 0; c < cols; c++)
             y[i * cols + c] = r[i * cols + c] + (a[i * cols + c] + b[c]);
+    }
 }
 
 /* ---- buffers ---- */

@@ -2,7 +2,7 @@
  * command: onnx2spmd compile --mesh dp=2,tp=2 --shardings tests/partition/tiny_gpt_megatron.txt --shard-weights dp --target cuda -o build/generated/tiny_gpt_dp2_tp2_cuda_fsdp tests/models/tiny_gpt.onnx
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    dp=2,tp=2 (4 ranks); this is rank 1 at dp=0 tp=1
- * memory:  arena 86016 bytes (liveness-planned), weights 168960 bytes, inputs 128 bytes
+ * memory:  arena 151552 bytes (liveness-planned), weights 168960 bytes, inputs 128 bytes
  */
 #define RANK 1
 #define WORLD 4
@@ -258,31 +258,45 @@ static inline void rt_step_end(void)
 #endif
 
 #if !defined(O2S_CUDA)
-/* Collectives started and not yet seen complete. */
+/* Collectives started and not yet waited for, in start order: rt_nfly of
+ * them, rt_nlive of those not yet seen complete. rt_nfly follows the
+ * schedule alone (whatever MPI has finished), so kernels that split their
+ * work around tests when it is non-zero split it the same way every run. */
 #define RT_MAX_INFLIGHT 256
 static struct {
     MPI_Request *req;
-    int ev; /* its span, -1 untraced */
+    int ev;   /* its span, -1 untraced */
+    int done; /* seen complete by a test (*req is MPI_REQUEST_NULL then) */
 } rt_fly[RT_MAX_INFLIGHT];
-static int rt_nfly;
+static int rt_nfly, rt_nlive;
 
 /* Tests every collective in flight once: MPI's progress engine moves
  * them along, and a completed one's span ends here (during node `at`). */
 static inline void rt_progress(int at, double now)
 {
-    for (int i = 0; i < rt_nfly;) {
+    for (int i = 0; i < rt_nfly; i++) {
+        if (rt_fly[i].done)
+            continue;
         int done = 0;
         CHECK_MPI(MPI_Test(rt_fly[i].req, &done, MPI_STATUS_IGNORE));
-        if (!done) {
-            i++;
+        if (!done)
             continue;
-        }
+        rt_fly[i].done = 1;
+        rt_nlive--;
         if (rt_fly[i].ev >= 0) {
             rt_tr.ev[rt_fly[i].ev].t1 = now;
             rt_tr.ev[rt_fly[i].ev].at = at;
         }
-        rt_fly[i] = rt_fly[--rt_nfly];
     }
+}
+
+/* Between blocks of a long kernel: with collectives in flight, tests
+ * them, so a transfer moves on while a GEMM or an activation runs (MPI
+ * progresses a non-blocking collective only inside MPI calls). */
+static inline void rt_poll(void)
+{
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
+        rt_progress(RT_TRACING ? rt_tr.node : -1, RT_TRACING ? rt_now() : 0);
 }
 
 static inline void rt_trace_enter(int node)
@@ -290,7 +304,7 @@ static inline void rt_trace_enter(int node)
     double now = rt_now();
     int last = rt_tr.node;
     rt_trace_close(now);
-    if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(last, now);
     rt_tr.node = node;
     rt_tr.node_t0 = rt_now();
@@ -303,8 +317,25 @@ static inline void rt_enter(int node)
     rt_node = rt_tr.nodes[node].name;
     if (RT_TRACING)
         rt_trace_enter(node);
-    else if (rt_nfly && rt_comms_mode == RT_COMMS_OVERLAP)
+    else if (rt_nlive && rt_comms_mode == RT_COMMS_OVERLAP)
         rt_progress(-1, 0);
+}
+
+/* Drops a waited-for collective from the in-flight list, ending its span
+ * at t1 if no test saw it complete first. */
+static inline void rt_landed(MPI_Request *req, double t1)
+{
+    for (int i = 0; i < rt_nfly; i++)
+        if (rt_fly[i].req == req) {
+            if (!rt_fly[i].done) {
+                rt_nlive--;
+                if (rt_fly[i].ev >= 0)
+                    rt_tr.ev[rt_fly[i].ev].t1 = t1;
+            }
+            memmove(&rt_fly[i], &rt_fly[i + 1], sizeof rt_fly[0] * (size_t)(rt_nfly - i - 1));
+            rt_nfly--;
+            return;
+        }
 }
 
 /* Waits for a non-blocking collective, polling against the deadline; past
@@ -312,8 +343,10 @@ static inline void rt_enter(int node)
  * its streams instead: rt_cuda_sync.) */
 static inline void rt_wait(MPI_Request *req, int comm)
 {
-    if (*req == MPI_REQUEST_NULL)
-        return; /* never started (a slot's first use) or seen complete between nodes */
+    if (*req == MPI_REQUEST_NULL) {
+        rt_landed(req, 0); /* seen complete between nodes, or never started (a slot's first use) */
+        return;
+    }
     double t0 = RT_TRACING ? rt_now() : 0;
     if (RT_TRACING)
         rt_trace_close(t0);
@@ -334,13 +367,7 @@ static inline void rt_wait(MPI_Request *req, int comm)
         }
     }
     double t1 = RT_TRACING ? rt_now() : 0;
-    for (int i = 0; i < rt_nfly; i++)
-        if (rt_fly[i].req == req) {
-            if (rt_fly[i].ev >= 0)
-                rt_tr.ev[rt_fly[i].ev].t1 = t1;
-            rt_fly[i] = rt_fly[--rt_nfly];
-            break;
-        }
+    rt_landed(req, t1);
     if (RT_TRACING)
         rt_trace_add(RT_EV_WAIT, comm, t0, t1);
 }
@@ -357,7 +384,9 @@ static inline void rt_started(int comm, MPI_Request *req)
     }
     if (rt_nfly < RT_MAX_INFLIGHT) {
         rt_fly[rt_nfly].req = req;
-        rt_fly[rt_nfly++].ev = ev;
+        rt_fly[rt_nfly].ev = ev;
+        rt_fly[rt_nfly++].done = 0;
+        rt_nlive++;
     }
     if (rt_comms_mode == RT_COMMS_SERIAL)
         rt_wait(req, comm);
@@ -2608,114 +2637,114 @@ static unsigned char *g_arena, *g_weights;
 #define W_lnf_b ((float *)(g_weights + 136064)) /* lnf_b: local [32] of [64], [dp] */
 #define W_lm_head ((float *)(g_weights + 136192)) /* lm_head: local [32, 256] of [64, 256], [dp,_] */
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_] */
-#define B_tok ((float *)(g_arena + 65536)) /* 4096 bytes, live [4, 10]: tok local [1, 16, 64], [dp,_,_] */
-#define B_pos ((float *)(g_arena + 0)) /* 4096 bytes, live [9, 10]: pos local [16, 64], [_,_] */
-#define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [10, 56]: h0 local [1, 16, 64], [dp,_,_] */
-#define B_l0_ln1 ((float *)(g_arena + 12288)) /* 4096 bytes, live [14, 31]: l0_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_q_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [17, 20]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q ((float *)(g_arena + 18432)) /* 2048 bytes, live [20, 36]: l0_q local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q_h ((float *)(g_arena + 18432)) /* 2048 bytes, live [21, 36]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_k_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [24, 27]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k ((float *)(g_arena + 20480)) /* 2048 bytes, live [27, 37]: l0_k local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k_h ((float *)(g_arena + 20480)) /* 2048 bytes, live [28, 37]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_v_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [31, 34]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [34, 38]: l0_v local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [35, 38]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_q_t ((float *)(g_arena + 2048)) /* 2048 bytes, live [36, 39]: l0_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_k_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [37, 39]: l0_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_v_t ((float *)(g_arena + 12288)) /* 2048 bytes, live [38, 45]: l0_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores_raw ((float *)(g_arena + 0)) /* 2048 bytes, live [39, 40]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores ((float *)(g_arena + 14336)) /* 2048 bytes, live [40, 43]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores_m ((float *)(g_arena + 16384)) /* 2048 bytes, live [43, 44]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_probs ((float *)(g_arena + 14336)) /* 2048 bytes, live [44, 45]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_ctx ((float *)(g_arena + 16384)) /* 2048 bytes, live [45, 46]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_ctx_t ((float *)(g_arena + 18432)) /* 2048 bytes, live [46, 50]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_ctx_m ((float *)(g_arena + 18432)) /* 2048 bytes, live [47, 50]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l0_o_mm ((float *)(g_arena + 12288)) /* 4096 bytes, live [50, 54]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [56, 56]: l0_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l0_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [56, 75]: l0_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [60, 63]: l0_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [63, 66]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [66, 66]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l0_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [66, 69]: l0_act local [1, 16, 128], [dp,_,tp] */
-#define B_l0_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [69, 73]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [75, 75]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l0_out ((float *)(g_arena + 8192)) /* 4096 bytes, live [75, 119]: l0_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln1 ((float *)(g_arena + 12288)) /* 4096 bytes, live [79, 96]: l1_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [82, 85]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q ((float *)(g_arena + 18432)) /* 2048 bytes, live [85, 101]: l1_q local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 18432)) /* 2048 bytes, live [86, 101]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [89, 92]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k ((float *)(g_arena + 20480)) /* 2048 bytes, live [92, 102]: l1_k local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 20480)) /* 2048 bytes, live [93, 102]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 16384)) /* 2048 bytes, live [96, 99]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [99, 103]: l1_v local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [100, 103]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_q_t ((float *)(g_arena + 14336)) /* 2048 bytes, live [101, 104]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_k_t ((float *)(g_arena + 16384)) /* 2048 bytes, live [102, 104]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_v_t ((float *)(g_arena + 18432)) /* 2048 bytes, live [103, 108]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 12288)) /* 2048 bytes, live [104, 105]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 14336)) /* 2048 bytes, live [105, 106]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 12288)) /* 2048 bytes, live [106, 107]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 14336)) /* 2048 bytes, live [107, 108]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 12288)) /* 2048 bytes, live [108, 109]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx_t ((float *)(g_arena + 16384)) /* 2048 bytes, live [109, 113]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_ctx_m ((float *)(g_arena + 16384)) /* 2048 bytes, live [110, 113]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
-#define B_l1_o_mm ((float *)(g_arena + 12288)) /* 4096 bytes, live [113, 117]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_attn_out ((float *)(g_arena + 0)) /* 4096 bytes, live [119, 119]: l1_attn_out local [1, 16, 64], [dp,_,_] */
-#define B_l1_res1 ((float *)(g_arena + 57344)) /* 4096 bytes, live [119, 138]: l1_res1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_ln2 ((float *)(g_arena + 40960)) /* 4096 bytes, live [123, 126]: l1_ln2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc1 ((float *)(g_arena + 32768)) /* 8192 bytes, live [126, 129]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc1_b ((float *)(g_arena + 40960)) /* 8192 bytes, live [129, 129]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
-#define B_l1_act ((float *)(g_arena + 49152)) /* 8192 bytes, live [129, 132]: l1_act local [1, 16, 128], [dp,_,tp] */
-#define B_l1_fc2 ((float *)(g_arena + 32768)) /* 4096 bytes, live [132, 136]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
-#define B_l1_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [138, 138]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
-#define B_l1_out ((float *)(g_arena + 65536)) /* 4096 bytes, live [138, 142]: l1_out local [1, 16, 64], [dp,_,_] */
+#define B_tok ((float *)(g_arena + 90112)) /* 4096 bytes, live [12, 17]: tok local [1, 16, 64], [dp,_,_] */
+#define B_pos ((float *)(g_arena + 0)) /* 4096 bytes, live [16, 17]: pos local [16, 64], [_,_] */
+#define B_h0 ((float *)(g_arena + 98304)) /* 4096 bytes, live [17, 64]: h0 local [1, 16, 64], [dp,_,_] */
+#define B_l0_ln1 ((float *)(g_arena + 102400)) /* 4096 bytes, live [21, 39]: l0_ln1 local [1, 16, 64], [dp,_,_] */
+#define B_l0_q_mm ((float *)(g_arena + 0)) /* 2048 bytes, live [24, 28]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_q ((float *)(g_arena + 65536)) /* 2048 bytes, live [28, 44]: l0_q local [1, 16, 32], [dp,_,tp] */
+#define B_l0_q_h ((float *)(g_arena + 65536)) /* 2048 bytes, live [29, 44]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_k_mm ((float *)(g_arena + 32768)) /* 2048 bytes, live [32, 35]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k ((float *)(g_arena + 67584)) /* 2048 bytes, live [35, 45]: l0_k local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k_h ((float *)(g_arena + 67584)) /* 2048 bytes, live [36, 45]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_v_mm ((float *)(g_arena + 69632)) /* 2048 bytes, live [39, 42]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v ((float *)(g_arena + 71680)) /* 2048 bytes, live [42, 46]: l0_v local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v_h ((float *)(g_arena + 71680)) /* 2048 bytes, live [43, 46]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_q_t ((float *)(g_arena + 69632)) /* 2048 bytes, live [44, 47]: l0_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_k_t ((float *)(g_arena + 65536)) /* 2048 bytes, live [45, 47]: l0_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_v_t ((float *)(g_arena + 67584)) /* 2048 bytes, live [46, 54]: l0_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores_raw ((float *)(g_arena + 71680)) /* 2048 bytes, live [47, 48]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores ((float *)(g_arena + 65536)) /* 2048 bytes, live [48, 52]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores_m ((float *)(g_arena + 69632)) /* 2048 bytes, live [52, 53]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_probs ((float *)(g_arena + 65536)) /* 2048 bytes, live [53, 54]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_ctx ((float *)(g_arena + 69632)) /* 2048 bytes, live [54, 55]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_ctx_t ((float *)(g_arena + 71680)) /* 2048 bytes, live [55, 59]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_ctx_m ((float *)(g_arena + 71680)) /* 2048 bytes, live [56, 59]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l0_o_mm ((float *)(g_arena + 65536)) /* 4096 bytes, live [59, 62]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_attn_out ((float *)(g_arena + 65536)) /* 4096 bytes, live [64, 64]: l0_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l0_res1 ((float *)(g_arena + 81920)) /* 4096 bytes, live [64, 82]: l0_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l0_ln2 ((float *)(g_arena + 86016)) /* 4096 bytes, live [68, 71]: l0_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc1 ((float *)(g_arena + 65536)) /* 8192 bytes, live [71, 74]: l0_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc1_b ((float *)(g_arena + 0)) /* 8192 bytes, live [74, 74]: l0_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l0_act ((float *)(g_arena + 8192)) /* 8192 bytes, live [74, 77]: l0_act local [1, 16, 128], [dp,_,tp] */
+#define B_l0_fc2 ((float *)(g_arena + 0)) /* 4096 bytes, live [77, 80]: l0_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [82, 82]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l0_out ((float *)(g_arena + 139264)) /* 4096 bytes, live [82, 126]: l0_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [86, 104]: l1_ln1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [90, 93]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [93, 110]: l1_q local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [94, 110]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [97, 100]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k ((float *)(g_arena + 8192)) /* 2048 bytes, live [100, 111]: l1_k local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [101, 111]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [104, 108]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [108, 112]: l1_v local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [109, 112]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_q_t ((float *)(g_arena + 2048)) /* 2048 bytes, live [110, 113]: l1_q_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_k_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [111, 113]: l1_k_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_v_t ((float *)(g_arena + 6144)) /* 2048 bytes, live [112, 117]: l1_v_t local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 0)) /* 2048 bytes, live [113, 114]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 2048)) /* 2048 bytes, live [114, 115]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 0)) /* 2048 bytes, live [115, 116]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 2048)) /* 2048 bytes, live [116, 117]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 0)) /* 2048 bytes, live [117, 118]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx_t ((float *)(g_arena + 147456)) /* 2048 bytes, live [118, 122]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_ctx_m ((float *)(g_arena + 147456)) /* 2048 bytes, live [119, 122]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
+#define B_l1_o_mm ((float *)(g_arena + 143360)) /* 4096 bytes, live [122, 124]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_attn_out ((float *)(g_arena + 131072)) /* 4096 bytes, live [126, 126]: l1_attn_out local [1, 16, 64], [dp,_,_] */
+#define B_l1_res1 ((float *)(g_arena + 143360)) /* 4096 bytes, live [126, 139]: l1_res1 local [1, 16, 64], [dp,_,_] */
+#define B_l1_ln2 ((float *)(g_arena + 139264)) /* 4096 bytes, live [129, 131]: l1_ln2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc1 ((float *)(g_arena + 131072)) /* 8192 bytes, live [131, 133]: l1_fc1 local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc1_b ((float *)(g_arena + 65536)) /* 8192 bytes, live [133, 133]: l1_fc1_b local [1, 16, 128], [dp,_,tp] */
+#define B_l1_act ((float *)(g_arena + 73728)) /* 8192 bytes, live [133, 135]: l1_act local [1, 16, 128], [dp,_,tp] */
+#define B_l1_fc2 ((float *)(g_arena + 65536)) /* 4096 bytes, live [135, 137]: l1_fc2 local [1, 16, 64], [dp,_,_] partial(tp) */
+#define B_l1_fc2_b ((float *)(g_arena + 65536)) /* 4096 bytes, live [139, 139]: l1_fc2_b local [1, 16, 64], [dp,_,_] */
+#define B_l1_out ((float *)(g_arena + 69632)) /* 4096 bytes, live [139, 142]: l1_out local [1, 16, 64], [dp,_,_] */
 #define B_lnf ((float *)(g_arena + 81920)) /* 4096 bytes, live [142, 144]: lnf local [1, 16, 64], [dp,_,_] */
 #define B_logits ((float *)(g_arena + 65536)) /* 16384 bytes, live [144, 145]: logits local [1, 16, 256], [dp,_,_] */
-#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [51, 56]: l0_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [70, 75]: l0_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [114, 119]: l1_o_mm local [1, 16, 64], [dp,_,_] */
-#define B_l1_fc2_r3_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [133, 138]: l1_fc2 local [1, 16, 64], [dp,_,_] */
-#define B_tok_emb_r4_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [0, 4]: tok_emb local [256, 64], [_,_] */
-#define B_pos_emb_r5_s0 ((float *)(g_arena + 69632)) /* 4096 bytes, live [1, 9]: pos_emb local [16, 64], [_,_] */
-#define B_pos_ids_r6_s0 ((int64_t *)(g_arena + 73728)) /* 128 bytes, live [2, 9]: pos_ids local [16], [_] */
-#define B_causal_r7_s0 ((unsigned char *)(g_arena + 61952)) /* 256 bytes, live [32, 106]: causal local [16, 16], [_,_] */
-#define B_l0_ln1_g_r8_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [5, 14]: l0_ln1_g local [64], [_] */
-#define B_l0_ln1_b_r9_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [6, 14]: l0_ln1_b local [64], [_] */
-#define B_l0_ln2_g_r10_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [52, 60]: l0_ln2_g local [64], [_] */
-#define B_l0_ln2_b_r11_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [53, 60]: l0_ln2_b local [64], [_] */
-#define B_l0_Wq_r12_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [11, 17]: l0_Wq local [64, 32], [_,tp] */
-#define B_l0_bq_r13_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [15, 20]: l0_bq local [32], [tp] */
-#define B_l0_Wk_r14_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [18, 24]: l0_Wk local [64, 32], [_,tp] */
-#define B_l0_bk_r15_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [22, 27]: l0_bk local [32], [tp] */
-#define B_l0_Wv_r16_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [25, 31]: l0_Wv local [64, 32], [_,tp] */
-#define B_l0_bv_r17_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [29, 34]: l0_bv local [32], [tp] */
-#define B_l0_Wo_r18_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [41, 50]: l0_Wo local [32, 64], [tp,_] */
-#define B_l0_bo_r19_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [48, 56]: l0_bo local [64], [_] */
-#define B_l0_W1_r20_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [57, 63]: l0_W1 local [64, 128], [_,tp] */
-#define B_l0_b1_r21_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [61, 66]: l0_b1 local [128], [tp] */
-#define B_l0_W2_r22_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [64, 69]: l0_W2 local [128, 64], [tp,_] */
-#define B_l0_b2_r23_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [67, 75]: l0_b2 local [64], [_] */
-#define B_l1_ln1_g_r24_s0 ((float *)(g_arena + 16384)) /* 256 bytes, live [71, 79]: l1_ln1_g local [64], [_] */
-#define B_l1_ln1_b_r25_s0 ((float *)(g_arena + 16640)) /* 256 bytes, live [72, 79]: l1_ln1_b local [64], [_] */
-#define B_l1_ln2_g_r26_s0 ((float *)(g_arena + 32768)) /* 256 bytes, live [115, 123]: l1_ln2_g local [64], [_] */
-#define B_l1_ln2_b_r27_s0 ((float *)(g_arena + 33024)) /* 256 bytes, live [116, 123]: l1_ln2_b local [64], [_] */
-#define B_l1_Wq_r28_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [76, 82]: l1_Wq local [64, 32], [_,tp] */
-#define B_l1_bq_r29_s0 ((float *)(g_arena + 20480)) /* 128 bytes, live [80, 85]: l1_bq local [32], [tp] */
-#define B_l1_Wk_r30_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [83, 89]: l1_Wk local [64, 32], [_,tp] */
-#define B_l1_bk_r31_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [87, 92]: l1_bk local [32], [tp] */
-#define B_l1_Wv_r32_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [90, 96]: l1_Wv local [64, 32], [_,tp] */
-#define B_l1_bv_r33_s0 ((float *)(g_arena + 22528)) /* 128 bytes, live [94, 99]: l1_bv local [32], [tp] */
-#define B_l1_Wo_r34_s0 ((float *)(g_arena + 0)) /* 8192 bytes, live [97, 113]: l1_Wo local [32, 64], [tp,_] */
-#define B_l1_bo_r35_s0 ((float *)(g_arena + 18432)) /* 256 bytes, live [111, 119]: l1_bo local [64], [_] */
-#define B_l1_W1_r36_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [120, 126]: l1_W1 local [64, 128], [_,tp] */
-#define B_l1_b1_r37_s0 ((float *)(g_arena + 61440)) /* 512 bytes, live [124, 129]: l1_b1 local [128], [tp] */
-#define B_l1_W2_r38_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [127, 132]: l1_W2 local [128, 64], [tp,_] */
-#define B_l1_b2_r39_s0 ((float *)(g_arena + 36864)) /* 256 bytes, live [130, 138]: l1_b2 local [64], [_] */
-#define B_lnf_g_r40_s0 ((float *)(g_arena + 69632)) /* 256 bytes, live [134, 142]: lnf_g local [64], [_] */
-#define B_lnf_b_r41_s0 ((float *)(g_arena + 69888)) /* 256 bytes, live [135, 142]: lnf_b local [64], [_] */
-#define B_lm_head_r42_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [139, 144]: lm_head local [64, 256], [_,_] */
+#define B_l0_o_mm_r0_s0 ((float *)(g_arena + 69632)) /* 4096 bytes, live [60, 64]: l0_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l0_fc2_r1_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [78, 82]: l0_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_l1_o_mm_r2_s0 ((float *)(g_arena + 135168)) /* 4096 bytes, live [123, 126]: l1_o_mm local [1, 16, 64], [dp,_,_] */
+#define B_l1_fc2_r3_s0 ((float *)(g_arena + 73728)) /* 4096 bytes, live [136, 139]: l1_fc2 local [1, 16, 64], [dp,_,_] */
+#define B_tok_emb_r4_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [0, 12]: tok_emb local [256, 64], [_,_] */
+#define B_pos_emb_r5_s0 ((float *)(g_arena + 94208)) /* 4096 bytes, live [1, 16]: pos_emb local [16, 64], [_,_] */
+#define B_pos_ids_r6_s0 ((int64_t *)(g_arena + 98304)) /* 128 bytes, live [2, 16]: pos_ids local [16], [_] */
+#define B_causal_r7_s0 ((unsigned char *)(g_arena + 143360)) /* 256 bytes, live [13, 115]: causal local [16, 16], [_,_] */
+#define B_l0_ln1_g_r8_s0 ((float *)(g_arena + 106496)) /* 256 bytes, live [3, 21]: l0_ln1_g local [64], [_] */
+#define B_l0_ln1_b_r9_s0 ((float *)(g_arena + 106752)) /* 256 bytes, live [4, 21]: l0_ln1_b local [64], [_] */
+#define B_l0_ln2_g_r10_s0 ((float *)(g_arena + 107008)) /* 256 bytes, live [25, 68]: l0_ln2_g local [64], [_] */
+#define B_l0_ln2_b_r11_s0 ((float *)(g_arena + 107264)) /* 256 bytes, live [26, 68]: l0_ln2_b local [64], [_] */
+#define B_l0_Wq_r12_s0 ((float *)(g_arena + 65536)) /* 8192 bytes, live [5, 24]: l0_Wq local [64, 32], [_,tp] */
+#define B_l0_bq_r13_s0 ((float *)(g_arena + 107776)) /* 128 bytes, live [6, 28]: l0_bq local [32], [tp] */
+#define B_l0_Wk_r14_s0 ((float *)(g_arena + 73728)) /* 8192 bytes, live [7, 32]: l0_Wk local [64, 32], [_,tp] */
+#define B_l0_bk_r15_s0 ((float *)(g_arena + 107904)) /* 128 bytes, live [8, 35]: l0_bk local [32], [tp] */
+#define B_l0_Wv_r16_s0 ((float *)(g_arena + 81920)) /* 8192 bytes, live [9, 39]: l0_Wv local [64, 32], [_,tp] */
+#define B_l0_bv_r17_s0 ((float *)(g_arena + 108032)) /* 128 bytes, live [10, 42]: l0_bv local [32], [tp] */
+#define B_l0_Wo_r18_s0 ((float *)(g_arena + 90112)) /* 8192 bytes, live [18, 59]: l0_Wo local [32, 64], [tp,_] */
+#define B_l0_bo_r19_s0 ((float *)(g_arena + 107520)) /* 256 bytes, live [22, 64]: l0_bo local [64], [_] */
+#define B_l0_W1_r20_s0 ((float *)(g_arena + 0)) /* 32768 bytes, live [30, 71]: l0_W1 local [64, 128], [_,tp] */
+#define B_l0_b1_r21_s0 ((float *)(g_arena + 106496)) /* 512 bytes, live [33, 74]: l0_b1 local [128], [tp] */
+#define B_l0_W2_r22_s0 ((float *)(g_arena + 32768)) /* 32768 bytes, live [37, 77]: l0_W2 local [128, 64], [tp,_] */
+#define B_l0_b2_r23_s0 ((float *)(g_arena + 107776)) /* 256 bytes, live [40, 82]: l0_b2 local [64], [_] */
+#define B_l1_ln1_g_r24_s0 ((float *)(g_arena + 108032)) /* 256 bytes, live [49, 86]: l1_ln1_g local [64], [_] */
+#define B_l1_ln1_b_r25_s0 ((float *)(g_arena + 108288)) /* 256 bytes, live [50, 86]: l1_ln1_b local [64], [_] */
+#define B_l1_ln2_g_r26_s0 ((float *)(g_arena + 150016)) /* 256 bytes, live [87, 129]: l1_ln2_g local [64], [_] */
+#define B_l1_ln2_b_r27_s0 ((float *)(g_arena + 150272)) /* 256 bytes, live [88, 129]: l1_ln2_b local [64], [_] */
+#define B_l1_Wq_r28_s0 ((float *)(g_arena + 73728)) /* 8192 bytes, live [57, 90]: l1_Wq local [64, 32], [_,tp] */
+#define B_l1_bq_r29_s0 ((float *)(g_arena + 108544)) /* 128 bytes, live [61, 93]: l1_bq local [32], [tp] */
+#define B_l1_Wk_r30_s0 ((float *)(g_arena + 98304)) /* 8192 bytes, live [65, 97]: l1_Wk local [64, 32], [_,tp] */
+#define B_l1_bk_r31_s0 ((float *)(g_arena + 143616)) /* 128 bytes, live [69, 100]: l1_bk local [32], [tp] */
+#define B_l1_Wv_r32_s0 ((float *)(g_arena + 16384)) /* 8192 bytes, live [72, 104]: l1_Wv local [64, 32], [_,tp] */
+#define B_l1_bv_r33_s0 ((float *)(g_arena + 24576)) /* 128 bytes, live [75, 108]: l1_bv local [32], [tp] */
+#define B_l1_Wo_r34_s0 ((float *)(g_arena + 131072)) /* 8192 bytes, live [79, 122]: l1_Wo local [32, 64], [tp,_] */
+#define B_l1_bo_r35_s0 ((float *)(g_arena + 150528)) /* 256 bytes, live [83, 126]: l1_bo local [64], [_] */
+#define B_l1_W1_r36_s0 ((float *)(g_arena + 65536)) /* 32768 bytes, live [91, 131]: l1_W1 local [64, 128], [_,tp] */
+#define B_l1_b1_r37_s0 ((float *)(g_arena + 149504)) /* 512 bytes, live [95, 133]: l1_b1 local [128], [tp] */
+#define B_l1_W2_r38_s0 ((float *)(g_arena + 98304)) /* 32768 bytes, live [98, 135]: l1_W2 local [128, 64], [tp,_] */
+#define B_l1_b2_r39_s0 ((float *)(g_arena + 150784)) /* 256 bytes, live [102, 139]: l1_b2 local [64], [_] */
+#define B_lnf_g_r40_s0 ((float *)(g_arena + 151040)) /* 256 bytes, live [105, 142]: lnf_g local [64], [_] */
+#define B_lnf_b_r41_s0 ((float *)(g_arena + 151296)) /* 256 bytes, live [106, 142]: lnf_b local [64], [_] */
+#define B_lm_head_r42_s0 ((float *)(g_arena + 0)) /* 65536 bytes, live [120, 144]: lm_head local [64, 256], [_,_] */
 
 /* ---- communicators and requests ---- */
 
@@ -2940,85 +2969,85 @@ static const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, over
     {"all-gather of pos_ids (reshard 6)", "all-gather", "pos_ids", "dp",
      "embed_tokens", 64}, /* 2 */
     {"all-gather of l0_ln1_g (reshard 8)", "all-gather", "l0_ln1_g", "dp",
-     "embed_positions, embed_sum", 128}, /* 3 */
+     "embed_tokens, embed_positions, embed_sum", 128}, /* 3 */
     {"all-gather of l0_ln1_b (reshard 9)", "all-gather", "l0_ln1_b", "dp",
-     "embed_positions, embed_sum", 128}, /* 4 */
+     "embed_tokens, embed_positions, embed_sum", 128}, /* 4 */
     {"all-gather of l0_Wq (reshard 12)", "all-gather", "l0_Wq", "dp",
-     "l0_ln1", 4096}, /* 5 */
+     "embed_tokens .. l0_ln1 (4 nodes)", 4096}, /* 5 */
     {"all-gather of l0_bq (reshard 13)", "all-gather", "l0_bq", "dp",
-     "l0_q_proj", 64}, /* 6 */
+     "embed_tokens .. l0_q_proj (5 nodes)", 64}, /* 6 */
     {"all-gather of l0_Wk (reshard 14)", "all-gather", "l0_Wk", "dp",
-     "l0_q_bias, l0_q_split_heads", 4096}, /* 7 */
+     "embed_tokens .. l0_q_split_heads (7 nodes)", 4096}, /* 7 */
     {"all-gather of l0_bk (reshard 15)", "all-gather", "l0_bk", "dp",
-     "l0_k_proj", 64}, /* 8 */
+     "embed_tokens .. l0_k_proj (8 nodes)", 64}, /* 8 */
     {"all-gather of l0_Wv (reshard 16)", "all-gather", "l0_Wv", "dp",
-     "l0_k_bias, l0_k_split_heads", 4096}, /* 9 */
+     "embed_tokens .. l0_k_split_heads (10 nodes)", 4096}, /* 9 */
     {"all-gather of l0_bv (reshard 17)", "all-gather", "l0_bv", "dp",
-     "l0_v_proj", 64}, /* 10 */
+     "embed_tokens .. l0_v_proj (11 nodes)", 64}, /* 10 */
     {"all-gather of causal (reshard 7)", "all-gather", "causal", "dp",
-     "l0_v_bias .. l0_qk_scale (7 nodes)", 128}, /* 11 */
+     "embed_positions .. l0_qk_scale (17 nodes)", 128}, /* 11 */
     {"all-gather of l0_Wo (reshard 18)", "all-gather", "l0_Wo", "dp",
-     "l0_causal_mask .. l0_merge_heads (5 nodes)", 4096}, /* 12 */
+     "l0_ln1 .. l0_merge_heads (20 nodes)", 4096}, /* 12 */
     {"all-gather of l0_bo (reshard 19)", "all-gather", "l0_bo", "dp",
-     "l0_o_proj", 128}, /* 13 */
-    {"all-reduce of l0_o_mm (reshard 0)", "all-reduce", "l0_o_mm", "tp",
-     "nothing: it is waited for at once", 4096}, /* 14 */
+     "l0_q_proj .. l0_o_proj (20 nodes)", 128}, /* 13 */
     {"all-gather of l0_ln2_g (reshard 10)", "all-gather", "l0_ln2_g", "dp",
-     "l0_residual1", 128}, /* 15 */
+     "l0_q_bias .. l0_residual1 (20 nodes)", 128}, /* 14 */
     {"all-gather of l0_ln2_b (reshard 11)", "all-gather", "l0_ln2_b", "dp",
-     "l0_residual1", 128}, /* 16 */
+     "l0_q_bias .. l0_residual1 (20 nodes)", 128}, /* 15 */
     {"all-gather of l0_W1 (reshard 20)", "all-gather", "l0_W1", "dp",
-     "l0_ln2", 16384}, /* 17 */
+     "l0_k_proj .. l0_ln2 (19 nodes)", 16384}, /* 16 */
     {"all-gather of l0_b1 (reshard 21)", "all-gather", "l0_b1", "dp",
-     "l0_fc1", 256}, /* 18 */
+     "l0_k_bias .. l0_fc1 (19 nodes)", 256}, /* 17 */
     {"all-gather of l0_W2 (reshard 22)", "all-gather", "l0_W2", "dp",
-     "l0_gelu", 16384}, /* 19 */
+     "l0_v_proj .. l0_gelu (18 nodes)", 16384}, /* 18 */
     {"all-gather of l0_b2 (reshard 23)", "all-gather", "l0_b2", "dp",
-     "l0_fc2", 128}, /* 20 */
-    {"all-reduce of l0_fc2 (reshard 1)", "all-reduce", "l0_fc2", "tp",
-     "nothing: it is waited for at once", 4096}, /* 21 */
+     "l0_v_bias .. l0_fc2 (18 nodes)", 128}, /* 19 */
     {"all-gather of l1_ln1_g (reshard 24)", "all-gather", "l1_ln1_g", "dp",
-     "l0_residual2", 128}, /* 22 */
+     "l0_causal_mask .. l0_residual2 (12 nodes)", 128}, /* 20 */
     {"all-gather of l1_ln1_b (reshard 25)", "all-gather", "l1_ln1_b", "dp",
-     "l0_residual2", 128}, /* 23 */
+     "l0_causal_mask .. l0_residual2 (12 nodes)", 128}, /* 21 */
     {"all-gather of l1_Wq (reshard 28)", "all-gather", "l1_Wq", "dp",
-     "l1_ln1", 4096}, /* 24 */
+     "l0_o_proj .. l1_ln1 (8 nodes)", 4096}, /* 22 */
+    {"all-reduce of l0_o_mm (reshard 0)", "all-reduce", "l0_o_mm", "tp",
+     "nothing: it is waited for at once", 4096}, /* 23 */
     {"all-gather of l1_bq (reshard 29)", "all-gather", "l1_bq", "dp",
-     "l1_q_proj", 64}, /* 25 */
+     "l0_residual1 .. l1_q_proj (8 nodes)", 64}, /* 24 */
     {"all-gather of l1_Wk (reshard 30)", "all-gather", "l1_Wk", "dp",
-     "l1_q_bias, l1_q_split_heads", 4096}, /* 26 */
+     "l0_ln2 .. l1_q_split_heads (9 nodes)", 4096}, /* 25 */
     {"all-gather of l1_bk (reshard 31)", "all-gather", "l1_bk", "dp",
-     "l1_k_proj", 64}, /* 27 */
+     "l0_fc1 .. l1_k_proj (9 nodes)", 64}, /* 26 */
     {"all-gather of l1_Wv (reshard 32)", "all-gather", "l1_Wv", "dp",
-     "l1_k_bias, l1_k_split_heads", 4096}, /* 28 */
+     "l0_gelu .. l1_k_split_heads (10 nodes)", 4096}, /* 27 */
     {"all-gather of l1_bv (reshard 33)", "all-gather", "l1_bv", "dp",
-     "l1_v_proj", 64}, /* 29 */
+     "l0_fc2 .. l1_v_proj (10 nodes)", 64}, /* 28 */
+    {"all-reduce of l0_fc2 (reshard 1)", "all-reduce", "l0_fc2", "tp",
+     "nothing: it is waited for at once", 4096}, /* 29 */
     {"all-gather of l1_Wo (reshard 34)", "all-gather", "l1_Wo", "dp",
-     "l1_v_bias .. l1_merge_heads (12 nodes)", 4096}, /* 30 */
+     "l0_residual2 .. l1_merge_heads (21 nodes)", 4096}, /* 30 */
     {"all-gather of l1_bo (reshard 35)", "all-gather", "l1_bo", "dp",
-     "l1_o_proj", 128}, /* 31 */
-    {"all-reduce of l1_o_mm (reshard 2)", "all-reduce", "l1_o_mm", "tp",
-     "nothing: it is waited for at once", 4096}, /* 32 */
+     "l1_ln1 .. l1_o_proj (21 nodes)", 128}, /* 31 */
     {"all-gather of l1_ln2_g (reshard 26)", "all-gather", "l1_ln2_g", "dp",
-     "l1_residual1", 128}, /* 33 */
+     "l1_q_proj .. l1_residual1 (21 nodes)", 128}, /* 32 */
     {"all-gather of l1_ln2_b (reshard 27)", "all-gather", "l1_ln2_b", "dp",
-     "l1_residual1", 128}, /* 34 */
+     "l1_q_proj .. l1_residual1 (21 nodes)", 128}, /* 33 */
     {"all-gather of l1_W1 (reshard 36)", "all-gather", "l1_W1", "dp",
-     "l1_ln2", 16384}, /* 35 */
+     "l1_q_bias .. l1_ln2 (21 nodes)", 16384}, /* 34 */
     {"all-gather of l1_b1 (reshard 37)", "all-gather", "l1_b1", "dp",
-     "l1_fc1", 256}, /* 36 */
+     "l1_k_proj .. l1_fc1 (20 nodes)", 256}, /* 35 */
     {"all-gather of l1_W2 (reshard 38)", "all-gather", "l1_W2", "dp",
-     "l1_gelu", 16384}, /* 37 */
+     "l1_k_bias .. l1_gelu (20 nodes)", 16384}, /* 36 */
     {"all-gather of l1_b2 (reshard 39)", "all-gather", "l1_b2", "dp",
-     "l1_fc2", 128}, /* 38 */
-    {"all-reduce of l1_fc2 (reshard 3)", "all-reduce", "l1_fc2", "tp",
-     "nothing: it is waited for at once", 4096}, /* 39 */
+     "l1_v_proj .. l1_fc2 (19 nodes)", 128}, /* 37 */
     {"all-gather of lnf_g (reshard 40)", "all-gather", "lnf_g", "dp",
-     "l1_residual2", 128}, /* 40 */
+     "l1_v_bias .. l1_residual2 (19 nodes)", 128}, /* 38 */
     {"all-gather of lnf_b (reshard 41)", "all-gather", "lnf_b", "dp",
-     "l1_residual2", 128}, /* 41 */
+     "l1_v_bias .. l1_residual2 (19 nodes)", 128}, /* 39 */
     {"all-gather of lm_head (reshard 42)", "all-gather", "lm_head", "dp",
-     "ln_f", 32768}, /* 42 */
+     "l1_o_proj .. ln_f (8 nodes)", 32768}, /* 40 */
+    {"all-reduce of l1_o_mm (reshard 2)", "all-reduce", "l1_o_mm", "tp",
+     "nothing: it is waited for at once", 4096}, /* 41 */
+    {"all-reduce of l1_fc2 (reshard 3)", "all-reduce", "l1_fc2", "tp",
+     "nothing: it is waited for at once", 4096}, /* 42 */
 };
 
 /* ---- one forward pass ---- */
@@ -3038,7 +3067,7 @@ static void forward(void)
     CHECK_CUDA(cudaEventRecord(ev_done_r4, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 5 of pos_emb: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "embed_tokens";
+    rt_node = "(start)";
     /* all-gather of pos_emb over dp: [dp,_] -> [_,_], 2048 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r5, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r5, 0));
@@ -3048,7 +3077,7 @@ static void forward(void)
     CHECK_CUDA(cudaEventRecord(ev_done_r5, g_comm)); /* compute waits on this at the first reader */
 
     /* start reshard 6 of pos_ids: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "embed_tokens";
+    rt_node = "(start)";
     /* all-gather of pos_ids over dp: [dp] -> [_], 64 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r6, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r6, 0));
@@ -3056,6 +3085,86 @@ static void forward(void)
     CHECK_NCCL(ncclAllGather(W_pos_ids, B_pos_ids_r6_s0, 8, ncclInt64, comm_dp, g_comm));
     rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r6, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 8 of l0_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r8, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r8, 0));
+    rt_comm_begin(3);
+    CHECK_NCCL(ncclAllGather(W_l0_ln1_g, B_l0_ln1_g_r8_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r8, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 9 of l0_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r9, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r9, 0));
+    rt_comm_begin(4);
+    CHECK_NCCL(ncclAllGather(W_l0_ln1_b, B_l0_ln1_b_r9_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r9, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 12 of l0_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r12, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r12, 0));
+    rt_comm_begin(5);
+    CHECK_NCCL(ncclAllGather(W_l0_Wq, B_l0_Wq_r12_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r12, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 13 of l0_bq: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r13, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r13, 0));
+    rt_comm_begin(6);
+    CHECK_NCCL(ncclAllGather(W_l0_bq, B_l0_bq_r13_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r13, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 14 of l0_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r14, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r14, 0));
+    rt_comm_begin(7);
+    CHECK_NCCL(ncclAllGather(W_l0_Wk, B_l0_Wk_r14_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r14, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 15 of l0_bk: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r15, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r15, 0));
+    rt_comm_begin(8);
+    CHECK_NCCL(ncclAllGather(W_l0_bk, B_l0_bk_r15_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r15, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 16 of l0_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "(start)";
+    /* all-gather of l0_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r16, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r16, 0));
+    rt_comm_begin(9);
+    CHECK_NCCL(ncclAllGather(W_l0_Wv, B_l0_Wv_r16_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r16, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 17 of l0_bv: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "embed_tokens";
+    /* all-gather of l0_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r17, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r17, 0));
+    rt_comm_begin(10);
+    CHECK_NCCL(ncclAllGather(W_l0_bv, B_l0_bv_r17_s0, 16, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r17, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 4 of tok_emb here: embed_tokens is its first reader */
     rt_node = "embed_tokens";
@@ -3066,25 +3175,15 @@ static void forward(void)
     rt_enter(0);
     k_gather(B_tok, B_tok_emb_r4_s0, I_tokens, 16, 4, 1, 256, 64, 0, 256);
 
-    /* start reshard 8 of l0_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 7 of causal: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "embed_positions";
-    /* all-gather of l0_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r8, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r8, 0));
-    rt_comm_begin(3);
-    CHECK_NCCL(ncclAllGather(W_l0_ln1_g, B_l0_ln1_g_r8_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of causal over dp: [dp,_] -> [_,_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r7, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r7, 0));
+    rt_comm_begin(11);
+    CHECK_NCCL(ncclAllGather(W_causal, B_causal_r7_s0, 128, ncclUint8, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r8, g_comm)); /* compute waits on this at the first reader */
-
-    /* start reshard 9 of l0_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "embed_positions";
-    /* all-gather of l0_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r9, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r9, 0));
-    rt_comm_begin(4);
-    CHECK_NCCL(ncclAllGather(W_l0_ln1_b, B_l0_ln1_b_r9_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r9, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r7, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 5 of pos_emb here: embed_positions is its first reader */
     rt_node = "embed_positions";
@@ -3104,15 +3203,15 @@ static void forward(void)
     rt_enter(2);
     k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
-    /* start reshard 12 of l0_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 18 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln1";
-    /* all-gather of l0_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r12, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r12, 0));
-    rt_comm_begin(5);
-    CHECK_NCCL(ncclAllGather(W_l0_Wq, B_l0_Wq_r12_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r18, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r18, 0));
+    rt_comm_begin(12);
+    CHECK_NCCL(ncclAllGather(W_l0_Wo, B_l0_Wo_r18_s0, 1024, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r12, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r18, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 8 of l0_ln1_g here: l0_ln1 is its first reader */
     rt_node = "l0_ln1";
@@ -3127,15 +3226,15 @@ static void forward(void)
     rt_enter(3);
     k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r8_s0, B_l0_ln1_b_r9_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 13 of l0_bq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 19 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_proj";
-    /* all-gather of l0_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r13, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r13, 0));
-    rt_comm_begin(6);
-    CHECK_NCCL(ncclAllGather(W_l0_bq, B_l0_bq_r13_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_bo over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r19, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r19, 0));
+    rt_comm_begin(13);
+    CHECK_NCCL(ncclAllGather(W_l0_bo, B_l0_bo_r19_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r13, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r19, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 12 of l0_Wq here: l0_q_proj is its first reader */
     rt_node = "l0_q_proj";
@@ -3146,15 +3245,25 @@ static void forward(void)
     rt_enter(4);
     k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r12_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 14 of l0_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 10 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_bias";
-    /* all-gather of l0_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r14, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r14, 0));
-    rt_comm_begin(7);
-    CHECK_NCCL(ncclAllGather(W_l0_Wk, B_l0_Wk_r14_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r10, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r10, 0));
+    rt_comm_begin(14);
+    CHECK_NCCL(ncclAllGather(W_l0_ln2_g, B_l0_ln2_g_r10_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r14, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r10, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 11 of l0_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "l0_q_bias";
+    /* all-gather of l0_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r11, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r11, 0));
+    rt_comm_begin(15);
+    CHECK_NCCL(ncclAllGather(W_l0_ln2_b, B_l0_ln2_b_r11_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r11, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 13 of l0_bq here: l0_q_bias is its first reader */
     rt_node = "l0_q_bias";
@@ -3170,15 +3279,15 @@ static void forward(void)
     rt_enter(6);
     /* B_l0_q_h is B_l0_q's storage, new shape: nothing to copy */
 
-    /* start reshard 15 of l0_bk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 20 of l0_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_k_proj";
-    /* all-gather of l0_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r15, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r15, 0));
-    rt_comm_begin(8);
-    CHECK_NCCL(ncclAllGather(W_l0_bk, B_l0_bk_r15_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r20, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r20, 0));
+    rt_comm_begin(16);
+    CHECK_NCCL(ncclAllGather(W_l0_W1, B_l0_W1_r20_s0, 4096, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r15, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r20, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 14 of l0_Wk here: l0_k_proj is its first reader */
     rt_node = "l0_k_proj";
@@ -3189,15 +3298,15 @@ static void forward(void)
     rt_enter(7);
     k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r14_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 16 of l0_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 21 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_k_bias";
-    /* all-gather of l0_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r16, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r16, 0));
-    rt_comm_begin(9);
-    CHECK_NCCL(ncclAllGather(W_l0_Wv, B_l0_Wv_r16_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r21, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r21, 0));
+    rt_comm_begin(17);
+    CHECK_NCCL(ncclAllGather(W_l0_b1, B_l0_b1_r21_s0, 64, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r16, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r21, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 15 of l0_bk here: l0_k_bias is its first reader */
     rt_node = "l0_k_bias";
@@ -3213,15 +3322,15 @@ static void forward(void)
     rt_enter(9);
     /* B_l0_k_h is B_l0_k's storage, new shape: nothing to copy */
 
-    /* start reshard 17 of l0_bv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 22 of l0_W2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_v_proj";
-    /* all-gather of l0_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r17, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r17, 0));
-    rt_comm_begin(10);
-    CHECK_NCCL(ncclAllGather(W_l0_bv, B_l0_bv_r17_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l0_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r22, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r22, 0));
+    rt_comm_begin(18);
+    CHECK_NCCL(ncclAllGather(W_l0_W2, B_l0_W2_r22_s0, 4096, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r17, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r22, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 16 of l0_Wv here: l0_v_proj is its first reader */
     rt_node = "l0_v_proj";
@@ -3232,15 +3341,15 @@ static void forward(void)
     rt_enter(10);
     k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r16_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 7 of causal: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 23 of l0_b2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_v_bias";
-    /* all-gather of causal over dp: [dp,_] -> [_,_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r7, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r7, 0));
-    rt_comm_begin(11);
-    CHECK_NCCL(ncclAllGather(W_causal, B_causal_r7_s0, 128, ncclUint8, comm_dp, g_comm));
+    /* all-gather of l0_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r23, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r23, 0));
+    rt_comm_begin(19);
+    CHECK_NCCL(ncclAllGather(W_l0_b2, B_l0_b2_r23_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r7, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r23, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 17 of l0_bv here: l0_v_bias is its first reader */
     rt_node = "l0_v_bias";
@@ -3293,15 +3402,25 @@ static void forward(void)
     rt_enter(17);
     k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
-    /* start reshard 18 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 24 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_causal_mask";
-    /* all-gather of l0_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r18, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r18, 0));
-    rt_comm_begin(12);
-    CHECK_NCCL(ncclAllGather(W_l0_Wo, B_l0_Wo_r18_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r24, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r24, 0));
+    rt_comm_begin(20);
+    CHECK_NCCL(ncclAllGather(W_l1_ln1_g, B_l1_ln1_g_r24_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r18, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r24, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 25 of l1_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "l0_causal_mask";
+    /* all-gather of l1_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r25, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r25, 0));
+    rt_comm_begin(21);
+    CHECK_NCCL(ncclAllGather(W_l1_ln1_b, B_l1_ln1_b_r25_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r25, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 7 of causal here: l0_causal_mask is its first reader */
     rt_node = "l0_causal_mask";
@@ -3342,15 +3461,15 @@ static void forward(void)
     rt_enter(22);
     /* B_l0_ctx_m is B_l0_ctx_t's storage, new shape: nothing to copy */
 
-    /* start reshard 19 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 28 of l1_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_o_proj";
-    /* all-gather of l0_bo over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r19, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r19, 0));
-    rt_comm_begin(13);
-    CHECK_NCCL(ncclAllGather(W_l0_bo, B_l0_bo_r19_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r28, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r28, 0));
+    rt_comm_begin(22);
+    CHECK_NCCL(ncclAllGather(W_l1_Wq, B_l1_Wq_r28_s0, 1024, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r19, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r28, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 18 of l0_Wo here: l0_o_proj is its first reader */
     rt_node = "l0_o_proj";
@@ -3366,34 +3485,24 @@ static void forward(void)
     /* all-reduce of l0_o_mm over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r0, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r0, 0));
-    rt_comm_begin(14);
+    rt_comm_begin(23);
     CHECK_NCCL(ncclAllReduce(B_l0_o_mm, B_l0_o_mm_r0_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r0, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 10 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 29 of l1_bq: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_o_bias";
-    /* all-gather of l0_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r10, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r10, 0));
-    rt_comm_begin(15);
-    CHECK_NCCL(ncclAllGather(W_l0_ln2_g, B_l0_ln2_g_r10_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r29, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r29, 0));
+    rt_comm_begin(24);
+    CHECK_NCCL(ncclAllGather(W_l1_bq, B_l1_bq_r29_s0, 16, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r10, g_comm)); /* compute waits on this at the first reader */
-
-    /* start reshard 11 of l0_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l0_o_bias";
-    /* all-gather of l0_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r11, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r11, 0));
-    rt_comm_begin(16);
-    CHECK_NCCL(ncclAllGather(W_l0_ln2_b, B_l0_ln2_b_r11_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r11, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r29, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 0 of l0_o_mm here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
-    rt_cuda_wait(ev_done_r0, 14);
+    rt_cuda_wait(ev_done_r0, 23);
 
     /* wait for reshard 19 of l0_bo here: l0_o_bias is its first reader */
     rt_node = "l0_o_bias";
@@ -3405,61 +3514,61 @@ static void forward(void)
     /* with node "l0_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_res1, B_l0_o_mm_r0_s0, B_l0_bo_r19_s0, B_h0, 16, 64);
 
-    /* start reshard 20 of l0_W1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 30 of l1_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln2";
-    /* all-gather of l0_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r20, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r20, 0));
-    rt_comm_begin(17);
-    CHECK_NCCL(ncclAllGather(W_l0_W1, B_l0_W1_r20_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r30, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r30, 0));
+    rt_comm_begin(25);
+    CHECK_NCCL(ncclAllGather(W_l1_Wk, B_l1_Wk_r30_s0, 1024, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r20, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r30, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 10 of l0_ln2_g here: l0_ln2 is its first reader */
     rt_node = "l0_ln2";
-    rt_cuda_wait(ev_done_r10, 15);
+    rt_cuda_wait(ev_done_r10, 14);
 
     /* wait for reshard 11 of l0_ln2_b here: l0_ln2 is its first reader */
     rt_node = "l0_ln2";
-    rt_cuda_wait(ev_done_r11, 16);
+    rt_cuda_wait(ev_done_r11, 15);
 
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(25);
     k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r10_s0, B_l0_ln2_b_r11_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 21 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 31 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1";
-    /* all-gather of l0_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r21, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r21, 0));
-    rt_comm_begin(18);
-    CHECK_NCCL(ncclAllGather(W_l0_b1, B_l0_b1_r21_s0, 64, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r31, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r31, 0));
+    rt_comm_begin(26);
+    CHECK_NCCL(ncclAllGather(W_l1_bk, B_l1_bk_r31_s0, 16, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r21, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r31, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 20 of l0_W1 here: l0_fc1 is its first reader */
     rt_node = "l0_fc1";
-    rt_cuda_wait(ev_done_r20, 17);
+    rt_cuda_wait(ev_done_r20, 16);
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(26);
     k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r20_s0, 1, 16, 64, 128, 0, 0);
 
-    /* start reshard 22 of l0_W2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 32 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1_bias";
-    /* all-gather of l0_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r22, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r22, 0));
-    rt_comm_begin(19);
-    CHECK_NCCL(ncclAllGather(W_l0_W2, B_l0_W2_r22_s0, 4096, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r32, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r32, 0));
+    rt_comm_begin(27);
+    CHECK_NCCL(ncclAllGather(W_l1_Wv, B_l1_Wv_r32_s0, 1024, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r22, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r32, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 21 of l0_b1 here: l0_fc1_bias is its first reader */
     rt_node = "l0_fc1_bias";
-    rt_cuda_wait(ev_done_r21, 18);
+    rt_cuda_wait(ev_done_r21, 17);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3467,19 +3576,19 @@ static void forward(void)
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l0_act, B_l0_fc1, B_l0_b1_r21_s0, 16, 128);
 
-    /* start reshard 23 of l0_b2: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 33 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2";
-    /* all-gather of l0_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r23, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r23, 0));
-    rt_comm_begin(20);
-    CHECK_NCCL(ncclAllGather(W_l0_b2, B_l0_b2_r23_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r33, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r33, 0));
+    rt_comm_begin(28);
+    CHECK_NCCL(ncclAllGather(W_l1_bv, B_l1_bv_r33_s0, 16, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r23, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r33, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 22 of l0_W2 here: l0_fc2 is its first reader */
     rt_node = "l0_fc2";
-    rt_cuda_wait(ev_done_r22, 19);
+    rt_cuda_wait(ev_done_r22, 18);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
@@ -3491,38 +3600,28 @@ static void forward(void)
     /* all-reduce of l0_fc2 over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r1, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r1, 0));
-    rt_comm_begin(21);
+    rt_comm_begin(29);
     CHECK_NCCL(ncclAllReduce(B_l0_fc2, B_l0_fc2_r1_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r1, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 24 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 34 of l1_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2_bias";
-    /* all-gather of l1_ln1_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r24, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r24, 0));
-    rt_comm_begin(22);
-    CHECK_NCCL(ncclAllGather(W_l1_ln1_g, B_l1_ln1_g_r24_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r34, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r34, 0));
+    rt_comm_begin(30);
+    CHECK_NCCL(ncclAllGather(W_l1_Wo, B_l1_Wo_r34_s0, 1024, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r24, g_comm)); /* compute waits on this at the first reader */
-
-    /* start reshard 25 of l1_ln1_b: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l0_fc2_bias";
-    /* all-gather of l1_ln1_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r25, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r25, 0));
-    rt_comm_begin(23);
-    CHECK_NCCL(ncclAllGather(W_l1_ln1_b, B_l1_ln1_b_r25_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r25, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r34, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 1 of l0_fc2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
-    rt_cuda_wait(ev_done_r1, 21);
+    rt_cuda_wait(ev_done_r1, 29);
 
     /* wait for reshard 23 of l0_b2 here: l0_fc2_bias is its first reader */
     rt_node = "l0_fc2_bias";
-    rt_cuda_wait(ev_done_r23, 20);
+    rt_cuda_wait(ev_done_r23, 19);
 
     /* node "l0_residual2" (Add)
      *   l0_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -3530,61 +3629,71 @@ static void forward(void)
     /* with node "l0_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l0_out, B_l0_fc2_r1_s0, B_l0_b2_r23_s0, B_l0_res1, 16, 64);
 
-    /* start reshard 28 of l1_Wq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 35 of l1_bo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_ln1";
-    /* all-gather of l1_Wq over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r28, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r28, 0));
-    rt_comm_begin(24);
-    CHECK_NCCL(ncclAllGather(W_l1_Wq, B_l1_Wq_r28_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_bo over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r35, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r35, 0));
+    rt_comm_begin(31);
+    CHECK_NCCL(ncclAllGather(W_l1_bo, B_l1_bo_r35_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r28, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r35, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 24 of l1_ln1_g here: l1_ln1 is its first reader */
     rt_node = "l1_ln1";
-    rt_cuda_wait(ev_done_r24, 22);
+    rt_cuda_wait(ev_done_r24, 20);
 
     /* wait for reshard 25 of l1_ln1_b here: l1_ln1 is its first reader */
     rt_node = "l1_ln1";
-    rt_cuda_wait(ev_done_r25, 23);
+    rt_cuda_wait(ev_done_r25, 21);
 
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(30);
     k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r24_s0, B_l1_ln1_b_r25_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 29 of l1_bq: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 26 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_proj";
-    /* all-gather of l1_bq over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r29, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r29, 0));
-    rt_comm_begin(25);
-    CHECK_NCCL(ncclAllGather(W_l1_bq, B_l1_bq_r29_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r26, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r26, 0));
+    rt_comm_begin(32);
+    CHECK_NCCL(ncclAllGather(W_l1_ln2_g, B_l1_ln2_g_r26_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r29, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r26, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 27 of l1_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "l1_q_proj";
+    /* all-gather of l1_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r27, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r27, 0));
+    rt_comm_begin(33);
+    CHECK_NCCL(ncclAllGather(W_l1_ln2_b, B_l1_ln2_b_r27_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r27, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 28 of l1_Wq here: l1_q_proj is its first reader */
     rt_node = "l1_q_proj";
-    rt_cuda_wait(ev_done_r28, 24);
+    rt_cuda_wait(ev_done_r28, 22);
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(31);
     k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r28_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 30 of l1_Wk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 36 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_bias";
-    /* all-gather of l1_Wk over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r30, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r30, 0));
-    rt_comm_begin(26);
-    CHECK_NCCL(ncclAllGather(W_l1_Wk, B_l1_Wk_r30_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r36, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r36, 0));
+    rt_comm_begin(34);
+    CHECK_NCCL(ncclAllGather(W_l1_W1, B_l1_W1_r36_s0, 4096, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r30, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r36, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 29 of l1_bq here: l1_q_bias is its first reader */
     rt_node = "l1_q_bias";
-    rt_cuda_wait(ev_done_r29, 25);
+    rt_cuda_wait(ev_done_r29, 24);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3596,38 +3705,38 @@ static void forward(void)
     rt_enter(33);
     /* B_l1_q_h is B_l1_q's storage, new shape: nothing to copy */
 
-    /* start reshard 31 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 37 of l1_b1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_k_proj";
-    /* all-gather of l1_bk over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r31, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r31, 0));
-    rt_comm_begin(27);
-    CHECK_NCCL(ncclAllGather(W_l1_bk, B_l1_bk_r31_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r37, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r37, 0));
+    rt_comm_begin(35);
+    CHECK_NCCL(ncclAllGather(W_l1_b1, B_l1_b1_r37_s0, 64, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r31, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r37, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 30 of l1_Wk here: l1_k_proj is its first reader */
     rt_node = "l1_k_proj";
-    rt_cuda_wait(ev_done_r30, 26);
+    rt_cuda_wait(ev_done_r30, 25);
 
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(34);
     k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r30_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 32 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 38 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_k_bias";
-    /* all-gather of l1_Wv over dp: [dp,tp] -> [_,tp], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r32, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r32, 0));
-    rt_comm_begin(28);
-    CHECK_NCCL(ncclAllGather(W_l1_Wv, B_l1_Wv_r32_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r38, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r38, 0));
+    rt_comm_begin(36);
+    CHECK_NCCL(ncclAllGather(W_l1_W2, B_l1_W2_r38_s0, 4096, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r32, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r38, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 31 of l1_bk here: l1_k_bias is its first reader */
     rt_node = "l1_k_bias";
-    rt_cuda_wait(ev_done_r31, 27);
+    rt_cuda_wait(ev_done_r31, 26);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3639,38 +3748,48 @@ static void forward(void)
     rt_enter(36);
     /* B_l1_k_h is B_l1_k's storage, new shape: nothing to copy */
 
-    /* start reshard 33 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 39 of l1_b2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_v_proj";
-    /* all-gather of l1_bv over dp: [tp+dp] -> [tp], 64 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r33, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r33, 0));
-    rt_comm_begin(29);
-    CHECK_NCCL(ncclAllGather(W_l1_bv, B_l1_bv_r33_s0, 16, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of l1_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r39, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r39, 0));
+    rt_comm_begin(37);
+    CHECK_NCCL(ncclAllGather(W_l1_b2, B_l1_b2_r39_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r33, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r39, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 32 of l1_Wv here: l1_v_proj is its first reader */
     rt_node = "l1_v_proj";
-    rt_cuda_wait(ev_done_r32, 28);
+    rt_cuda_wait(ev_done_r32, 27);
 
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(37);
     k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r32_s0, 1, 16, 64, 32, 0, 0);
 
-    /* start reshard 34 of l1_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 40 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_v_bias";
-    /* all-gather of l1_Wo over dp: [tp+dp,_] -> [tp,_], 4096 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r34, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r34, 0));
-    rt_comm_begin(30);
-    CHECK_NCCL(ncclAllGather(W_l1_Wo, B_l1_Wo_r34_s0, 1024, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of lnf_g over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r40, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r40, 0));
+    rt_comm_begin(38);
+    CHECK_NCCL(ncclAllGather(W_lnf_g, B_lnf_g_r40_s0, 32, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r34, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r40, g_comm)); /* compute waits on this at the first reader */
+
+    /* start reshard 41 of lnf_b: weight stored split over dp (--shard-weights dp), gathered before use */
+    rt_node = "l1_v_bias";
+    /* all-gather of lnf_b over dp: [dp] -> [_], 128 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r41, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r41, 0));
+    rt_comm_begin(39);
+    CHECK_NCCL(ncclAllGather(W_lnf_b, B_lnf_b_r41_s0, 32, ncclFloat32, comm_dp, g_comm));
+    rt_comm_end();
+    CHECK_CUDA(cudaEventRecord(ev_done_r41, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 33 of l1_bv here: l1_v_bias is its first reader */
     rt_node = "l1_v_bias";
-    rt_cuda_wait(ev_done_r33, 29);
+    rt_cuda_wait(ev_done_r33, 28);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3754,15 +3873,15 @@ static void forward(void)
     rt_enter(49);
     /* B_l1_ctx_m is B_l1_ctx_t's storage, new shape: nothing to copy */
 
-    /* start reshard 35 of l1_bo: weight stored split over dp (--shard-weights dp), gathered before use */
+    /* start reshard 42 of lm_head: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_o_proj";
-    /* all-gather of l1_bo over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r35, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r35, 0));
-    rt_comm_begin(31);
-    CHECK_NCCL(ncclAllGather(W_l1_bo, B_l1_bo_r35_s0, 32, ncclFloat32, comm_dp, g_comm));
+    /* all-gather of lm_head over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
+    CHECK_CUDA(cudaEventRecord(ev_ready_r42, g_stream)); /* input complete on the compute stream */
+    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r42, 0));
+    rt_comm_begin(40);
+    CHECK_NCCL(ncclAllGather(W_lm_head, B_lm_head_r42_s0, 8192, ncclFloat32, comm_dp, g_comm));
     rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r35, g_comm)); /* compute waits on this at the first reader */
+    CHECK_CUDA(cudaEventRecord(ev_done_r42, g_comm)); /* compute waits on this at the first reader */
 
     /* wait for reshard 34 of l1_Wo here: l1_o_proj is its first reader */
     rt_node = "l1_o_proj";
@@ -3778,34 +3897,14 @@ static void forward(void)
     /* all-reduce of l1_o_mm over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r2, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r2, 0));
-    rt_comm_begin(32);
+    rt_comm_begin(41);
     CHECK_NCCL(ncclAllReduce(B_l1_o_mm, B_l1_o_mm_r2_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r2, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 26 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_o_bias";
-    /* all-gather of l1_ln2_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r26, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r26, 0));
-    rt_comm_begin(33);
-    CHECK_NCCL(ncclAllGather(W_l1_ln2_g, B_l1_ln2_g_r26_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r26, g_comm)); /* compute waits on this at the first reader */
-
-    /* start reshard 27 of l1_ln2_b: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_o_bias";
-    /* all-gather of l1_ln2_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r27, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r27, 0));
-    rt_comm_begin(34);
-    CHECK_NCCL(ncclAllGather(W_l1_ln2_b, B_l1_ln2_b_r27_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r27, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 2 of l1_o_mm here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
-    rt_cuda_wait(ev_done_r2, 32);
+    rt_cuda_wait(ev_done_r2, 41);
 
     /* wait for reshard 35 of l1_bo here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
@@ -3817,61 +3916,31 @@ static void forward(void)
     /* with node "l1_o_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_res1, B_l1_o_mm_r2_s0, B_l1_bo_r35_s0, B_l0_out, 16, 64);
 
-    /* start reshard 36 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_ln2";
-    /* all-gather of l1_W1 over dp: [dp,tp] -> [_,tp], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r36, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r36, 0));
-    rt_comm_begin(35);
-    CHECK_NCCL(ncclAllGather(W_l1_W1, B_l1_W1_r36_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r36, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 26 of l1_ln2_g here: l1_ln2 is its first reader */
     rt_node = "l1_ln2";
-    rt_cuda_wait(ev_done_r26, 33);
+    rt_cuda_wait(ev_done_r26, 32);
 
     /* wait for reshard 27 of l1_ln2_b here: l1_ln2 is its first reader */
     rt_node = "l1_ln2";
-    rt_cuda_wait(ev_done_r27, 34);
+    rt_cuda_wait(ev_done_r27, 33);
 
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(52);
     k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r26_s0, B_l1_ln2_b_r27_s0, 16, 64, 64, 64, 9.99999975e-06f);
 
-    /* start reshard 37 of l1_b1: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_fc1";
-    /* all-gather of l1_b1 over dp: [tp+dp] -> [tp], 256 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r37, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r37, 0));
-    rt_comm_begin(36);
-    CHECK_NCCL(ncclAllGather(W_l1_b1, B_l1_b1_r37_s0, 64, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r37, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 36 of l1_W1 here: l1_fc1 is its first reader */
     rt_node = "l1_fc1";
-    rt_cuda_wait(ev_done_r36, 35);
+    rt_cuda_wait(ev_done_r36, 34);
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(53);
     k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r36_s0, 1, 16, 64, 128, 0, 0);
 
-    /* start reshard 38 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_fc1_bias";
-    /* all-gather of l1_W2 over dp: [tp+dp,_] -> [tp,_], 16384 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r38, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r38, 0));
-    rt_comm_begin(37);
-    CHECK_NCCL(ncclAllGather(W_l1_W2, B_l1_W2_r38_s0, 4096, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r38, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 37 of l1_b1 here: l1_fc1_bias is its first reader */
     rt_node = "l1_fc1_bias";
-    rt_cuda_wait(ev_done_r37, 36);
+    rt_cuda_wait(ev_done_r37, 35);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3879,19 +3948,9 @@ static void forward(void)
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
     k_bias_act_f32(5, B_l1_act, B_l1_fc1, B_l1_b1_r37_s0, 16, 128);
 
-    /* start reshard 39 of l1_b2: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_fc2";
-    /* all-gather of l1_b2 over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r39, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r39, 0));
-    rt_comm_begin(38);
-    CHECK_NCCL(ncclAllGather(W_l1_b2, B_l1_b2_r39_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r39, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 38 of l1_W2 here: l1_fc2 is its first reader */
     rt_node = "l1_fc2";
-    rt_cuda_wait(ev_done_r38, 37);
+    rt_cuda_wait(ev_done_r38, 36);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
@@ -3903,38 +3962,18 @@ static void forward(void)
     /* all-reduce of l1_fc2 over tp: [dp,_,_] partial(tp) -> [dp,_,_], 4096 bytes sent per rank */
     CHECK_CUDA(cudaEventRecord(ev_ready_r3, g_stream)); /* input complete on the compute stream */
     CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r3, 0));
-    rt_comm_begin(39);
+    rt_comm_begin(42);
     CHECK_NCCL(ncclAllReduce(B_l1_fc2, B_l1_fc2_r3_s0, 1024, ncclFloat32, ncclSum, comm_tp, g_comm));
     rt_comm_end();
     CHECK_CUDA(cudaEventRecord(ev_done_r3, g_comm)); /* compute waits on this at the first reader */
 
-    /* start reshard 40 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_fc2_bias";
-    /* all-gather of lnf_g over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r40, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r40, 0));
-    rt_comm_begin(40);
-    CHECK_NCCL(ncclAllGather(W_lnf_g, B_lnf_g_r40_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r40, g_comm)); /* compute waits on this at the first reader */
-
-    /* start reshard 41 of lnf_b: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "l1_fc2_bias";
-    /* all-gather of lnf_b over dp: [dp] -> [_], 128 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r41, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r41, 0));
-    rt_comm_begin(41);
-    CHECK_NCCL(ncclAllGather(W_lnf_b, B_lnf_b_r41_s0, 32, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r41, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 3 of l1_fc2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    rt_cuda_wait(ev_done_r3, 39);
+    rt_cuda_wait(ev_done_r3, 42);
 
     /* wait for reshard 39 of l1_b2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    rt_cuda_wait(ev_done_r39, 38);
+    rt_cuda_wait(ev_done_r39, 37);
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -3942,23 +3981,13 @@ static void forward(void)
     /* with node "l1_fc2_bias" (Add) fused in: residual + bias in one pass */
     k_bias_residual_f32(B_l1_out, B_l1_fc2_r3_s0, B_l1_b2_r39_s0, B_l1_res1, 16, 64);
 
-    /* start reshard 42 of lm_head: weight stored split over dp (--shard-weights dp), gathered before use */
-    rt_node = "ln_f";
-    /* all-gather of lm_head over dp: [dp,_] -> [_,_], 32768 bytes sent per rank */
-    CHECK_CUDA(cudaEventRecord(ev_ready_r42, g_stream)); /* input complete on the compute stream */
-    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ev_ready_r42, 0));
-    rt_comm_begin(42);
-    CHECK_NCCL(ncclAllGather(W_lm_head, B_lm_head_r42_s0, 8192, ncclFloat32, comm_dp, g_comm));
-    rt_comm_end();
-    CHECK_CUDA(cudaEventRecord(ev_done_r42, g_comm)); /* compute waits on this at the first reader */
-
     /* wait for reshard 40 of lnf_g here: ln_f is its first reader */
     rt_node = "ln_f";
-    rt_cuda_wait(ev_done_r40, 40);
+    rt_cuda_wait(ev_done_r40, 38);
 
     /* wait for reshard 41 of lnf_b here: ln_f is its first reader */
     rt_node = "ln_f";
-    rt_cuda_wait(ev_done_r41, 41);
+    rt_cuda_wait(ev_done_r41, 39);
 
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -3967,7 +3996,7 @@ static void forward(void)
 
     /* wait for reshard 42 of lm_head here: lm_head is its first reader */
     rt_node = "lm_head";
-    rt_cuda_wait(ev_done_r42, 42);
+    rt_cuda_wait(ev_done_r42, 40);
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
@@ -4011,7 +4040,7 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaMemcpy(g_weights, host, WEIGHT_BYTES, cudaMemcpyHostToDevice));
         free(host);
     }
-    CHECK_CUDA(cudaMalloc((void **)&g_arena, 86016));
+    CHECK_CUDA(cudaMalloc((void **)&g_arena, 151552));
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, blocks[] = {1, 16}, index[] = {0, 0};
         static const char name[] = "tokens", label[] = "tokens";
@@ -4049,7 +4078,7 @@ int main(int argc, char **argv)
         if (RANK == 0)
             printf("time per iteration: %.3f ms (%d iterations after 1 warm-up, %d ranks, CUDA events)\n"
                    "peak host memory: %.1f MiB (rank 0, VmHWM); device: arena %lld + weights %llu bytes\n",
-                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, 86016LL, WEIGHT_BYTES);
+                   ms / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0, 151552LL, WEIGHT_BYTES);
     } else {
         forward();
     }
