@@ -502,13 +502,15 @@ static void schedule(Program *pr, int prefetch)
     int nreaders = 0;
     if (!reader || !start_before || !after || !reader_pos || !readers || !is_reader)
         abort();
-    /* cum[i]: planned compute of the nodes before node i that run here. */
+    /* cum[i]: planned compute of the nodes before node i that run here
+     * (a reshape that only renames its input's storage computes nothing). */
     double *cum = malloc(sizeof(double) * (size_t)(nn + 1));
     if (!cum)
         abort();
     cum[0] = 0;
     for (int i = 0; i < nn; i++)
-        cum[i + 1] = cum[i] + (program_runs(pr, g->nodes[i]) ? plan_node_planned_seconds(p, g->nodes[i]) : 0);
+        cum[i + 1] = cum[i] + (program_runs(pr, g->nodes[i]) && pr->view_into[i] < 0
+                                   ? plan_node_planned_seconds(p, g->nodes[i]) : 0);
     for (int r = 0; r < nr; r++)
         reader[r] = pr->here[r] ? nn : -1;
     /* One pass over every operand: its first reader is the lowest node. */

@@ -1710,6 +1710,19 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
 #define K_VECTOR_MATH __attribute__((unused))
 #endif
 
+/* The bits of a where c holds, of b elsewhere: a select GCC keeps as one
+ * (a ?: between two computed values may be sunk into a branch, and a loop
+ * with a branch in it does not vectorise). */
+K_VECTOR_MATH static inline float k_select(int c, float a, float b)
+{
+    uint32_t ua, ub, m = 0u - (uint32_t)(c != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    ua = (ua & m) | (ub & ~m);
+    memcpy(&a, &ua, sizeof a);
+    return a;
+}
+
 /* exp and erf without libm calls, so loops over them vectorise. k_exp:
  * 2^k * p(r) with r in [-ln2/2, ln2/2] and a degree-6 polynomial (relative
  * error ~2e-7); k_erf: Numerical Recipes' erfc Chebyshev fit (fractional
@@ -1718,7 +1731,7 @@ K_VECTOR_MATH static inline float k_exp(float x)
 {
     /* Below -87 the result would be subnormal (and subnormals make every
      * later FMA on them slow): return 0, as expf underflows to. */
-    float zero = x < -87.0f ? 0.0f : 1.0f;
+    int under = x < -87.0f;
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     /* k = round(x / ln 2) by truncation (floorf would not vectorise). */
     float t = x * 1.44269504f;
@@ -1731,7 +1744,7 @@ K_VECTOR_MATH static inline float k_exp(float x)
     memcpy(&bits, &p, sizeof bits);
     bits += ki * (1 << 23);
     memcpy(&p, &bits, sizeof p);
-    return p * zero;
+    return k_select(under, 0.0f, p);
 }
 
 K_VECTOR_MATH static inline float k_erf(float x)
@@ -1741,7 +1754,7 @@ K_VECTOR_MATH static inline float k_erf(float x)
                  t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f + t * (0.27886807f +
                  t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
     float erfc = t * k_exp(poly);
-    return x < 0 ? erfc - 1.0f : 1.0f - erfc;
+    return k_select(x < 0, erfc - 1.0f, 1.0f - erfc);
 }
 
 /* tanh: an odd Taylor polynomial below |x| = 1/4 (error under 1e-9
@@ -1752,8 +1765,8 @@ K_VECTOR_MATH static inline float k_tanh(float x)
     float small = z * (1.0f + z2 * (-0.333333333f + z2 * (0.133333333f + z2 * (-0.0539682540f +
                                                                                   z2 * 0.0218694885f))));
     float big = 1.0f - 2.0f / (k_exp(2.0f * (z < 9.0f ? z : 9.0f)) + 1.0f);
-    float r = z < 0.25f ? small : big;
-    return x < 0 ? -r : r;
+    float r = k_select(z < 0.25f, small, big);
+    return k_select(x < 0, -r, r);
 }
 
 K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
@@ -1945,12 +1958,48 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
         }
 }
 
+/* Mean and variance of one row, as sums the compiler may reorder into
+ * vector lanes (float lanes, each of a few hundred terms at most). */
+K_VECTOR_MATH static void k_row_moments_f32(const float *x, int64_t n, float *mean, float *var)
+{
+    float s = 0, q = 0;
+    for (int64_t j = 0; j < n; j++)
+        s += x[j];
+    float m = s / (float)n;
+    for (int64_t j = 0; j < n; j++)
+        q += (x[j] - m) * (x[j] - m);
+    *mean = m;
+    *var = q / (float)n;
+}
+
 /* LayerNormalization over the trailing n elements of each of `outer` rows.
- * Scale/bias have `sn`/`bn` elements, broadcast over the row (n % sn == 0). */
+ * Scale/bias have `sn`/`bn` elements, broadcast over the row (n % sn == 0).
+ * The usual case (scale and bias as long as the row) runs as vector loops. */
 static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, const float *x, const float *scale,
                                    const float *bias, int64_t outer, int64_t n, int64_t sn, int64_t bn, float eps)
 {
     int64_t every = k_poll_rows(n);
+    if (sn == n && (!bias || bn == n)) {
+        for (int64_t o = 0; o < outer; o++) {
+            if (o && o % every == 0)
+                rt_poll();
+            const float *xp = x + o * n;
+            float *yp = y + o * n, mean, var;
+            k_row_moments_f32(xp, n, &mean, &var);
+            float istd = (float)(1.0 / sqrt((double)var + eps));
+            if (bias)
+                for (int64_t j = 0; j < n; j++)
+                    yp[j] = (xp[j] - mean) * istd * scale[j] + bias[j];
+            else
+                for (int64_t j = 0; j < n; j++)
+                    yp[j] = (xp[j] - mean) * istd * scale[j];
+            if (mean_out)
+                mean_out[o] = mean;
+            if (istd_out)
+                istd_out[o] = istd;
+        }
+        return;
+    }
     for (int64_t o = 0; o < outer; o++) {
         if (o && o % every == 0)
             rt_poll();

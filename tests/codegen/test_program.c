@@ -228,6 +228,26 @@ static void check_prefetch(Built *b, int k)
             assert_true(pr->start_at[r] < readers[j - k]);
         if (j >= 1 && k >= 1)
             assert_true(pr->start_at[r] < readers[j - 1]);
+        /* ... and, with prefetch, early enough that the planned compute
+         * under it is four times its own time, unless that would take it
+         * past 8k readers back (or the program's start). */
+        if (k >= 1) {
+            double under = 0, need = 0;
+            for (int i = pr->start_at[r] + 1; i < w; i++)
+                if (pr->insts[i].kind == INST_COMPUTE) {
+                    const Node *n = pr->insts[i].node;
+                    under += plan_node_planned_seconds(b->p, n);
+                    if (pr->fused_from[n->id] >= 0) /* the bias Add it carries */
+                        under += plan_node_planned_seconds(b->p, b->p->g->nodes[pr->fused_from[n->id]]);
+                }
+            for (int s = 0; s < b->p->reshards[r].r.nsteps; s++)
+                need += 4 * b->p->reshards[r].r.steps[s].seconds;
+            int first_compute = 0;
+            while (pr->insts[first_compute].kind != INST_COMPUTE)
+                first_compute++;
+            int at_limit = j - 8 * k >= 0 ? pr->start_at[r] < readers[j - 8 * k] : pr->start_at[r] < first_compute;
+            assert_true(under >= need * (1 - 1e-9) || at_limit);
+        }
         checked++;
     }
     assert_true(checked >= 10);

@@ -1,0 +1,224 @@
+/* kernels_blocks.c: the C target's kernels run in blocks exactly as whole.
+ *
+ * With collectives in flight (rt_nfly > 0) the GEMMs split into column or
+ * row blocks and the elementwise kernels into runs, testing the
+ * collectives between them (templates/kernels.c). The blocks are pointer
+ * arithmetic on views (transposed operands, leading dimensions wider than
+ * the matrix), so each case runs once whole and once split and the two
+ * results must agree, for every transpose combination and both split
+ * directions, uneven tails included. The test includes the very templates
+ * the generated programs embed; MPI is linked but never started (with
+ * rt_nlive 0 a poll tests nothing).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RANK 0
+#define WORLD 1
+#include "templates/runtime.c"
+#include "templates/kernels.c"
+
+#include <cmocka.h>
+
+static float *rnd(int64_t n, unsigned seed)
+{
+    float *p = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    return p;
+}
+
+static void same(const float *a, const float *b, int64_t n)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        worst = e > worst ? e : worst;
+    }
+    assert_true(worst <= 1e-4); /* a block is the same dot products, at most reassociated by the BLAS */
+}
+
+/* y = op(a) op(b) through k_matmul_view_f32 with padded leading dims. */
+static void check_view(int64_t m, int64_t k, int64_t n, int ta, int tb)
+{
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5;
+    float *a = rnd((ta ? k : m) * lda, 1), *b = rnd((tb ? n : k) * ldb, 2);
+    float *whole = calloc((size_t)(m * n), sizeof(float)), *split = calloc((size_t)(m * n), sizeof(float));
+    assert_true(whole && split);
+    rt_nfly = 0;
+    k_matmul_view_f32(whole, a, ta, lda, b, tb, ldb, m, k, n);
+    rt_nfly = 1;
+    k_matmul_view_f32(split, a, ta, lda, b, tb, ldb, m, k, n);
+    rt_nfly = 0;
+    same(whole, split, m * n);
+    /* Against a plain loop, so a block that was skipped or doubled shows. */
+    for (int64_t i = 0; i < m; i += 37)
+        for (int64_t j = 0; j < n; j += 41) {
+            double s = 0;
+            for (int64_t q = 0; q < k; q++)
+                s += (double)(ta ? a[q * lda + i] : a[i * lda + q]) * (double)(tb ? b[j * ldb + q] : b[q * ldb + j]);
+            assert_true(fabs(s - split[i * n + j]) <= 1e-3 * (1 + fabs(s)));
+        }
+    free(a);
+    free(b);
+    free(whole);
+    free(split);
+}
+
+static void test_gemm_blocks_match_the_whole_call(void **st)
+{
+    (void)st;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_view(64, 600, 1000, ta, tb); /* columns: 3 blocks, the last shorter */
+            check_view(700, 500, 64, ta, tb);  /* rows: 2 blocks */
+            check_view(8, 16, 8, ta, tb);      /* too small to split */
+        }
+}
+
+static void test_gemm_with_bias_and_batches(void **st)
+{
+    (void)st;
+    int64_t m = 600, n = 520, k = 300;
+    float *a = rnd(m * k, 3), *b = rnd(k * n, 4), *c = rnd(n, 5);
+    float *y0 = malloc(sizeof(float) * (size_t)(m * n)), *y1 = malloc(sizeof(float) * (size_t)(m * n));
+    assert_true(y0 && y1);
+    rt_nfly = 0;
+    k_gemm_f32(y0, a, b, c, m, n, k, 0, 0, 0.5f, 2.0f, 0, 1);
+    rt_nfly = 1;
+    k_gemm_f32(y1, a, b, c, m, n, k, 0, 0, 0.5f, 2.0f, 0, 1);
+    same(y0, y1, m * n);
+    /* Two batches of [300 x 300] @ [300 x 260]. */
+    rt_nfly = 0;
+    k_matmul_f32(y0, a, b, 2, 300, 300, 260, 300 * 300, 0);
+    rt_nfly = 1;
+    k_matmul_f32(y1, a, b, 2, 300, 300, 260, 300 * 300, 0);
+    rt_nfly = 0;
+    same(y0, y1, 2 * 300 * 260);
+    free(a);
+    free(b);
+    free(c);
+    free(y0);
+    free(y1);
+}
+
+static void test_elementwise_runs_match_the_whole_loop(void **st)
+{
+    (void)st;
+    int64_t rows = 700, cols = 300, n = rows * cols; /* 210000: three runs of 64K and a tail */
+    float *x = rnd(n, 6), *b = rnd(cols, 7), *r = rnd(n, 8), *g = rnd(cols, 9);
+    float *y0 = malloc(sizeof(float) * (size_t)n), *y1 = malloc(sizeof(float) * (size_t)n);
+    assert_true(y0 && y1);
+    for (int op = 0; op < 7; op++) {
+        for (int64_t i = 0; i < n; i++)
+            r[i] = fabsf(r[i]); /* sqrt's domain */
+        rt_nfly = 0;
+        k_unary_f32(op, y0, r, n);
+        rt_nfly = 1;
+        k_unary_f32(op, y1, r, n);
+        assert_memory_equal(y0, y1, sizeof(float) * (size_t)n);
+        rt_nfly = 0;
+        k_bias_act_f32(op, y0, x, b, rows, cols);
+        rt_nfly = 1;
+        k_bias_act_f32(op, y1, x, b, rows, cols);
+        assert_memory_equal(y0, y1, sizeof(float) * (size_t)n);
+    }
+    for (int which = 0; which < 4; which++) {
+        for (int split = 0; split < 2; split++) {
+            float *y = split ? y1 : y0;
+            rt_nfly = split;
+            switch (which) {
+            case 0: k_arith_f32(0, y, x, b, rows, cols, cols, 0, 1); break;
+            case 1: k_softmax_f32(y, x, rows, cols, 1); break;
+            case 2: k_layernorm_f32(y, NULL, NULL, x, g, b, rows, cols, cols, cols, 1e-5f); break;
+            default: k_bias_residual_f32(y, x, b, r, rows, cols); break;
+            }
+        }
+        rt_nfly = 0;
+        assert_memory_equal(y0, y1, sizeof(float) * (size_t)n);
+    }
+    free(x);
+    free(b);
+    free(r);
+    free(g);
+    free(y0);
+    free(y1);
+}
+
+/* The vector LayerNorm (scale and bias as long as the row) and the general
+ * one (shorter, broadcast) against a double-precision reference. */
+static void test_layernorm_paths_agree_with_a_reference(void **st)
+{
+    (void)st;
+    int64_t rows = 33, n = 768;
+    float *x = rnd(rows * n, 10), *g = rnd(n, 11), *b = rnd(n, 12), *y = malloc(sizeof(float) * (size_t)(rows * n));
+    float mean[33], istd[33];
+    assert_non_null(y);
+    for (int64_t i = 0; i < rows * n; i++)
+        x[i] = 3.0f + 2.0f * x[i]; /* an offset, as residual streams have */
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t sn = pass ? n / 4 : n; /* pass 1: a scale broadcast four times over the row */
+        k_layernorm_f32(y, mean, istd, x, g, b, rows, n, sn, sn, 1e-5f);
+        for (int64_t o = 0; o < rows; o++) {
+            double m = 0, v = 0;
+            for (int64_t j = 0; j < n; j++)
+                m += x[o * n + j];
+            m /= (double)n;
+            for (int64_t j = 0; j < n; j++)
+                v += (x[o * n + j] - m) * (x[o * n + j] - m);
+            v /= (double)n;
+            double is = 1.0 / sqrt(v + 1e-5);
+            assert_true(fabs(mean[o] - m) <= 1e-5 * (1 + fabs(m)) && fabs(istd[o] - is) <= 1e-5 * is);
+            for (int64_t j = 0; j < n; j++) {
+                double want = (x[o * n + j] - m) * is * g[j % sn] + b[j % sn];
+                assert_true(fabs(y[o * n + j] - want) <= 1e-4 * (1 + fabs(want)));
+            }
+        }
+    }
+    free(x);
+    free(g);
+    free(b);
+    free(y);
+}
+
+/* The vectorised activations against libm, over their whole useful range. */
+static void test_activations_agree_with_libm(void **st)
+{
+    (void)st;
+    int64_t n = 40001;
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    assert_true(x && y);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = -20.0f + 40.0f * (float)i / (float)(n - 1);
+    for (int op = 2; op < 7; op++) {
+        k_unary_f32(op, y, x, n);
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i], want = op == 2 ? erf(v) : op == 3 ? tanh(v) : op == 4 ? 1 / (1 + exp(-v))
+                                    : op == 5 ? 0.5 * v * (1 + erf(v / sqrt(2.0)))
+                                              : 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            assert_true(fabs(y[i] - want) <= 2e-6 * (1 + fabs(want)));
+        }
+    }
+    free(x);
+    free(y);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_blocks_match_the_whole_call),
+        cmocka_unit_test(test_gemm_with_bias_and_batches),
+        cmocka_unit_test(test_elementwise_runs_match_the_whole_loop),
+        cmocka_unit_test(test_layernorm_paths_agree_with_a_reference),
+        cmocka_unit_test(test_activations_agree_with_libm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
