@@ -361,6 +361,26 @@ static inline void rt_wait(MPI_Request *req, int comm)
         rt_trace_add(RT_EV_WAIT, comm, t0, t1);
 }
 
+/* Around a collective called blocking (its reader is next: nothing to
+ * overlap): traced as in flight and waited for over the whole call. */
+static inline double rt_block_begin(void)
+{
+    if (!RT_TRACING)
+        return 0;
+    double t0 = rt_now();
+    rt_trace_close(t0);
+    return t0;
+}
+
+static inline void rt_block_end(int comm, double t0)
+{
+    if (!RT_TRACING)
+        return;
+    double t1 = rt_now();
+    rt_trace_add(RT_EV_COMM, comm, t0, t1);
+    rt_trace_add(RT_EV_WAIT, comm, t0, t1);
+}
+
 /* After a collective's start: it is in flight (and, with --comms serial,
  * waited for at once). */
 static inline void rt_started(int comm, MPI_Request *req)

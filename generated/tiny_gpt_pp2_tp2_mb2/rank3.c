@@ -370,6 +370,26 @@ static inline void rt_wait(MPI_Request *req, int comm)
         rt_trace_add(RT_EV_WAIT, comm, t0, t1);
 }
 
+/* Around a collective called blocking (its reader is next: nothing to
+ * overlap): traced as in flight and waited for over the whole call. */
+static inline double rt_block_begin(void)
+{
+    if (!RT_TRACING)
+        return 0;
+    double t0 = rt_now();
+    rt_trace_close(t0);
+    return t0;
+}
+
+static inline void rt_block_end(int comm, double t0)
+{
+    if (!RT_TRACING)
+        return;
+    double t1 = rt_now();
+    rt_trace_add(RT_EV_COMM, comm, t0, t1);
+    rt_trace_add(RT_EV_WAIT, comm, t0, t1);
+}
+
 /* After a collective's start: it is in flight (and, with --comms serial,
  * waited for at once). */
 static inline void rt_started(int comm, MPI_Request *req)
@@ -1657,6 +1677,21 @@ static inline void k_arith_f32(int op, float *y, const float *a, const float *b,
     }
 }
 
+/* One row of Where on 4-byte elements: y[j] = c[j] ? v[j] : *one, or with
+ * inv the other way round; bit selects, so it vectorises. */
+static inline void k_where_row_f32(float *y, const unsigned char *c, const float *v, const float *one, int64_t n,
+                                   int inv)
+{
+    uint32_t o, vb;
+    memcpy(&o, one, sizeof o);
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t m = 0u - (uint32_t)((c[j] != 0) != (inv != 0));
+        memcpy(&vb, v + j, sizeof vb);
+        vb = (vb & m) | (o & ~m);
+        memcpy(y + j, &vb, sizeof vb);
+    }
+}
+
 /* Where(cond, x, y) with broadcasting; elsize 4 or 8. */
 static inline void k_where(void *y, const unsigned char *c, const void *x, const void *z, size_t elsize, int rank,
                            const int64_t *dims, const int64_t *sc, const int64_t *sx, const int64_t *sz)
@@ -1673,7 +1708,11 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
             zl = rank ? sz[rank - 1] : 0;
     int64_t idx[K_MAX_RANK] = {0}, oc = 0, ox = 0, oz = 0;
     for (int64_t k = 0; k < n; k += run) {
-        if (elsize == 4) {
+        if (elsize == 4 && cl == 1 && xl == 1 && zl == 0) { /* a mask row over a row, else one value */
+            k_where_row_f32((float *)y + k, c + oc, (const float *)x + ox, (const float *)z + oz, run, 0);
+        } else if (elsize == 4 && cl == 1 && xl == 0 && zl == 1) {
+            k_where_row_f32((float *)y + k, c + oc, (const float *)z + oz, (const float *)x + ox, run, 1);
+        } else if (elsize == 4) {
             char *yp = (char *)y + k * 4;
             const char *xp = (const char *)x + ox * 4, *zp = (const char *)z + oz * 4;
             const unsigned char *cp = c + oc;
@@ -1918,6 +1957,15 @@ static inline void k_gemm_f32(float *y, const float *a, const float *b, const fl
 
 /* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
  * plain loops, vectorised. Rows with no finite maximum go the exact way. */
+/* The largest of a contiguous row (NaNs aside), as a vector reduction. */
+K_VECTOR_MATH static float k_row_max_f32(const float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
 K_VECTOR_MATH static void k_softmax_row_f32(float *y, const float *x, int64_t n, float mx)
 {
     float sum = 0;
@@ -1943,8 +1991,11 @@ static inline void k_softmax_f32(float *y, const float *x, int64_t outer, int64_
             const float *xp = x + o * n * inner + i;
             float *yp = y + o * n * inner + i;
             float mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < n; j++)
-                mx = xp[j * inner] > mx ? xp[j * inner] : mx;
+            if (inner == 1)
+                mx = k_row_max_f32(xp, n);
+            else
+                for (int64_t j = 0; j < n; j++)
+                    mx = xp[j * inner] > mx ? xp[j * inner] : mx;
             if (inner == 1 && isfinite(mx)) {
                 k_softmax_row_f32(yp, xp, n, mx);
                 continue;
@@ -2346,7 +2397,8 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
  * of `cols` repeated over `rows` (or as long as a). act as k_unary_f32. */
 static inline void k_bias_act_f32(int act, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
 {
-    int64_t every = k_poll_rows(cols);
+    int64_t every = k_poll_rows(cols), fit = cols >= 8192 ? 1 : 8192 / (cols > 0 ? cols : 1);
+    every = fit < every ? fit : every; /* rows that stay in L1 between the add and the activation */
     for (int64_t r = 0; r < rows; r += every) {
         int64_t nr = rows - r < every ? rows - r : every;
         for (int64_t i = r; i < r + nr; i++)
@@ -2433,8 +2485,6 @@ static float *R_l0_out; /* from stage 0: local [1, 16, 64] of [2, 16, 64], [mb,_
 /* ---- communicators and requests ---- */
 
 static MPI_Comm comm_tp; /* ranks that differ only in tp; this rank is 1 of 2 */
-static MPI_Request req_r2 = MPI_REQUEST_NULL; /* reshard 2: l1_o_mm */
-static MPI_Request req_r3 = MPI_REQUEST_NULL; /* reshard 3: l1_fc2 */
 
 static void init_comms(void)
 {
@@ -2630,12 +2680,15 @@ static void step(int mb, int slot)
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
     /* all-reduce of l1_o_mm over tp: [mb,_,_] partial(tp) -> [mb,_,_], 4096 bytes sent per rank */
-    CHECK_MPI(MPI_Iallreduce(B_l1_o_mm, B_l1_o_mm_r2_s0, 1024, MPI_FLOAT, MPI_SUM, comm_tp, &req_r2));
-    rt_started(1, &req_r2);
+    { /* blocking: its reader comes before any other compute */
+        double t0 = rt_block_begin();
+        CHECK_MPI_WATCHED(MPI_Allreduce(B_l1_o_mm, B_l1_o_mm_r2_s0, 1024, MPI_FLOAT, MPI_SUM, comm_tp), rt_comms[1].what);
+        rt_block_end(1, t0);
+    }
 
     /* wait for reshard 2 of l1_o_mm here: l1_o_bias is its first reader */
     rt_node = "l1_o_bias";
-    rt_wait(&req_r2, 1);
+    /* (completed in its blocking call above) */
 
     /* node "l1_residual1" (Add)
      *   l1_res1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
@@ -2667,12 +2720,15 @@ static void step(int mb, int slot)
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
     /* all-reduce of l1_fc2 over tp: [mb,_,_] partial(tp) -> [mb,_,_], 4096 bytes sent per rank */
-    CHECK_MPI(MPI_Iallreduce(B_l1_fc2, B_l1_fc2_r3_s0, 1024, MPI_FLOAT, MPI_SUM, comm_tp, &req_r3));
-    rt_started(2, &req_r3);
+    { /* blocking: its reader comes before any other compute */
+        double t0 = rt_block_begin();
+        CHECK_MPI_WATCHED(MPI_Allreduce(B_l1_fc2, B_l1_fc2_r3_s0, 1024, MPI_FLOAT, MPI_SUM, comm_tp), rt_comms[2].what);
+        rt_block_end(2, t0);
+    }
 
     /* wait for reshard 3 of l1_fc2 here: l1_fc2_bias is its first reader */
     rt_node = "l1_fc2_bias";
-    rt_wait(&req_r3, 2);
+    /* (completed in its blocking call above) */
 
     /* node "l1_residual2" (Add)
      *   l1_out: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */

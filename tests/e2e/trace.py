@@ -8,7 +8,7 @@ run with --trace under every --comms mode, checks that:
   - the trace is valid Chrome trace-event JSON with one process per rank,
     named by its mesh coordinates, and a compute track per rank;
   - every forward pass of a rank has one span per rt_enter() and one
-    collective span per rt_started() in its source (pipelines: per
+    collective span per rt_started() or blocking call in its source (pipelines: per
     microbatch), node spans nest inside their pass and never overlap;
   - a collective's span starts before it completes; under --comms serial
     every one completes in its wait, under overlap (FSDP prefetch) some
@@ -66,7 +66,8 @@ def check_trace(name, path, d, nranks, mode, fail, pipeline):
         fwd = src[src.index("/* ---- one forward pass"):] if not pipeline else src[src.index("static void step("):]
         fwd = fwd[:fwd.index("\n}\n")]
         n_nodes = len(re.findall(r"\brt_enter\(\d+\);", fwd))
-        n_comms = len(re.findall(r"\brt_started\(\d+, &req_r\d+\);", fwd))
+        n_comms = len(re.findall(r"\brt_started\(\d+, &req_r\d+\);", fwd)) + \
+            len(re.findall(r"\brt_block_end\(\d+, t0\);", fwd))  # blocking calls (a reader next)
         if name.startswith("fsdp") and (n_comms < 10 or n_nodes < 10):
             fail.append("%s rank %d: the source starts %d collectives over %d nodes" % (name, r, n_comms, n_nodes))
         mine = [e for e in ev if e.get("ph") == "X" and e["pid"] == r]
