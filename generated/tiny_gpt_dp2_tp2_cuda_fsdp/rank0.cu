@@ -2030,6 +2030,24 @@ static inline void k_arith_f32(int op, float *y, const float *a, const float *b,
     CHECK_LAUNCH();
 }
 
+/* Pow by one exponent (a scalar operand, in device memory): the small
+ * integer and half powers as multiplies, any other through powf. */
+__global__ void kk_pow_scalar(float *y, const float *x, const float *e, int64_t n)
+{
+    float p = *e;
+    GRID_LOOP(i, n)
+    {
+        float v = x[i];
+        y[i] = p == 2.0f ? v * v : p == 3.0f ? v * v * v : p == 1.0f ? v : p == 0.5f ? sqrtf(v) : powf(v, p);
+    }
+}
+
+static inline void k_pow_scalar_f32(float *y, const float *x, const float *e, int64_t n)
+{
+    kk_pow_scalar<<<k_blocks(n), K_THREADS, 0, g_stream>>>(y, x, e, n);
+    CHECK_LAUNCH();
+}
+
 __global__ void kk_pow_mixed(void *y, const void *a, int adt, const void *b, int bdt, KShape s)
 {
     GRID_LOOP(i, s.n)
