@@ -54,11 +54,17 @@ def group_starts(events, names):
         a = e.get("args", {})
         if e.get("cat") != "comm" or "axes" not in a or a["kind"] in ("send", "receive"):
             continue
-        axes = set(a["axes"].replace("+", ",").split(","))
-        key = (a["comm"], a["iteration"], tuple(sorted((k, v) for k, v in where.get(e["pid"], {}).items()
-                                                       if k not in axes)))
+        key = group_key(e, where)
         last[key] = max(last.get(key, e["ts"]), e["ts"])
     return last, where
+
+
+def group_key(e, where):
+    """A collective span's or wait's (comm, iteration, the rank's coordinates off its axes)."""
+    a = e["args"]
+    axes = set(a.get("axes", "").replace("+", ",").split(","))
+    return (a["comm"], a["iteration"], tuple(sorted((k, v) for k, v in where.get(e["pid"], {}).items()
+                                                    if k not in axes)))
 
 
 def summarise(path):
@@ -90,9 +96,7 @@ def summarise(path):
         elif cat == "wait":
             kinds[a["kind"]][3] += e["dur"]
             exposed += e["dur"]
-            axes = set(a.get("axes", "").replace("+", ",").split(","))
-            key = (a["comm"], a["iteration"], tuple(sorted((k, v) for k, v in where.get(e["pid"], {}).items()
-                                                           if k not in axes)))
+            key = group_key(e, where)
             if key in last:  # the part before the group's last rank started it
                 w = max(0.0, min(e["ts"] + e["dur"], last[key]) - e["ts"])
                 kinds[a["kind"]][4] += w
