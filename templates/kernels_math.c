@@ -22,6 +22,9 @@ enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
 /* Unary float ops; a and b carry the op's parameters (alpha, beta, gamma,
  * K_MATH_DIV_BY's divisor). Softplus is written the stable
  * way (ONNX Runtime's too): max(v, 0) + log1p(exp(-|v|)). */
+#if defined(__GNUC__)
+__attribute__((always_inline)) /* each loop below then folds the switch to its one case */
+#endif
 static inline float k_math_f32(int op, float v, float a, float b)
 {
     switch (op) {

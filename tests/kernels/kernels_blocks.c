@@ -207,8 +207,113 @@ static void test_activations_agree_with_libm(void **st)
             assert_true(fabs(y[i] - want) <= 2e-6 * (1 + fabs(want)));
         }
     }
+    /* erf itself to 2e-7, run in place as the fused bias + Gelu runs it. */
+    for (int64_t i = 0; i < n; i++)
+        x[i] = -6.0f + 12.0f * (float)i / (float)(n - 1);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    k_unary_f32(2, y, y, n);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(fabs(y[i] - erf((double)x[i])) <= 2e-7);
     free(x);
     free(y);
+}
+
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+/* Row-major strides of dims, 0 where the operand has size 1 (broadcast). */
+static void bcast_strides(const int64_t *od, const int64_t *dims, int rank, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        st[i] = od[i] == 1 && dims[i] != 1 ? 0 : acc;
+        acc *= od[i];
+    }
+}
+
+/* Broadcast arithmetic (merged dims, contiguous, scalar and strided inner
+ * runs) against a plain index loop, bit for bit: the same float op on the
+ * same two values. Random ranks 0-5, random broadcast patterns. */
+static void test_broadcast_binary_matches_an_index_loop(void **st)
+{
+    (void)st;
+    uint32_t seed = 7;
+    for (int trial = 0; trial < 400; trial++) {
+        int rank = (int)(lcg(&seed) % 6), op = (int)(lcg(&seed) % 5);
+        int64_t dims[K_MAX_RANK], ad[K_MAX_RANK], bd[K_MAX_RANK], sa[K_MAX_RANK], sb[K_MAX_RANK], n = 1, na = 1, nb = 1;
+        for (int i = 0; i < rank; i++) {
+            dims[i] = 1 + lcg(&seed) % 5;
+            ad[i] = lcg(&seed) % 3 == 0 ? 1 : dims[i];
+            bd[i] = lcg(&seed) % 3 == 0 ? 1 : dims[i];
+            n *= dims[i], na *= ad[i], nb *= bd[i];
+        }
+        bcast_strides(ad, dims, rank, sa);
+        bcast_strides(bd, dims, rank, sb);
+        float *a = rnd(na, 11 + (unsigned)trial), *b = rnd(nb, 97 + (unsigned)trial);
+        float *y = malloc(sizeof(float) * (size_t)n);
+        assert_true(y != NULL);
+        if (op == 4)
+            for (int64_t i = 0; i < na; i++)
+                a[i] = fabsf(a[i]) + 0.5f; /* pow of a positive base */
+        k_binary_f32(op, y, a, b, rank, dims, sa, sb);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t rest = k, oa = 0, ob = 0;
+            for (int i = rank - 1; i >= 0; i--) {
+                int64_t c = rest % dims[i];
+                rest /= dims[i];
+                oa += c * sa[i];
+                ob += c * sb[i];
+            }
+            float x = a[oa], z = b[ob];
+            float want = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : op == 3 ? x / z : powf(x, z);
+            assert_true(memcmp(&y[k], &want, sizeof want) == 0);
+        }
+        free(a);
+        free(b);
+        free(y);
+    }
+}
+
+/* Sums over random sets of dims (merged runs, a reduced or a kept last
+ * dim) against a double reference. */
+static void test_reduce_matches_a_reference(void **st)
+{
+    (void)st;
+    uint32_t seed = 3;
+    for (int trial = 0; trial < 300; trial++) {
+        int rank = 1 + (int)(lcg(&seed) % 4);
+        int64_t dims[K_MAX_RANK], yd[K_MAX_RANK], sy[K_MAX_RANK], n = 1, ny = 1;
+        for (int i = 0; i < rank; i++) {
+            dims[i] = 1 + lcg(&seed) % 19;
+            yd[i] = lcg(&seed) % 2 ? 1 : dims[i];
+            n *= dims[i], ny *= yd[i];
+        }
+        int64_t acc = 1;
+        for (int i = rank - 1; i >= 0; i--) {
+            sy[i] = yd[i] == 1 ? 0 : acc;
+            acc *= yd[i];
+        }
+        float *x = rnd(n, 5 + (unsigned)trial), *y = malloc(sizeof(float) * (size_t)ny);
+        double *ref = calloc((size_t)ny, sizeof(double));
+        assert_true(y && ref);
+        k_reduce_f32(y, ny, x, rank, dims, sy, 0.5f);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t rest = k, oy = 0;
+            for (int i = rank - 1; i >= 0; i--) {
+                oy += (rest % dims[i]) * sy[i];
+                rest /= dims[i];
+            }
+            ref[oy] += x[k];
+        }
+        for (int64_t i = 0; i < ny; i++)
+            assert_true(fabs(y[i] - 0.5 * ref[i]) <= 1e-5 * (double)(n / ny + 1));
+        free(x);
+        free(y);
+        free(ref);
+    }
 }
 
 int main(void)
@@ -219,6 +324,8 @@ int main(void)
         cmocka_unit_test(test_elementwise_runs_match_the_whole_loop),
         cmocka_unit_test(test_layernorm_paths_agree_with_a_reference),
         cmocka_unit_test(test_activations_agree_with_libm),
+        cmocka_unit_test(test_broadcast_binary_matches_an_index_loop),
+        cmocka_unit_test(test_reduce_matches_a_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
