@@ -115,6 +115,17 @@ int emit_skip_bias(const EmitCtx *c)
     return 0;
 }
 
+/* A fused bias Add's operands, the bias second (find_fusions in
+ * program.c takes it from either side: bias + x is the same sum). */
+static void emit_bias_last(const Buffer **a, const Buffer **b)
+{
+    if ((*a)->bytes < (*b)->bytes) {
+        const Buffer *t = *a;
+        *a = *b;
+        *b = t;
+    }
+}
+
 /* A residual Add with the bias Add before it fused in:
  * y = r + (a + b[col]) in one pass. */
 int emit_bias_residual(const EmitCtx *c, Diag *d)
@@ -126,6 +137,7 @@ int emit_bias_residual(const EmitCtx *c, Diag *d)
     const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
     const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)];
     const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = emit_out(c, 0);
+    emit_bias_last(&a, &b);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", CMT(add->name, nm));
@@ -145,6 +157,11 @@ int emit_binary(const EmitCtx *c, Diag *d)
                !memcmp(b->dims, y->dims, sizeof(int64_t) * y->rank);
     int arith = c->n->op != OP_POW && y->dtype == DT_F32 && a->dtype == DT_F32 && b->dtype == DT_F32;
     int64_t ny = y->bytes / 4, cols = y->rank ? y->dims[y->rank - 1] : 1;
+    if (arith && (c->n->op == OP_ADD || c->n->op == OP_MUL) && a->bytes != y->bytes && b->bytes == y->bytes) {
+        const Buffer *t = a; /* a bias or scale written first: the same sum or product, operands swapped */
+        a = b;
+        b = t;
+    }
     if (arith && a->bytes == y->bytes) {
         /* b the same shape, a scalar, or a row over the last dim(s). */
         int64_t nb = b->bytes / 4;
@@ -210,6 +227,7 @@ int emit_bias_act(const EmitCtx *c, Diag *d)
     const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
     const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
     const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = emit_out(c, 0);
+    emit_bias_last(&a, &b);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", CMT(add->name, nm));
