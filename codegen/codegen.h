@@ -106,6 +106,13 @@ typedef struct Program {
     int *start_at, *wait_at; /* reshard -> instruction index */
     int *fused_leader;      /* reshard -> first member of its fused call, or -1 */
     int *fused_send, *fused_recv; /* leader -> packed buffers */
+    /* reshard -> 1 when the C target calls its all-reduce blocking: one
+     * step, not fused, and waited for before any compute runs (a Megatron
+     * partial sum read by the next node). Nothing could overlap it, and
+     * MPI's blocking collectives (coll/tuned) beat the non-blocking
+     * schedule of the same one (libnbc; 1 MiB over two ranks: 155-190
+     * against 180-220 us). Decided once, after fusion (program.c). */
+    char *blocking;
     int prefetch_used;      /* prefetch depth that fit the memory limit */
     int64_t arena_bytes, weight_bytes, input_bytes;
 } Program;

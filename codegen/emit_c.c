@@ -251,22 +251,10 @@ static int step_comm(const Program *pr, int r, int j, const char *overlaps)
     return trace_comm(what, coll_name(s->kind), rr->tensor->label, al, overlaps, (long long)s->bytes);
 }
 
-/* An all-reduce the schedule waits for before any compute (a Megatron
- * partial sum read by the next node) is called blocking on the C target:
- * there is nothing to overlap it with, and MPI's blocking collectives
- * (coll/tuned) run faster than the non-blocking schedule of the same one
- * (libnbc; 1 MiB over two ranks here: 155-190 against 180-220 us). */
+/* Step j of reshard r is a blocking all-reduce (pr->blocking). */
 static int blocking_all_reduce(const Program *pr, int r, int j)
 {
-    const Reshard *rs = &pr->plan->reshards[r].r;
-    if (g_cuda || j != 0 || rs->nsteps != 1 || rs->steps[0].kind != COLL_ALL_REDUCE || pr->fused_leader[r] >= 0)
-        return 0; /* (fused calls are emit_fused's: packed, started together) */
-    if (pr->start_at[r] < 0 || pr->wait_at[r] <= pr->start_at[r])
-        return 0;
-    for (int i = pr->start_at[r] + 1; i < pr->wait_at[r]; i++)
-        if (pr->insts[i].kind == INST_COMPUTE)
-            return 0;
-    return 1;
+    return j == 0 && pr->blocking[r];
 }
 
 /* Starts step j of reshard r (a local step runs to completion here);

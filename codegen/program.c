@@ -314,6 +314,11 @@ static void find_fusions(Program *pr)
         }
         const Buffer *y = &pr->bufs[pr->tensor_buf[t->id]];
         const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
+        if (a->bytes != y->bytes) { /* the bias written first (bias + x): the same sum */
+            const Buffer *t = a;
+            a = b;
+            b = t;
+        }
         int64_t cols = y->rank ? y->dims[y->rank - 1] : 1;
         if (resharded[t->id] || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
             !(b->bytes == y->bytes || (b->bytes / 4 == cols && b->rank >= 1 && b->dims[b->rank - 1] == cols)))
@@ -594,6 +599,25 @@ static void schedule(Program *pr, int prefetch)
     free(readers);
     free(is_reader);
     free(cum);
+}
+
+/* Fills pr->blocking (see codegen.h). */
+static void find_blocking(Program *pr)
+{
+    const Plan *p = pr->plan;
+    pr->blocking = arena_alloc(&pr->arena, (size_t)p->nreshards + 1);
+    for (int r = 0; r < p->nreshards; r++) {
+        const Reshard *rs = &p->reshards[r].r;
+        pr->blocking[r] = 0;
+        if (pr->cuda || rs->nsteps != 1 || rs->steps[0].kind != COLL_ALL_REDUCE || pr->fused_leader[r] >= 0)
+            continue; /* (fused calls are packed and started together) */
+        if (pr->start_at[r] < 0 || pr->wait_at[r] <= pr->start_at[r])
+            continue;
+        int compute = 0;
+        for (int i = pr->start_at[r] + 1; i < pr->wait_at[r] && !compute; i++)
+            compute = pr->insts[i].kind == INST_COMPUTE;
+        pr->blocking[r] = !compute;
+    }
 }
 
 /* Fusion: all-reduces on the same group and dtype, each smaller than
@@ -1066,6 +1090,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     find_views(pr);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
+    find_blocking(pr);
     pr->alias_of = arena_alloc(&pr->arena, (size_t)(pr->nbufs + 1) * sizeof(int));
     pr->alias_node = arena_alloc(&pr->arena, (size_t)g->nnodes + 1);
     find_aliases(pr);
