@@ -156,6 +156,8 @@ static void inspect_text(const Graph *g, int nodes)
     printf("\nnodes      %d", g->nnodes);
     if (g->nfolded)
         printf(" (and %d folded at import: shape arithmetic on constants)", g->nfolded);
+    if (g->nfused)
+        printf(" (and %d fused into Gelu nodes: an exporter's arithmetic around Erf or Tanh)", g->nfused);
     printf("\n");
     for (int op = 0; op < OP_COUNT; op++)
         if (s.op_count[op] && op != OP_UNSUPPORTED)
@@ -242,8 +244,8 @@ static void inspect_json(const Graph *g, int nodes)
     printf(",\n");
     json_values(stdout, "inputs", g->inputs, g->ninputs);
     json_values(stdout, "outputs", g->outputs, g->noutputs);
-    printf("  \"node_count\": %d,\n  \"folded_node_count\": %d,\n  \"unsupported_node_count\": %d,\n"
-           "  \"ops\": {", g->nnodes, g->nfolded, g->nunsupported);
+    printf("  \"node_count\": %d,\n  \"folded_node_count\": %d,\n  \"fused_node_count\": %d,\n"
+           "  \"unsupported_node_count\": %d,\n  \"ops\": {", g->nnodes, g->nfolded, g->nfused, g->nunsupported);
     for (int op = 0, first = 1; op < OP_COUNT; op++)
         if (s.op_count[op] && op != OP_UNSUPPORTED) {
             printf("%s\"%s\": %d", first ? "" : ", ", op_table[op].name, s.op_count[op]);

@@ -570,6 +570,8 @@ static int load_model(Loader *L)
             return -1;
     }
     ir_fold_sweep(L->g);
+    if (!L->g->nunsupported)
+        ir_fuse_activations(L->g);
     graph_link_consumers(L->g);
     return 0;
 }

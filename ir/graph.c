@@ -365,6 +365,13 @@ void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals
         memcpy(a->floats, vals, (size_t)count * sizeof(float));
 }
 
+void node_attr_set_str(Graph *g, Node *n, const char *name, const char *val)
+{
+    Attr *a = attr_get(g, n, name);
+    a->type = ATTR_STRING;
+    a->s = arena_strdup(&g->arena, val);
+}
+
 void node_attr_set_ints(Graph *g, Node *n, const char *name,
                         const int64_t *vals, int count)
 {

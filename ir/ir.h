@@ -228,6 +228,7 @@ typedef struct Graph {
     Node **nodes;
     int nnodes, nodes_cap;
     int nfolded;           /* nodes evaluated at import (shape arithmetic) */
+    int nfused;            /* nodes folded into an activation (ir/fuse.c) */
     int nunsupported;      /* OP_UNSUPPORTED nodes (inspect only) */
     Tensor **inputs;       /* graph inputs that are not initializers */
     int ninputs;
@@ -275,6 +276,8 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
                         const int64_t *vals, int count);
 /* The same for a FLOATS attribute. */
 void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals, int count);
+/* And a STRING attribute (copied into the arena). */
+void node_attr_set_str(Graph *g, Node *n, const char *name, const char *val);
 
 /* Formats dims as "[2, 16, 64]" into buf; returns buf. */
 char *shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
@@ -311,6 +314,12 @@ int ir_infer_node(Graph *g, Node *n, Diag *d);
 int ir_fold_node(Graph *g, Node *n, Diag *d);
 /* Drops folded nodes (their outputs stay, as constants). */
 void ir_fold_sweep(Graph *g);
+
+/* ---- fuse.c ------------------------------------------------------------- */
+
+/* Rewrites exported GELU subgraphs (Erf or Tanh with their arithmetic)
+ * into one Gelu node each; returns the number of nodes dropped. */
+int ir_fuse_activations(Graph *g);
 /* For evaluators: inputs all constant; the node is shape arithmetic;
  * element access as double (exact for shape values); output allocation;
  * the input offset of output element i under broadcasting. */
