@@ -315,9 +315,9 @@ static void find_fusions(Program *pr)
         const Buffer *y = &pr->bufs[pr->tensor_buf[t->id]];
         const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
         if (a->bytes != y->bytes) { /* the bias written first (bias + x): the same sum */
-            const Buffer *t = a;
+            const Buffer *x = a;
             a = b;
-            b = t;
+            b = x;
         }
         int64_t cols = y->rank ? y->dims[y->rank - 1] : 1;
         if (resharded[t->id] || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
