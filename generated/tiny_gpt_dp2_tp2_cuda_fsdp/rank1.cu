@@ -1142,7 +1142,7 @@ static inline int64_t rt_block_row(int64_t r, int rank, const int64_t *gdims, co
 static inline void rt_take_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
                                  const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8];
+    int64_t ldims[8] = {0}; /* (zeroed: GCC -O1 cannot see that rank > 0 fills it) */
     if (rank == 0) {
         memcpy(dst, src, elsize);
         return;
@@ -1166,7 +1166,7 @@ static inline void rt_take_block(void *dst, const void *src, int rank, const int
 static inline void rt_put_block(void *dst, const void *src, int rank, const int64_t *gdims, const int64_t *blocks,
                                 const int64_t *index, size_t elsize)
 {
-    int64_t ldims[8];
+    int64_t ldims[8] = {0};
     if (rank == 0) {
         memcpy(dst, src, elsize);
         return;
