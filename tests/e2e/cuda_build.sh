@@ -31,8 +31,14 @@ while read -r name model mesh flags; do
             >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && n=$((n + 1));;
     esac
 done < tests/e2e/cases.txt
-# Build every case's ranks, JOBS files at a time.
-ls -d "$OUT"/*/ | xargs -P "$JOBS" -I{} sh -c 'make -s -C {} $(cat {}/.make_args 2>/dev/null) >{}/build.log 2>&1 || echo "FAIL {}: build"' \
+# Build each case's first and last rank, JOBS cases at a time: the ranks
+# between them run the same emitter paths on other offsets (the last one has
+# any uneven remainder), and nvcc takes ~6 s a file, so building all 366
+# was CI's longest step. CUDA_ALL_RANKS=1 builds every rank.
+ls -d "$OUT"/*/ | CUDA_ALL_RANKS=${CUDA_ALL_RANKS:-0} xargs -P "$JOBS" -I{} sh -c '
+    cd {} && set -- $(ls rank*.cu | sed "s/\.cu\$//" | sort -V)
+    [ "$CUDA_ALL_RANKS" = 1 ] || set -- $(printf "%s\n" "$@" | sed -n "1p;\$p" | uniq)
+    make -s $(cat .make_args 2>/dev/null) "$@" >build.log 2>&1 || echo "FAIL {}: build"' \
     | tee "$OUT/failures.txt"
 [ -s "$OUT/failures.txt" ] && fail=1
 for log in "$OUT"/*/build.log; do
@@ -43,5 +49,5 @@ done
 # The two streams of every rank program: no memory touched by both unordered
 # (and the checker itself must catch a removed wait).
 python3 tests/e2e/check_streams.py --self-test "$OUT/gpt_dp2_tp2" "$OUT"/*/rank*.cu || fail=1
-[ $fail = 0 ] && echo "cuda_build: $n cases compiled and linked with nvcc, no warnings"
+[ $fail = 0 ] && echo "cuda_build: $n cases compiled and linked with nvcc ($(ls "$OUT"/*/rank* | grep -vc '\.cu$') rank programs), no warnings"
 exit $fail

@@ -61,6 +61,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
+# Rank programs build at -O1: these small random graphs check plans and
+# numbers, and compiling the kernel library at the generated Makefile's
+# -O3 -march=native is most of a case's time (run_golden.sh keeps -O3).
+BUILD_CFLAGS = os.environ.get("FUZZ_CFLAGS", "-O1 -std=c11")
 OUT = os.path.join(ROOT, "build", "fuzz_plans")
 
 # What the pinned ONNX Runtime (1.22) accepts: IR 10, opset 21 (as make_models.py).
@@ -1521,7 +1525,7 @@ def run_case(case, work, golden=None):
         return "REFUSED", refusal_reason(err), err, golden
     if p.returncode != 0:
         return "FAIL", "compile", "exit %d: %s" % (p.returncode, err[-600:]), golden
-    b = subprocess.run(["make", "-s", "-C", out, "WARN=-Wall -Wextra -Werror"],
+    b = subprocess.run(["make", "-s", "-C", out, "CFLAGS=" + BUILD_CFLAGS, "WARN=-Wall -Wextra -Werror"],
                        capture_output=True, text=True)
     if b.returncode != 0:
         return "FAIL", "build", (b.stdout + b.stderr)[-1500:], golden
@@ -1614,7 +1618,7 @@ def save_failure(case, golden, kind, detail, folder):
              "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
              "rm -rf %s" % work,
              " ".join(c if c.startswith('"$HERE') else q(c) for c in cmd),
-             'make -s -C %s WARN="-Wall -Wextra -Werror"' % work,
+             'make -s -C %s CFLAGS="%s" WARN="-Wall -Wextra -Werror"' % (work, BUILD_CFLAGS),
              "%s/run.sh %s --timeout 60" % (work, " ".join(
                  ['--in %s="$HERE/input_%s.npy"' % (k, k) for k in case.feeds] +
                  ["--out %s=%s/got_%s.npy" % (k, work, k) for k in golden])),

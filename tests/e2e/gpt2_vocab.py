@@ -65,7 +65,7 @@ def run(model, name, mesh, flags):
     c = subprocess.run([BIN, "compile", model, "--mesh", mesh, "-o", out] + flags, capture_output=True, text=True)
     if c.returncode:
         return False, "compile: " + c.stderr.strip()
-    b = subprocess.run(["make", "-s", "-C", out, "WARN=-Wall -Wextra -Werror"], capture_output=True, text=True)
+    b = subprocess.run(["make", "-s", "-j%d" % (os.cpu_count() or 2), "-C", out, "WARN=-Wall -Wextra -Werror"], capture_output=True, text=True)
     if b.returncode:
         return False, "build: " + (b.stderr + b.stdout)[:400]
     got_path = os.path.join(out, "logits.npy")

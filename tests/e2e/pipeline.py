@@ -113,7 +113,7 @@ def run(models, name, key, mesh, flags):
     c = subprocess.run([BIN, "compile", model, "--mesh", mesh, "-o", out] + CPU + flags, capture_output=True, text=True)
     if c.returncode:
         return False, "compile: " + c.stderr.strip()[-400:]
-    b = subprocess.run(["make", "-s", "-C", out, "WARN=-Wall -Wextra -Werror"], capture_output=True, text=True)
+    b = subprocess.run(["make", "-s", "-j%d" % (os.cpu_count() or 2), "-C", out, "WARN=-Wall -Wextra -Werror"], capture_output=True, text=True)
     if b.returncode:
         return False, "build: " + (b.stderr + b.stdout)[:400]
     tok_path, got_path = os.path.join(out, "tokens.npy"), os.path.join(out, "logits.npy")

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/onnx2spmd}
 PY=build/venv/bin/python
 OUT=build/e2e
+JOBS=${JOBS:-$(nproc)} # a case's rank programs build in parallel
 filter=${1:-}
 mkdir -p "$OUT"
 fail=0 ncase=0
@@ -21,7 +22,7 @@ while read -r name model mesh flags; do
     if ! "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags -o "$dir" >/dev/null 2>"$OUT/$name.err"; then
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; fail=1; continue
     fi
-    if ! make -s -C "$dir" WARN="-Wall -Wextra -Werror" >"$OUT/$name.build" 2>&1; then
+    if ! make -s -j"$JOBS" -C "$dir" WARN="-Wall -Wextra -Werror" >"$OUT/$name.build" 2>&1; then
         echo "FAIL $name: build:"; head -20 "$OUT/$name.build"; fail=1; continue
     fi
     gold=tests/golden/${model##*/} # exports/gpt2_ts -> tests/golden/gpt2_ts
