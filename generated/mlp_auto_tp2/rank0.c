@@ -1909,6 +1909,38 @@ K_VECTOR_MATH static void k_sigmoid_loop(float *y, const float *x, int64_t n)
         y[i] = 1.0f / (1.0f + k_exp(-x[i]));
 }
 
+/* One activation of v (op as k_unary_run_f32), for loops that compute v
+ * themselves: inlined into each loop with op a constant, as its own loop. */
+K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, float v)
+{
+    switch (op) {
+    case 0: return v > 0 ? v : 0;
+    case 1: return sqrtf(v);
+    case 2: return k_erf(v);
+    case 3: return k_tanh(v);
+    case 4: return 1.0f / (1.0f + k_exp(-v));
+    case 5: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
+    default: return 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    }
+}
+
+/* y = act(a + b) over n elements, in one pass (y may be a). */
+#define K_BIAS_ACT_LOOP(OP) \
+    case OP: K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = k_act(OP, a[i] + b[i]); break
+K_VECTOR_MATH static void k_bias_act_run_f32(int op, float *y, const float *a, const float *b, int64_t n)
+{
+    switch (op) {
+    K_BIAS_ACT_LOOP(0);
+    K_BIAS_ACT_LOOP(1);
+    K_BIAS_ACT_LOOP(2);
+    K_BIAS_ACT_LOOP(3);
+    K_BIAS_ACT_LOOP(4);
+    K_BIAS_ACT_LOOP(5);
+    default: K_BIAS_ACT_LOOP(6);
+    }
+}
+#undef K_BIAS_ACT_LOOP
+
 /* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh).
  * One plain loop per op, so each vectorises. */
 static inline void k_unary_run_f32(int op, float *y, const float *x, int64_t n)
@@ -2498,19 +2530,15 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
 }
 
 /* Bias + activation (fused Add and activation): y = act(a + b), b a row
- * of `cols` repeated over `rows` (or as long as a). act as k_unary_f32. */
+ * of `cols` repeated over `rows` (or as long as a). act as k_unary_f32.
+ * One pass: the sum goes straight into the activation. */
 static inline void k_bias_act_f32(int act, float *y, const float *a, const float *b, int64_t rows, int64_t cols)
 {
-    int64_t every = k_poll_rows(cols), fit = cols >= 8192 ? 1 : 8192 / (cols > 0 ? cols : 1);
-    every = fit < every ? fit : every; /* rows that stay in L1 between the add and the activation */
-    for (int64_t r = 0; r < rows; r += every) {
-        int64_t nr = rows - r < every ? rows - r : every;
-        for (int64_t i = r; i < r + nr; i++)
-            for (int64_t c = 0; c < cols; c++)
-                y[i * cols + c] = a[i * cols + c] + b[c];
-        k_unary_run_f32(act, y + r * cols, y + r * cols, nr * cols);
-        if (r + nr < rows)
+    int64_t every = k_poll_rows(cols);
+    for (int64_t i = 0; i < rows; i++) {
+        if (i && i % every == 0)
             rt_poll();
+        k_bias_act_run_f32(act, y + i * cols, a + i * cols, b, cols);
     }
 }
 

@@ -130,6 +130,13 @@ static void test_elementwise_runs_match_the_whole_loop(void **st)
         rt_nfly = 1;
         k_bias_act_f32(op, y1, x, b, rows, cols);
         assert_memory_equal(y0, y1, sizeof(float) * (size_t)n);
+        /* The one-pass bias + activation against the add, then the activation. */
+        for (int64_t i = 0; i < n; i++)
+            y1[i] = x[i] + b[i % cols];
+        k_unary_f32(op, y1, y1, n);
+        for (int64_t i = 0; i < n; i++)
+            if (!(op == 1 && y1[i] != y1[i])) /* sqrt of a negative sum: NaN both ways */
+                assert_true(fabsf(y0[i] - y1[i]) <= 1e-6f * (1 + fabsf(y1[i])));
     }
     for (int which = 0; which < 4; which++) {
         for (int split = 0; split < 2; split++) {
