@@ -90,6 +90,7 @@ typedef struct Program {
     int **wide;
     int cuda;               /* ProgramOptions.cuda */
     int *fused_from;        /* node index -> bias Add fused into this activation, or -1 */
+    int *fused_bias;        /* node index -> the operand of that Add that is the bias (0 or 1) */
     /* MatMul node index * 2 + operand -> the Transpose whose input it reads
      * as a strided matrix view (CblasTrans or a leading dimension), so the
      * transposed copy is never made, or -1; view_into: Transpose -> that

@@ -115,15 +115,16 @@ int emit_skip_bias(const EmitCtx *c)
     return 0;
 }
 
-/* A fused bias Add's operands, the bias second (find_fusions in
- * program.c takes it from either side: bias + x is the same sum). */
-static void emit_bias_last(const Buffer **a, const Buffer **b)
+/* The fused bias Add before this node: its input (*a) and its bias (*b),
+ * in the order find_fusions (program.c) took them: bias + x is the same
+ * sum as x + bias. */
+static const Node *fused_bias_add(const EmitCtx *c, const Buffer **a, const Buffer **b)
 {
-    if ((*a)->bytes < (*b)->bytes) {
-        const Buffer *t = *a;
-        *a = *b;
-        *b = t;
-    }
+    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
+    int bias = c->pr->fused_bias[c->n->id];
+    *a = &c->pr->bufs[program_operand_buf(c->pr, add, 1 - bias)];
+    *b = &c->pr->bufs[program_operand_buf(c->pr, add, bias)];
+    return add;
 }
 
 /* A residual Add with the bias Add before it fused in:
@@ -131,13 +132,10 @@ static void emit_bias_last(const Buffer **a, const Buffer **b)
 int emit_bias_residual(const EmitCtx *c, Diag *d)
 {
     (void)d;
-    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
-    const Tensor *t = add->outputs[0];
-    int slot = c->n->inputs[0] == t ? 0 : 1;
-    const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
-    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)];
+    const Buffer *a, *b;
+    const Node *add = fused_bias_add(c, &a, &b);
+    int slot = c->n->inputs[0] == add->outputs[0] ? 0 : 1;
     const Buffer *r = &c->pr->bufs[program_operand_buf(c->pr, c->n, 1 - slot)], *y = emit_out(c, 0);
-    emit_bias_last(&a, &b);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: residual + bias in one pass */\n", CMT(add->name, nm));
@@ -224,10 +222,8 @@ static int unary_code(const Node *n)
 int emit_bias_act(const EmitCtx *c, Diag *d)
 {
     (void)d;
-    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
-    const Buffer *a = &c->pr->bufs[program_operand_buf(c->pr, add, 0)];
-    const Buffer *b = &c->pr->bufs[program_operand_buf(c->pr, add, 1)], *y = emit_out(c, 0);
-    emit_bias_last(&a, &b);
+    const Buffer *a, *b, *y = emit_out(c, 0);
+    const Node *add = fused_bias_add(c, &a, &b);
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", CMT(add->name, nm));

@@ -313,17 +313,15 @@ static void find_fusions(Program *pr)
                 continue;
         }
         const Buffer *y = &pr->bufs[pr->tensor_buf[t->id]];
-        const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
-        if (a->bytes != y->bytes) { /* the bias written first (bias + x): the same sum */
-            const Buffer *x = a;
-            a = b;
-            b = x;
-        }
+        int bias = pr->bufs[program_operand_buf(pr, n, 0)].bytes != y->bytes ? 0 : 1; /* bias + x: the same sum */
+        const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 1 - bias)];
+        const Buffer *b = &pr->bufs[program_operand_buf(pr, n, bias)];
         int64_t cols = y->rank ? y->dims[y->rank - 1] : 1;
         if (resharded[t->id] || a->bytes != y->bytes || a->dtype != DT_F32 || b->dtype != DT_F32 ||
             !(b->bytes == y->bytes || (b->bytes / 4 == cols && b->rank >= 1 && b->dims[b->rank - 1] == cols)))
             continue;
         pr->fused_from[u->id] = n->id;
+        pr->fused_bias[u->id] = bias;
     }
     free(resharded);
 }
@@ -1037,6 +1035,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->wait_at = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_leader = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_from = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
+    pr->fused_bias = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->mm_view = arena_alloc(&pr->arena, (size_t)(2 * g->nnodes + 2) * sizeof(int));
     pr->view_into = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));

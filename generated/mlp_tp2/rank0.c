@@ -1605,6 +1605,30 @@ static inline void k_binary_run_f32(int op, float *y, const float *a, int64_t as
     }
 }
 
+/* Drops the dims of 1 and merges each dim into the one before it where
+ * all `ns` stride arrays s[k] walk the two as one (the outer stride is
+ * the inner one times its size), so a loop nest over the result runs
+ * fewer, longer inner loops. Returns the merged rank; d gets the merged
+ * dims and xs[k] each array's merged strides. */
+static inline int k_merge_dims(int rank, const int64_t *dims, int ns, const int64_t *const *s, int64_t *d,
+                               int64_t (*xs)[K_MAX_RANK])
+{
+    int r = 0;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 1)
+            continue;
+        int merge = r > 0;
+        for (int k = 0; k < ns && merge; k++)
+            merge = xs[k][r - 1] == s[k][i] * dims[i];
+        if (!merge)
+            d[r++] = 1;
+        d[r - 1] *= dims[i];
+        for (int k = 0; k < ns; k++)
+            xs[k][r - 1] = s[k][i];
+    }
+    return r;
+}
+
 /* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow.
  * y is dense; sa and sb are the operands' strides over y's dims (0 where
  * broadcast). Dims that both operands walk as one (a stride equal to the
@@ -1613,20 +1637,10 @@ static inline void k_binary_run_f32(int op, float *y, const float *a, int64_t as
 static inline void k_binary_f32(int op, float *y, const float *a, const float *b, int rank, const int64_t *dims,
                                 const int64_t *sa, const int64_t *sb)
 {
-    int64_t d[K_MAX_RANK], xa[K_MAX_RANK], xb[K_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == 1)
-            continue;
-        if (r && xa[r - 1] == sa[i] * dims[i] && xb[r - 1] == sb[i] * dims[i]) {
-            d[r - 1] *= dims[i];
-            xa[r - 1] = sa[i];
-            xb[r - 1] = sb[i];
-            continue;
-        }
-        d[r] = dims[i], xa[r] = sa[i], xb[r] = sb[i];
-        r++;
-    }
+    int64_t d[K_MAX_RANK], xs[2][K_MAX_RANK];
+    const int64_t *st[2] = {sa, sb};
+    int r = k_merge_dims(rank, dims, 2, st, d, xs);
+    const int64_t *xa = xs[0], *xb = xs[1];
     if (r == 0) { /* one element */
         k_binary_run_f32(op, y, a, 0, b, 0, 1);
         return;
@@ -2190,19 +2204,9 @@ static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, 
      * the innermost loop is a whole row: summed into one y (a reduced
      * last dim: eight partial sums, a loop that vectorises) or added
      * onto a row of y (a kept last dim). */
-    int64_t d[K_MAX_RANK], s[K_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == 1)
-            continue;
-        if (r && s[r - 1] == sy[i] * dims[i]) {
-            d[r - 1] *= dims[i];
-            s[r - 1] = sy[i];
-            continue;
-        }
-        d[r] = dims[i], s[r] = sy[i];
-        r++;
-    }
+    int64_t d[K_MAX_RANK], xs[1][K_MAX_RANK];
+    const int64_t *s = xs[0];
+    int r = k_merge_dims(rank, dims, 1, &sy, d, xs);
     int64_t n = r ? d[r - 1] : 1, inner = r ? s[r - 1] : 0, outer = 1;
     for (int i = 0; i < r - 1; i++)
         outer *= d[i];
