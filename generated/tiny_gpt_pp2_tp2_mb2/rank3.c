@@ -1895,41 +1895,11 @@ K_VECTOR_MATH static inline float k_tanh(float x)
     return k_select(x < 0, -r, r);
 }
 
-K_VECTOR_MATH static void k_tanh_loop(float *y, const float *x, int64_t n, int gelu)
-{
-    if (gelu)
-        K_IVDEP for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-    else
-        K_IVDEP for (int64_t i = 0; i < n; i++)
-            y[i] = k_tanh(x[i]);
-}
-
-K_VECTOR_MATH static void k_erf_loop(float *y, const float *x, int64_t n, int gelu)
-{
-    if (gelu)
-        K_IVDEP for (int64_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * (1.0f + k_erf(x[i] * 0.70710678118654752f));
-    else
-        K_IVDEP for (int64_t i = 0; i < n; i++)
-            y[i] = k_erf(x[i]);
-}
-
-K_VECTOR_MATH static void k_sigmoid_loop(float *y, const float *x, int64_t n)
-{
-    K_IVDEP for (int64_t i = 0; i < n; i++)
-        y[i] = 1.0f / (1.0f + k_exp(-x[i]));
-}
-
-/* One activation of v (op as k_unary_run_f32), for loops that compute v
- * themselves: inlined into each loop with op a constant, as its own loop. */
+/* One activation of v (op as k_unary_run_f32: 2 erf, 3 tanh, 4 sigmoid,
+ * 5 gelu, 6 gelu (tanh)), inlined into each loop with op a constant. */
 K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, float v)
 {
     switch (op) {
-    case 0: return v > 0 ? v : 0;
-    case 1: return sqrtf(v);
     case 2: return k_erf(v);
     case 3: return k_tanh(v);
     case 4: return 1.0f / (1.0f + k_exp(-v));
@@ -1938,36 +1908,53 @@ K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, f
     }
 }
 
-/* y = act(a + b) over n elements, in one pass (y may be a). */
-#define K_BIAS_ACT_LOOP(OP) \
-    case OP: K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = k_act(OP, a[i] + b[i]); break
-K_VECTOR_MATH static void k_bias_act_run_f32(int op, float *y, const float *a, const float *b, int64_t n)
+/* y = act(x), or act(x + b) where b is not NULL (the fused bias, as long
+ * as x): one plain loop per op and form, so each vectorises and a bias
+ * sum goes straight into the activation. y may be x. */
+#define K_ACT_LOOP(OP) \
+    case OP: \
+        if (b) \
+            K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = k_act(OP, x[i] + b[i]); \
+        else \
+            K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = k_act(OP, x[i]); \
+        break
+K_VECTOR_MATH static void k_act_loop(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    K_BIAS_ACT_LOOP(0);
-    K_BIAS_ACT_LOOP(1);
-    K_BIAS_ACT_LOOP(2);
-    K_BIAS_ACT_LOOP(3);
-    K_BIAS_ACT_LOOP(4);
-    K_BIAS_ACT_LOOP(5);
-    default: K_BIAS_ACT_LOOP(6);
+    K_ACT_LOOP(2);
+    K_ACT_LOOP(3);
+    K_ACT_LOOP(4);
+    K_ACT_LOOP(5);
+    default: K_ACT_LOOP(6);
     }
 }
-#undef K_BIAS_ACT_LOOP
+#undef K_ACT_LOOP
 
-/* Unary float ops. op: 0 relu, 1 sqrt, 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh).
- * One plain loop per op, so each vectorises. */
-static inline void k_unary_run_f32(int op, float *y, const float *x, int64_t n)
+/* Unary float ops, on x or on x + b (b NULL: none). op: 0 relu, 1 sqrt,
+ * 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). Relu and sqrt
+ * are built as written (outside K_VECTOR_MATH: sqrt stays exact). */
+static inline void k_unary_bias_run_f32(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    case 0: K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-    case 1: K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
-    case 2: k_erf_loop(y, x, n, 0); break;
-    case 3: k_tanh_loop(y, x, n, 0); break;
-    case 4: k_sigmoid_loop(y, x, n); break;
-    case 5: k_erf_loop(y, x, n, 1); break;
-    default: k_tanh_loop(y, x, n, 1); break;
+    case 0:
+        if (b)
+            K_IVDEP for (int64_t i = 0; i < n; i++) { float v = x[i] + b[i]; y[i] = v > 0 ? v : 0; }
+        else
+            K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        break;
+    case 1:
+        if (b)
+            K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i] + b[i]);
+        else
+            K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+        break;
+    default: k_act_loop(op, y, x, b, n); break;
     }
+}
+
+static inline void k_unary_run_f32(int op, float *y, const float *x, int64_t n)
+{
+    k_unary_bias_run_f32(op, y, x, NULL, n);
 }
 
 static inline void k_unary_f32(int op, float *y, const float *x, int64_t n)
@@ -2542,7 +2529,7 @@ static inline void k_bias_act_f32(int act, float *y, const float *a, const float
     for (int64_t i = 0; i < rows; i++) {
         if (i && i % every == 0)
             rt_poll();
-        k_bias_act_run_f32(act, y + i * cols, a + i * cols, b, cols);
+        k_unary_bias_run_f32(act, y + i * cols, a + i * cols, b, cols);
     }
 }
 
