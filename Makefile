@@ -155,6 +155,12 @@ models: | deps
 	$(PY) tests/models/make_models.py
 
 # ---- end to end ---------------------------------------------------------
+# The suites below run thousands of short MPI jobs on one machine. OpenMPI's
+# default start probes UCX first; ob1 over shared memory (vader) starts a
+# 2-rank job in 0.19 s instead of 0.38 s. A setting in the environment wins.
+test e2e conformance fuzz-plans cuda-build: export OMPI_MCA_pml ?= ob1
+test e2e conformance fuzz-plans cuda-build: export OMPI_MCA_btl ?= self,vader
+
 e2e: all
 	@bash tests/e2e/run_golden.sh
 	@bash tests/e2e/test_determinism.sh

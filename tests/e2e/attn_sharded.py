@@ -28,6 +28,9 @@ WORK = os.path.join(ROOT, "build", "attn_sharded")
 BIN = os.path.join(ROOT, "build", "onnx2spmd")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
+# Built as run_ops_sharded.sh builds (OPS_CFLAGS): -O0, linked by gold where
+# there is one. These cases check plans and numbers, not speed.
+CFLAGS = os.environ.get("OPS_CFLAGS", "-O0 -std=c11" + (" -fuse-ld=gold" if shutil.which("ld.gold") else ""))
 N = helper.make_node
 F, F16, I64, B = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL
 NP = {F: np.float32, F16: np.float16, I64: np.int64, B: np.bool_}
@@ -159,7 +162,8 @@ def run(case, tag, flags):
                        text=True)
     if c.returncode:
         return "FAIL", "compile: " + c.stderr.strip()
-    b = subprocess.run(["make", "-s", "-C", out, "WARN=-Wall -Wextra -Werror"], capture_output=True, text=True)
+    b = subprocess.run(["make", "-s", "-C", out, "CFLAGS=" + CFLAGS, "WARN=-Wall -Wextra -Werror"],
+                       capture_output=True, text=True)
     if b.returncode:
         return "FAIL", "build: " + (b.stderr + b.stdout)[:400]
     args = [os.path.join(out, "run.sh")]
@@ -199,7 +203,7 @@ def main():
         make(c)
     jobs = [(c, tag, fl) for c in cases for tag, fl in variants(c)]
     counts = {"ok": 0, "FAIL": 0}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         for (c, tag, fl), (st, msg) in zip(jobs, ex.map(lambda j: run(*j), jobs)):
             counts[st] += 1
             if st != "ok" or os.environ.get("VERBOSE"):

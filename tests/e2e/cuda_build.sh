@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # cuda_build.sh: compiles and links the CUDA output (--target cuda) of
-# every golden case in cases.txt with nvcc (three also with MPI=0), requires
-# no warnings, and checks every rank's two-stream schedule for races
-# (check_streams.py). No GPU is needed; tests/gpu/run.sh runs them.
+# every golden case in cases.txt (three also with MPI=0), builds with nvcc
+# the rank files that cuda_select.py picks (all with CUDA_ALL_RANKS=1),
+# requires no warnings, and checks every rank's two-stream schedule for
+# races (check_streams.py). No GPU is needed; tests/gpu/run.sh runs them.
+# cuda_build.sh [SUBSTRING]: only the cases whose name contains it.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/onnx2spmd}
@@ -14,40 +16,53 @@ if ! command -v "${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null 2>&1; then
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
-fail=0 n=0
-while read -r name model mesh flags; do
-    case "$name" in ''|'#'*) continue;; esac
-    [ -n "$filter" ] && case "$name" in *$filter*) ;; *) continue;; esac
+fail=0
+# Compile every case (and a few also without MPI, make MPI=0: launch.sh, no
+# mpi.h, as on a bare GPU machine), JOBS at a time.
+compile_case() {
+    read -r name model mesh flags <<<"$1"
     # shellcheck disable=SC2086
     if ! "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda -o "$OUT/$name" \
             >/dev/null 2>"$OUT/$name.err"; then
-        echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; fail=1; continue
+        echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; return
     fi
-    n=$((n + 1))
-    # A few also without MPI (make MPI=0: launch.sh, no mpi.h), as on a bare GPU machine.
+    echo "ok $name"
     case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1)
         # shellcheck disable=SC2086
         "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda -o "$OUT/${name}_nompi" \
-            >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && n=$((n + 1));;
+            >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && echo "ok ${name}_nompi";;
     esac
-done < tests/e2e/cases.txt
-# Build each case's first and last rank, JOBS cases at a time: the ranks
-# between them run the same emitter paths on other offsets (the last one has
-# any uneven remainder), and nvcc takes ~6 s a file, so building all 366
-# was CI's longest step. CUDA_ALL_RANKS=1 builds every rank.
-ls -d "$OUT"/*/ | CUDA_ALL_RANKS=${CUDA_ALL_RANKS:-0} xargs -P "$JOBS" -I{} sh -c '
-    cd {} && set -- $(ls rank*.cu | sed "s/\.cu\$//" | sort -V)
-    [ "$CUDA_ALL_RANKS" = 1 ] || set -- $(printf "%s\n" "$@" | sed -n "1p;\$p" | uniq)
-    make -s $(cat .make_args 2>/dev/null) "$@" >build.log 2>&1 || echo "FAIL {}: build"' \
-    | tee "$OUT/failures.txt"
+}
+export -f compile_case
+export BIN OUT
+awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt \
+    | xargs -P "$JOBS" -d '\n' -I{} bash -c 'compile_case "$@"' _ {} > "$OUT/compiled.txt"
+grep "^FAIL" "$OUT/compiled.txt" && fail=1
+n=$(grep -c "^ok" "$OUT/compiled.txt")
+# Which rank programs nvcc builds: nvcc takes 6-12 s a file, and building
+# all 366 of the golden cases' was CI's longest step. cuda_select.py picks
+# files until every distinct statement form (literals and buffer names
+# blanked, buffer types kept) of every rank file has been compiled once;
+# the runs without MPI build their first rank. CUDA_ALL_RANKS=1 builds all.
+if [ "${CUDA_ALL_RANKS:-0}" = 1 ]; then
+    ls "$OUT"/*/rank*.cu > "$OUT/selected.txt"
+else
+    { python3 tests/e2e/cuda_select.py $(ls "$OUT"/*/rank*.cu | grep -v _nompi/)
+      ls "$OUT"/*_nompi/rank0.cu 2>/dev/null; } > "$OUT/selected.txt"
+fi
+xargs -P "$JOBS" -I{} sh -c '
+    d=$(dirname {}) r=$(basename {} .cu)
+    make -s -C "$d" $(cat "$d/.make_args" 2>/dev/null) "$r" >"$d/build.$r.log" 2>&1 || echo "FAIL {}: build"' \
+    < "$OUT/selected.txt" | tee "$OUT/failures.txt"
 [ -s "$OUT/failures.txt" ] && fail=1
-for log in "$OUT"/*/build.log; do
+for log in "$OUT"/*/build.*.log; do
     if grep -qi "warning" "$log"; then
-        echo "FAIL $(dirname "$log"): nvcc warnings:"; grep -i warning "$log" | head -5; fail=1
+        echo "FAIL $log: nvcc warnings:"; grep -i warning "$log" | head -5; fail=1
     fi
 done
 # The two streams of every rank program: no memory touched by both unordered
 # (and the checker itself must catch a removed wait).
-python3 tests/e2e/check_streams.py --self-test "$OUT/gpt_dp2_tp2" "$OUT"/*/rank*.cu || fail=1
-[ $fail = 0 ] && echo "cuda_build: $n cases compiled and linked with nvcc ($(ls "$OUT"/*/rank* | grep -vc '\.cu$') rank programs), no warnings"
+selftest=(); [ -d "$OUT/gpt_dp2_tp2" ] && selftest=(--self-test "$OUT/gpt_dp2_tp2")
+python3 tests/e2e/check_streams.py "${selftest[@]}" "$OUT"/*/rank*.cu || fail=1
+[ $fail = 0 ] && echo "cuda_build: $n cases compiled; nvcc built $(wc -l < "$OUT/selected.txt") of their $(ls "$OUT"/*/rank*.cu | wc -l) rank files, every statement form among them, with no warnings"
 exit $fail
