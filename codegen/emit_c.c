@@ -232,13 +232,19 @@ static void axes_list(const Program *pr, const unsigned char *axes, int n, char 
 }
 
 /* Registers step j of reshard r in rt_comms[]; `overlaps` says what the
- * schedule runs while it is in flight. */
+ * schedule runs while it is in flight. A local step (a slice) is
+ * registered on the C target only, where a trace names its copy by it. */
 static int step_comm(const Program *pr, int r, int j, const char *overlaps)
 {
     const PlanReshard *rr = &pr->plan->reshards[r];
     const ReshardStep *s = &rr->r.steps[j];
-    if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
-        return -1; /* local: nothing in flight */
+    if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE) {
+        if (g_cuda)
+            return -1;
+        char what[ESC_TEXT_CAP];
+        snprintf(what, sizeof what, "%s of %s (reshard %d, local)", coll_name(s->kind), rr->tensor->label, r);
+        return trace_comm(what, coll_name(s->kind), rr->tensor->label, "", "nothing: a copy on this rank", 0);
+    }
     unsigned char axes[MESH_MAX_AXES];
     int na = step_axes(pr, s, step_before(pr, r, j), axes);
     char what[ESC_TEXT_CAP], al[96];
@@ -279,6 +285,10 @@ static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *
             sharding_str(&s->after, &pr->plan->mesh, as, sizeof as), (long long)s->bytes);
     int padded = step_padded(pr, r, j);
     int64_t gn = s->dim >= 0 ? rr->tensor->dims[s->dim] : 0;
+    if (!g_cuda && (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE))
+        fprintf(f, "    rt_copy(RT_EV_LOCAL, %d);\n", comm_id);
+    else if (!g_cuda && sb->pack >= 0)
+        fprintf(f, "    rt_copy(RT_EV_PACK, %d);\n", comm_id);
     switch (s->kind) {
     case COLL_SLICE: {
         int key = program_group_key(pr, axes, na);
@@ -430,6 +440,8 @@ static void emit_step_finish(const Program *pr, int r, int j, int comm_id, FILE 
         fprintf(f, "    rt_wait(&req_r%d, %d);\n", r, comm_id);
     if (sb->unpack < 0)
         return;
+    if (!g_cuda)
+        fprintf(f, "    rt_copy(RT_EV_UNPACK, %d);\n", comm_id);
     int p = mesh_group_size(&pr->plan->mesh, s->axes);
     size_t es = dtype_size(in->dtype);
     int64_t sout[IR_MAX_RANK], bdims[IR_MAX_RANK];
@@ -525,6 +537,8 @@ static void emit_fused(const Program *pr, int leader, int start, int at, FILE *f
         else
             fprintf(f, "    rt_wait(&req_r%d, %d);\n", leader, g_comm_of[leader]);
     }
+    if (!g_cuda)
+        fprintf(f, "    rt_copy(%s, %d);\n", start ? "RT_EV_PACK" : "RT_EV_UNPACK", g_comm_of[leader]);
     int64_t off = 0;
     for (int m = leader; m >= 0; m = g_fused_next[m]) {
         const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];

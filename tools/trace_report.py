@@ -87,6 +87,8 @@ def summarise(path):
             step[e["pid"]].append(e["dur"])
         elif cat == "node":
             ops[a["op"]] += e["dur"]
+        elif cat == "copy":  # a reshard's pack, unpack or local slice: compute, but no node's
+            ops["(reshard copies)"] += e["dur"]
         elif cat == "comm":
             k = kinds[a["kind"]]
             k[0] += 1

@@ -4,7 +4,7 @@
     python3 tools/trace_svg.py TRACE.json -o timeline.svg [--iteration N] [--width PX]
 
 One band per rank, top to bottom; in each, a compute lane (one box per node,
-coloured by op kind; waits in red) and the communication lanes under it (one
+coloured by op kind; a reshard's copies in dark grey; waits in red) and the communication lanes under it (one
 box per collective from its start to its completion, coloured by kind). Time
 runs left to right over one forward pass (by default the last). Hovering a box
 shows its name, op or kind, and duration. Standard library only, so anyone can
@@ -20,6 +20,7 @@ OP_COLOURS = ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", 
 COMM_COLOURS = {"all-reduce": "#f28e2b", "all-gather": "#e8a33b", "reduce-scatter": "#d37295",
                 "all-to-all": "#b6992d", "send": "#79706e", "receive": "#a5a5a5"}
 WAIT = "#e15759"
+COPY = "#555555"  # a reshard's pack, unpack or local slice
 LANE, GAP, LEFT, TOP = 16, 10, 80, 40
 
 
@@ -77,6 +78,8 @@ def main():
                     fill, tip = colour[e["args"]["op"]], "%s (%s %s)" % (e["name"], e["args"]["op"], e["args"]["shape"])
                 elif e["cat"] == "wait":
                     fill, tip = WAIT, e["name"]
+                elif e["cat"] == "copy":
+                    fill, tip = COPY, e["name"]
                 else:
                     fill = COMM_COLOURS.get(e["args"]["kind"], "#f28e2b")
                     tip = "%s, %d bytes, completed %s" % (e["name"], e["args"]["bytes"], e["args"].get("completed", ""))
@@ -95,7 +98,8 @@ def main():
                     % (x, TOP - 8, "%.3g ms" % (t / 1e3) if step >= 100 else "%.0f us" % t))
         t += step
     legend, lx = [], LEFT
-    for name, fill in [(op, colour[op]) for op in ops] + [("wait", WAIT)] + \
+    copies = [("reshard copy", COPY)] if any(e["cat"] == "copy" for e in ev) else []
+    for name, fill in [(op, colour[op]) for op in ops] + copies + [("wait", WAIT)] + \
             sorted({(e["args"]["kind"], COMM_COLOURS.get(e["args"]["kind"], "#f28e2b")) for e in ev if e["cat"] == "comm"}):
         if lx + 8 * len(name) + 24 > a.width:
             lx, y = LEFT, y + 16

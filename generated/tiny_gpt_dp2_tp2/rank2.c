@@ -169,7 +169,11 @@ typedef struct RtCommInfo {
     long long bytes;      /* sent per rank */
 } RtCommInfo;
 
-enum { RT_EV_NODE, RT_EV_WAIT, RT_EV_COMM, RT_EV_STEP };
+/* RT_EV_PACK / RT_EV_UNPACK: a collective's copies into its send buffer
+ * and out of its receive buffer; RT_EV_LOCAL: a reshard step that moves no
+ * data between ranks (a slice of this rank's block). All three are compute
+ * on this rank, named by their rt_comms[] entry. */
+enum { RT_EV_NODE, RT_EV_WAIT, RT_EV_COMM, RT_EV_STEP, RT_EV_PACK, RT_EV_UNPACK, RT_EV_LOCAL };
 
 /* -DO2S_NO_TRACE compiles the recording out (what make bench compares the
  * default build against: --trace off should cost nothing measurable). */
@@ -193,7 +197,8 @@ static struct {
     const RtCommInfo *comms;
     const char *path, *where; /* --trace FILE; this rank's mesh coordinates */
     int on, iter, node;       /* node: the open node span, -1 none */
-    double origin, node_t0, step_t0;
+    int copy, copy_type;      /* copy: the open copy span's rt_comms[] entry, -1 none */
+    double origin, node_t0, copy_t0, step_t0;
     RtEvent *ev;
     size_t nev, cap, lost;
 } rt_tr; /* node is -1 from rt_trace_init on */
@@ -230,12 +235,30 @@ static inline int rt_trace_add(int type, int id, double t0, double t1)
 }
 
 #if !defined(O2S_CUDA) /* the CUDA target's spans come from CUDA events: rt_cuda_* */
-/* Ends the open node span (at a node, a collective or a wait). */
+/* Ends the open node or copy span (at a node, a copy, a collective or a
+ * wait). */
 static inline void rt_trace_close(double now)
 {
     if (rt_tr.node >= 0)
         rt_trace_add(RT_EV_NODE, rt_tr.node, rt_tr.node_t0, now);
     rt_tr.node = -1;
+    if (rt_tr.copy >= 0)
+        rt_trace_add(rt_tr.copy_type, rt_tr.copy, rt_tr.copy_t0, now);
+    rt_tr.copy = -1;
+}
+
+/* Before a reshard's copies (RT_EV_PACK, RT_EV_UNPACK or RT_EV_LOCAL for
+ * collective `comm`): with --trace, they get a span of their own instead
+ * of running inside the node before them. */
+static inline void rt_copy(int type, int comm)
+{
+    if (!RT_TRACING)
+        return;
+    double now = rt_now();
+    rt_trace_close(now);
+    rt_tr.copy = comm;
+    rt_tr.copy_type = type;
+    rt_tr.copy_t0 = now;
 }
 
 static inline void rt_step_begin(void)
@@ -260,13 +283,12 @@ static inline void rt_step_end(void)
  * them, rt_nlive of those not yet seen complete. rt_nfly follows the
  * schedule alone (whatever MPI has finished), so kernels that split their
  * work around tests when it is non-zero split it the same way every run. */
-#define RT_MAX_INFLIGHT 256
-static struct {
+static struct rt_flying {
     MPI_Request *req;
     int ev;   /* its span, -1 untraced */
     int done; /* seen complete by a test (*req is MPI_REQUEST_NULL then) */
-} rt_fly[RT_MAX_INFLIGHT];
-static int rt_nfly, rt_nlive;
+} *rt_fly;
+static int rt_nfly, rt_nlive, rt_fly_cap; /* the list grows by doubling, in the first pass */
 
 /* Tests every collective in flight once: MPI's progress engine moves
  * them along, and a completed one's span ends here (during node `at`). */
@@ -400,12 +422,16 @@ static inline void rt_started(int comm, MPI_Request *req)
         rt_trace_close(now);
         ev = rt_trace_add(RT_EV_COMM, comm, now, -1);
     }
-    if (rt_nfly < RT_MAX_INFLIGHT) {
-        rt_fly[rt_nfly].req = req;
-        rt_fly[rt_nfly].ev = ev;
-        rt_fly[rt_nfly++].done = 0;
-        rt_nlive++;
+    if (rt_nfly == rt_fly_cap) {
+        rt_fly_cap = rt_fly_cap ? 2 * rt_fly_cap : 16;
+        rt_fly = realloc(rt_fly, sizeof rt_fly[0] * (size_t)rt_fly_cap);
+        if (!rt_fly)
+            rt_die("out of memory for %d collectives in flight", rt_fly_cap);
     }
+    rt_fly[rt_nfly].req = req;
+    rt_fly[rt_nfly].ev = ev;
+    rt_fly[rt_nfly++].done = 0;
+    rt_nlive++;
     if (rt_comms_mode == RT_COMMS_SERIAL)
         rt_wait(req, comm);
 }
@@ -464,6 +490,20 @@ static inline void rt_trace_format(FILE *f)
             fprintf(f, ", \"shape\": ");
             rt_json_str(f, n->shape);
             fprintf(f, ", \"iteration\": %d}},\n", e->iter);
+        } else if (e->type == RT_EV_PACK || e->type == RT_EV_UNPACK || e->type == RT_EV_LOCAL) {
+            const RtCommInfo *c = &rt_tr.comms[e->id];
+            const char *kind = e->type == RT_EV_PACK ? "pack" : e->type == RT_EV_UNPACK ? "unpack" : c->kind;
+            char what[512];
+            snprintf(what, sizeof what, "%s%s%s", e->type == RT_EV_LOCAL ? "" : kind,
+                     e->type == RT_EV_LOCAL ? "" : ": ", c->what);
+            fprintf(f, "{\"name\": ");
+            rt_json_str(f, what);
+            fprintf(f, ", \"cat\": \"copy\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"kind\": ", RANK, ts, dur);
+            rt_json_str(f, kind);
+            fprintf(f, ", \"tensor\": ");
+            rt_json_str(f, c->tensor);
+            fprintf(f, ", \"comm\": %d, \"iteration\": %d}},\n", e->id, e->iter);
         } else {
             const RtCommInfo *c = &rt_tr.comms[e->id];
             int tid = 0;
@@ -524,6 +564,7 @@ static inline void rt_trace_init(const char *path, const RtNodeInfo *nodes, cons
     rt_tr.where = where;
     rt_tr.path = path;
     rt_tr.node = -1;
+    rt_tr.copy = -1;
     if (!path)
         return;
 #ifdef O2S_NO_TRACE

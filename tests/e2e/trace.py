@@ -2,14 +2,17 @@
 """trace.py: --trace and --comms on built rank programs, end to end.
 
 For tiny_gpt on dp=2 x tp=2 with FSDP-sharded weights (gathered with
-prefetch), a pipeline (pp=2 x dp=2, two microbatches) and one rank, each
+prefetch), a pipeline (pp=2 x dp=2, two microbatches), one rank and tp=2
+over the sequence (gathers unpacked at their waits), each
 run with --trace under every --comms mode, checks that:
   - the numbers do not change: every run's logits match ONNX Runtime's golden;
   - the trace is valid Chrome trace-event JSON with one process per rank,
     named by its mesh coordinates, and a compute track per rank;
-  - every forward pass of a rank has one span per rt_enter() and one
+  - every forward pass of a rank has one span per rt_enter(), one copy span
+    per rt_copy() (a reshard's pack, unpack or local slice) and one
     collective span per rt_started() or blocking call in its source (pipelines: per
-    microbatch), node spans nest inside their pass and never overlap;
+    microbatch), node spans nest inside their pass, and node and copy spans
+    (the compute track) never overlap;
   - a collective's span starts before it completes; under --comms serial
     every one completes in its wait, under overlap (FSDP prefetch) some
     complete between nodes (the progress tests moved them);
@@ -44,6 +47,8 @@ CASES = [
                       "--shard-weights", "dp"], 4),
     ("pp2_dp2_mb2", ["--mesh", "pp=2,dp=2", "--microbatches", "2"], 4),
     ("one_rank", ["--mesh", "r=1"], 1),
+    # the sequence split: gathers along dim 1, unpacked at their waits
+    ("seq_tp2", ["--mesh", "tp=2", "--shard", "tokens=[_,tp]"], 2),
 ]
 
 
@@ -68,6 +73,9 @@ def check_trace(name, path, d, nranks, mode, fail, pipeline):
         n_nodes = len(re.findall(r"\brt_enter\(\d+\);", fwd))
         n_comms = len(re.findall(r"\brt_started\(\d+, &req_r\d+\);", fwd)) + \
             len(re.findall(r"\brt_block_end\(\d+, t0\);", fwd))  # blocking calls (a reader next)
+        n_copies = len(re.findall(r"\brt_copy\(RT_EV_[A-Z]+, \d+\);", fwd))
+        if name == "seq_tp2" and n_copies == 0:
+            fail.append("%s rank %d: no pack or unpack in the source" % (name, r))
         if name.startswith("fsdp") and (n_comms < 10 or n_nodes < 10):
             fail.append("%s rank %d: the source starts %d collectives over %d nodes" % (name, r, n_comms, n_nodes))
         mine = [e for e in ev if e.get("ph") == "X" and e["pid"] == r]
@@ -80,6 +88,16 @@ def check_trace(name, path, d, nranks, mode, fail, pipeline):
             it = s["args"]["iteration"]
             nodes = sorted((e for e in mine if e["cat"] == "node" and e["args"]["iteration"] == it),
                            key=lambda e: e["ts"])
+            copies = sorted((e for e in mine if e["cat"] == "copy" and e["args"]["iteration"] == it),
+                            key=lambda e: e["ts"])
+            if len(copies) != per * n_copies:
+                fail.append("%s/%s rank %d pass %d: %d copy spans, the source has %d x %d"
+                            % (name, mode, r, it, len(copies), per, n_copies))
+            lane0 = sorted(nodes + copies, key=lambda e: e["ts"])
+            for a, b in zip(lane0, lane0[1:]):
+                if a["ts"] + a["dur"] > b["ts"] + 1e-3:
+                    fail.append("%s/%s rank %d: compute spans %s and %s overlap" % (name, mode, r, a["name"], b["name"]))
+                    break
             comms = [e for e in mine if e["cat"] == "comm" and e["args"]["iteration"] == it and
                      not e["args"]["kind"] in ("send", "receive")]
             if len(nodes) != per * n_nodes:
