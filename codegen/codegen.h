@@ -96,6 +96,19 @@ typedef struct Program {
      * transposed copy is never made, or -1; view_into: Transpose -> that
      * MatMul, or -1 (program.c find_views). */
     int *mm_view, *view_into;
+    /* node index -> the packed weight its GEMM reads B from, or -1: on
+     * the C target a float32 weight matrix a MatMul or Gemm multiplies by
+     * is packed once at start-up into the GEMM kernel's column panels
+     * (k_pack_b_f32, templates/kernels.c), as (k x n, stored transposed or
+     * not); packed_bytes: their size at the widest panels (program.c
+     * find_packs). */
+    int *packed_b;
+    struct PackedWeight {
+        int buf, trans;
+        int64_t k, n;
+    } *packs;
+    int npacks;
+    int64_t packed_bytes;
     /* buffer -> the buffer whose storage it shares (a Reshape, Squeeze,
      * Unsqueeze, Flatten or Identity result: same bytes, new shape), or -1
      * (program.c find_aliases); alias_node: node index -> 1 when its

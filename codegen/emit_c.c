@@ -780,9 +780,12 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     for (int a = 0; a < m->naxes; a++)
         if (!m->axes[a].loop)
             fprintf(f, " %s=%d", m->axes[a].name, pr->coords[a]);
-    fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, %s %lld bytes\n */\n",
+    fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, %s %lld bytes\n",
             (long long)pr->arena_bytes, (long long)pr->weight_bytes,
             p->pipe ? "inputs, send/receive slots and outputs of every microbatch" : "inputs", (long long)pr->input_bytes);
+    if (pr->npacks)
+        fprintf(f, " *          and up to %lld bytes of GEMM weights packed at start-up\n", (long long)pr->packed_bytes);
+    fprintf(f, " */\n");
     fprintf(f, "#define RANK %d\n#define WORLD %d\n", pr->rank, plan_world_ranks(p));
     if (g_cuda)
         fprintf(f, "#define O2S_CUDA 1\n#define O2S_TF32 %d /* 1: cuBLAS may use TF32 tensor cores (--tf32) */\n",
@@ -813,6 +816,15 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
     for (int i = 0; i < pr->nbufs; i++)
         buf_decl(pr, &pr->bufs[i], f);
+    if (pr->npacks)
+        fprintf(f, "\n/* GEMM weights, packed by pack_weights() at start-up into the column panels\n"
+                   " * k_matmul_packed_f32 reads (NULL where that kernel is not built). */\n");
+    for (int q = 0; q < pr->npacks; q++) {
+        const struct PackedWeight *pw = &pr->packs[q];
+        const char *w = pr->bufs[pw->buf].name;
+        fprintf(f, "static float *P%s; /* %s as B, %lld x %lld%s */\n", w + 1, w, (long long)pw->k, (long long)pw->n,
+                pw->trans ? ", stored transposed" : "");
+    }
 
     /* Communicators: one per ordered axis group any step uses. */
     char names[64][256];
@@ -954,6 +966,16 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)wbytes, (unsigned long long)sum);
     emit_model_names(pr, f);
+    if (pr->npacks) {
+        fprintf(f, "static void pack_weights(void)\n{\n");
+        for (int q = 0; q < pr->npacks; q++) {
+            const struct PackedWeight *pw = &pr->packs[q];
+            const char *w = pr->bufs[pw->buf].name;
+            fprintf(f, "    P%s = k_pack_b_f32(%s, %lld, %lld, %d);\n", w + 1, w, (long long)pw->k, (long long)pw->n,
+                    pw->trans);
+        }
+        fprintf(f, "}\n\n");
+    }
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n"
                "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI work */\n"
                "    rt_init_mpi(&argc, &argv);\n"
@@ -962,6 +984,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
                "    g_arena = rt_alloc(%lld);\n",
             pr->rank, (long long)pr->arena_bytes);
+    if (pr->npacks)
+        fprintf(f, "    pack_weights();\n");
     if (p->pipe) {
         fprintf(f, "    pipe_init();\n");
         emit_pipe_inputs(pr, f, 0);

@@ -337,12 +337,26 @@ static int emit_matmul_view(const EmitCtx *c)
     return 0;
 }
 
+/* A GEMM whose weight B was packed at start-up (program.c find_packs):
+ * A's leading dims fold into M. acc: y already holds Gemm's beta * C. */
+static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a, const Buffer *b, int acc)
+{
+    const struct PackedWeight *pw = &c->pr->packs[c->pr->packed_b[c->n->id]];
+    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %lld, %lld, %lld, %d, %d);\n", y->name, a->name, b->name,
+            b->name + 1, (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k, (long long)pw->n, pw->trans,
+            acc);
+}
+
 int emit_matmul(const EmitCtx *c, Diag *d)
 {
     (void)d;
     if (c->pr->mm_view[2 * c->n->id] >= 0 || c->pr->mm_view[2 * c->n->id + 1] >= 0)
         return emit_matmul_view(c);
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
+    if (c->pr->packed_b[c->n->id] >= 0) {
+        emit_packed_gemm(c, y, a, b, 0);
+        return 0;
+    }
     int64_t m = a->rank > 1 ? a->dims[a->rank - 2] : 1, k = a->dims[a->rank - 1];
     int64_t n = b->rank > 1 ? b->dims[b->rank - 1] : 1;
     int nb = y->rank - (a->rank > 1) - (b->rank > 1);
@@ -402,6 +416,17 @@ int emit_gemm(const EmitCtx *c, Diag *d)
     }
     int skip = cc && emit_skip_bias(c);
     char al[48], be[48];
+    if (c->pr->packed_b[c->n->id] >= 0) {
+        if (cc && !skip) {
+            fprintf(c->f, "    k_gemm_init_f32(%s, %s, %lld, %lld, %s, %lld, %lld); /* beta * C, the GEMM adds to it */\n",
+                    y->name, cc->name, (long long)y->dims[0], (long long)y->dims[1],
+                    emit_cf(node_attr_float(c->n, "beta", 1.0f), be), (long long)crs, (long long)ccs);
+        } else if (skip) {
+            fprintf(c->f, "    /* C is added by coordinate 0 of the partial axes */\n");
+        }
+        emit_packed_gemm(c, y, a, b, cc && !skip);
+        return 0;
+    }
     fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld);%s\n", y->name,
             a->name, b->name, cc && !skip ? cc->name : "NULL", (long long)y->dims[0], (long long)y->dims[1],
             (long long)k, ta, tb, emit_cf(node_attr_float(c->n, "alpha", 1.0f), al), emit_cf(node_attr_float(c->n, "beta", 1.0f), be),

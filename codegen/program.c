@@ -392,6 +392,63 @@ static void find_views(Program *pr)
     }
 }
 
+/* Weights packed for the C GEMM kernel (codegen.h packed_b): a MatMul
+ * (not read through a Transpose view) or a Gemm (A not transposed, alpha
+ * 1) whose B is a float32 weight matrix of this rank, A float32 with at
+ * least K_PACK_MIN_ROWS rows (fewer fill too little of the kernel's row
+ * block). A weight is packed once; a second GEMM that reads it the other
+ * way round (transB) reads it unpacked. */
+#define K_PACK_MIN_ROWS 8
+#define K_PACK_MAX_PANEL 32 /* columns per panel with AVX-512 (templates/kernels.c K_NR) */
+
+static void find_packs(Program *pr)
+{
+    const Graph *g = pr->g;
+    pr->npacks = 0;
+    pr->packed_bytes = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        pr->packed_b[i] = -1;
+    if (pr->cuda)
+        return;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if ((n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2 || !program_runs(pr, n) || pr->wide[i])
+            continue;
+        int tb = 0;
+        if (n->op == OP_MATMUL && (pr->mm_view[2 * i] >= 0 || pr->mm_view[2 * i + 1] >= 0))
+            continue;
+        if (n->op == OP_GEMM) {
+            if (node_attr_int(n, "transA", 0) != 0 || node_attr_float(n, "alpha", 1.0f) != 1.0f)
+                continue;
+            tb = node_attr_int(n, "transB", 0) != 0;
+        }
+        const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
+        const Buffer *y = &pr->bufs[pr->tensor_buf[n->outputs[0]->id]];
+        if (b->kind != BUF_WEIGHT || b->dtype != DT_F32 || b->rank != 2 || a->dtype != DT_F32 || y->dtype != DT_F32 ||
+            a->rank < 2 || (n->op == OP_GEMM && a->rank != 2))
+            continue;
+        int64_t rows = 1, k = b->dims[tb], cols = b->dims[1 - tb];
+        for (int d = 0; d < a->rank - 1; d++)
+            rows *= a->dims[d];
+        if (rows < K_PACK_MIN_ROWS || k == 0 || cols == 0)
+            continue;
+        int bi = (int)(b - pr->bufs), found = -1;
+        for (int q = 0; q < pr->npacks; q++)
+            if (pr->packs[q].buf == bi)
+                found = q;
+        if (found >= 0) {
+            if (pr->packs[found].trans == tb)
+                pr->packed_b[i] = found;
+            continue;
+        }
+        if (!pr->packs)
+            pr->packs = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(*pr->packs));
+        pr->packs[pr->npacks] = (struct PackedWeight){bi, tb, k, cols};
+        pr->packed_b[i] = pr->npacks++;
+        pr->packed_bytes += (cols + K_PACK_MAX_PANEL - 1) / K_PACK_MAX_PANEL * K_PACK_MAX_PANEL * k * 4;
+    }
+}
+
 /* Reshapes that alias: a shape-only node (same bytes, new shape) whose
  * float32/int64 input is an arena value read by nothing else gives its
  * output the input's storage, so no copy runs. The two buffers are placed
@@ -976,6 +1033,14 @@ static int conv_scratch(Program *pr, const Node *n)
 
 static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, Diag *d);
 
+static void drop_packs(Program *pr)
+{
+    for (int i = 0; i < pr->g->nnodes; i++)
+        pr->packed_b[i] = -1;
+    pr->npacks = 0;
+    pr->packed_bytes = 0;
+}
+
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d)
 {
     static const ProgramOptions none = {0};
@@ -999,6 +1064,8 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
                 return NULL;
             }
             pr->prefetch_used = k;
+            if (opt->mem_limit && (total > INT64_MAX - pr->packed_bytes || total + pr->packed_bytes > opt->mem_limit))
+                drop_packs(pr); /* packed weights are a copy: made only where they fit */
             return pr;
         }
         program_free(pr);
@@ -1038,6 +1105,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->fused_bias = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->mm_view = arena_alloc(&pr->arena, (size_t)(2 * g->nnodes + 2) * sizeof(int));
     pr->view_into = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
+    pr->packed_b = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_recv = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     for (int i = 0; i < g->ntensors; i++)
@@ -1087,6 +1155,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     }
     find_fusions(pr);
     find_views(pr);
+    find_packs(pr);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
     find_blocking(pr);

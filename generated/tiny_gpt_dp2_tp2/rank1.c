@@ -3,6 +3,7 @@
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    dp=2,tp=2 (4 ranks); this is rank 1 at dp=0 tp=1
  * memory:  arena 28672 bytes (liveness-planned), weights 337728 bytes, inputs 128 bytes
+ *          and up to 262144 bytes of GEMM weights packed at start-up
  */
 #define RANK 1
 #define WORLD 4
@@ -1580,6 +1581,153 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
     }
 }
 
+/* ---- GEMM on prepacked weights ------------------------------------------
+ * A weight is a constant, so each GEMM weight (B, k x n) is packed once at
+ * start-up (k_pack_b_f32) into column panels of K_NR: panel p holds
+ * columns [p K_NR, (p+1) K_NR) row after row, zero-padded, so the kernel
+ * reads it as one contiguous stream and CBLAS's packing of B on every call
+ * is gone (ONNX Runtime prepacks its weights the same way). Each K_MR x
+ * K_NR block of y is K_MR x (K_NR / K_VW) vector accumulators held in
+ * registers over a K_KC-deep slice of k: the K_MR rows of A are packed
+ * k-major into a small buffer (one broadcast per element, read in order),
+ * the panel slice streams from L2. Blocks: K_KC deep, K_NC columns (one
+ * K_KC x K_NC slice of B stays in L2 while every row block passes over
+ * it). Built with AVX-512F (16 lanes, 8 rows) or AVX2 + FMA (8 lanes,
+ * 6 rows); elsewhere k_pack_b_f32 returns NULL and the call goes to
+ * CBLAS on the unpacked weight. */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#define K_PACKED_GEMM 1
+#if defined(__AVX512F__)
+#define K_VW 16
+#define K_MR 8
+typedef __m512 k_vec;
+#define K_VLOAD(p) _mm512_loadu_ps(p)
+#define K_VSTORE(p, v) _mm512_storeu_ps((p), (v))
+#define K_VSET1(x) _mm512_set1_ps(x)
+#define K_VZERO() _mm512_setzero_ps()
+#define K_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#else
+#define K_VW 8
+#define K_MR 6
+typedef __m256 k_vec;
+#define K_VLOAD(p) _mm256_loadu_ps(p)
+#define K_VSTORE(p, v) _mm256_storeu_ps((p), (v))
+#define K_VSET1(x) _mm256_set1_ps(x)
+#define K_VZERO() _mm256_setzero_ps()
+#define K_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#endif
+#define K_NR (2 * K_VW)
+#define K_KC 512
+#define K_NC 512
+
+/* y[K_MR x K_NR] (ldy) = (acc ? y : 0) + ap[kc x K_MR] (k-major) @ bp[kc x K_NR]. */
+static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const float *ap, const float *bp,
+                                                               float *y, int64_t ldy, int acc)
+{
+    k_vec c0[K_MR], c1[K_MR];
+    for (int i = 0; i < K_MR; i++) {
+        c0[i] = acc ? K_VLOAD(y + i * ldy) : K_VZERO();
+        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : K_VZERO();
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        k_vec b0 = K_VLOAD(bp + p * K_NR), b1 = K_VLOAD(bp + p * K_NR + K_VW);
+#pragma GCC unroll 8
+        for (int i = 0; i < K_MR; i++) {
+            k_vec ai = K_VSET1(ap[p * K_MR + i]);
+            c0[i] = K_VFMA(ai, b0, c0[i]);
+            c1[i] = K_VFMA(ai, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < K_MR; i++) {
+        K_VSTORE(y + i * ldy, c0[i]);
+        K_VSTORE(y + i * ldy + K_VW, c1[i]);
+    }
+}
+
+/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc; bp is B
+ * packed by k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a
+ * copy in `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
+static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+                              float *y, int64_t ldy, int acc)
+{
+    float ap[K_KC * K_MR] __attribute__((aligned(64))), edge[K_MR * K_NR] __attribute__((aligned(64)));
+    int64_t panels = (n + K_NR - 1) / K_NR, done = 0;
+    for (int64_t k0 = 0; k0 < k; k0 += K_KC) {
+        int64_t kc = k - k0 < K_KC ? k - k0 : K_KC;
+        int tile_acc = acc || k0 > 0;
+        for (int64_t p0 = 0; p0 < panels; p0 += K_NC / K_NR) {
+            int64_t p1 = p0 + K_NC / K_NR < panels ? p0 + K_NC / K_NR : panels;
+            for (int64_t i0 = 0; i0 < m; i0 += K_MR) {
+                int64_t mr = m - i0 < K_MR ? m - i0 : K_MR;
+                const float *as = a + i0 * lda + k0;
+                for (int64_t q = 0; q < kc; q++)
+                    for (int64_t i = 0; i < K_MR; i++)
+                        ap[q * K_MR + i] = i < mr ? as[i * lda + q] : 0.0f;
+                for (int64_t p = p0; p < p1; p++) {
+                    const float *bs = bp + (p * k + k0) * K_NR;
+                    float *ys = y + i0 * ldy + p * K_NR;
+                    int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
+                    if (mr == K_MR && nr == K_NR) {
+                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc);
+                        continue;
+                    }
+                    memset(edge, 0, sizeof edge);
+                    for (int64_t i = 0; tile_acc && i < mr; i++)
+                        memcpy(edge + i * K_NR, ys + i * ldy, (size_t)nr * sizeof(float));
+                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc);
+                    for (int64_t i = 0; i < mr; i++)
+                        memcpy(ys + i * ldy, edge + i * K_NR, (size_t)nr * sizeof(float));
+                }
+                done += 2 * mr * kc * (p1 - p0) * K_NR;
+                if (rt_nfly && done >= K_POLL_FLOPS) {
+                    rt_poll();
+                    done = 0;
+                }
+            }
+        }
+    }
+}
+#else
+#define K_PACKED_GEMM 0
+#endif
+
+/* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
+ * of its own; NULL where that kernel is not built (the caller then uses
+ * B as it is). */
+static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
+{
+#if K_PACKED_GEMM
+    int64_t panels = (n + K_NR - 1) / K_NR;
+    float *bp = rt_alloc((size_t)(panels * K_NR * k) * sizeof(float));
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k; q++)
+            for (int64_t j = 0; j < K_NR && p * K_NR + j < n; j++) {
+                int64_t col = p * K_NR + j;
+                bp[(p * k + q) * K_NR + j] = tb ? b[col * k + q] : b[q * n + col];
+            }
+    return bp;
+#else
+    (void)b, (void)k, (void)n, (void)tb;
+    return NULL;
+#endif
+}
+
+/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first);
+ * B is bp packed, or b itself (tb: stored transposed) when bp is NULL. */
+static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp, int64_t m,
+                                       int64_t k, int64_t n, int tb, int acc)
+{
+#if K_PACKED_GEMM
+    if (bp) {
+        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc);
+        return;
+    }
+#endif
+    (void)bp;
+    k_sgemm(0, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, acc ? 1.0f : 0.0f, y, n);
+}
+
 /* Rows of `cols` elements a loop may run between tests of the collectives
  * in flight (all of them when none is). */
 static inline int64_t k_poll_rows(int64_t cols)
@@ -2092,13 +2240,23 @@ static inline void k_matmul_i64(int64_t *y, const int64_t *a, const int64_t *w, 
             }
 }
 
+/* y = beta * c (m x n), c broadcast by strides: the start of a Gemm. */
+static inline void k_gemm_init_f32(float *y, const float *c, int64_t m, int64_t n, float beta, int64_t c_rs,
+                                   int64_t c_cs)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            y[i * n + j] = beta * c[i * c_rs + j * c_cs];
+}
+
 /* Gemm: y = alpha * op(a) @ op(b) + beta * c, c broadcast by strides. */
 static inline void k_gemm_f32(float *y, const float *a, const float *b, const float *c, int64_t m, int64_t n,
                               int64_t k, int ta, int tb, float alpha, float beta, int64_t c_rs, int64_t c_cs)
 {
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++)
-            y[i * n + j] = c ? beta * c[i * c_rs + j * c_cs] : 0.0f;
+    if (c)
+        k_gemm_init_f32(y, c, m, n, beta, c_rs, c_cs);
+    else
+        memset(y, 0, (size_t)(m * n) * sizeof(float));
     k_sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, 1.0f, y, n);
 }
 
@@ -2698,6 +2856,22 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [49, 51]: l1_o_mm local [1, 16, 64], [dp,_,_] */
 #define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [56, 58]: l1_fc2 local [1, 16, 64], [dp,_,_] */
 
+/* GEMM weights, packed by pack_weights() at start-up into the column panels
+ * k_matmul_packed_f32 reads (NULL where that kernel is not built). */
+static float *P_l0_Wq; /* W_l0_Wq as B, 64 x 32 */
+static float *P_l0_Wk; /* W_l0_Wk as B, 64 x 32 */
+static float *P_l0_Wv; /* W_l0_Wv as B, 64 x 32 */
+static float *P_l0_Wo; /* W_l0_Wo as B, 32 x 64 */
+static float *P_l0_W1; /* W_l0_W1 as B, 64 x 128 */
+static float *P_l0_W2; /* W_l0_W2 as B, 128 x 64 */
+static float *P_l1_Wq; /* W_l1_Wq as B, 64 x 32 */
+static float *P_l1_Wk; /* W_l1_Wk as B, 64 x 32 */
+static float *P_l1_Wv; /* W_l1_Wv as B, 64 x 32 */
+static float *P_l1_Wo; /* W_l1_Wo as B, 32 x 64 */
+static float *P_l1_W1; /* W_l1_W1 as B, 64 x 128 */
+static float *P_l1_W2; /* W_l1_W2 as B, 128 x 64 */
+static float *P_lm_head; /* W_lm_head as B, 64 x 256 */
+
 /* ---- communicators and requests ---- */
 
 static MPI_Comm comm_tp; /* ranks that differ only in tp; this rank is 1 of 2 */
@@ -2805,7 +2979,7 @@ static void forward(void)
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(4);
-    k_matmul_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, 16, 64, 32, 0, 0);
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -2820,7 +2994,7 @@ static void forward(void)
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(7);
-    k_matmul_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, 16, 64, 32, 0, 0);
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -2835,7 +3009,7 @@ static void forward(void)
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(10);
-    k_matmul_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, 16, 64, 32, 0, 0);
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -2916,7 +3090,7 @@ static void forward(void)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(20);
-    k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, 1, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -2945,7 +3119,7 @@ static void forward(void)
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(23);
-    k_matmul_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, 1, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, 16, 64, 128, 0, 0);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -2956,7 +3130,7 @@ static void forward(void)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(25);
-    k_matmul_f32(B_l0_fc2, B_l0_act, W_l0_W2, 1, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -2985,7 +3159,7 @@ static void forward(void)
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(28);
-    k_matmul_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, 16, 64, 32, 0, 0);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3000,7 +3174,7 @@ static void forward(void)
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(31);
-    k_matmul_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, 16, 64, 32, 0, 0);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3015,7 +3189,7 @@ static void forward(void)
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(34);
-    k_matmul_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, 1, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, 16, 64, 32, 0, 0);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3096,7 +3270,7 @@ static void forward(void)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(44);
-    k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, 1, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -3125,7 +3299,7 @@ static void forward(void)
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(47);
-    k_matmul_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, 1, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, 16, 64, 128, 0, 0);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3136,7 +3310,7 @@ static void forward(void)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(49);
-    k_matmul_f32(B_l1_fc2, B_l1_act, W_l1_W2, 1, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -3165,7 +3339,7 @@ static void forward(void)
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_enter(52);
-    k_matmul_f32(B_logits, B_lnf, W_lm_head, 1, 16, 64, 256, 0, 0);
+    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, 16, 64, 256, 0, 0);
     rt_step_end();
 }
 
@@ -3178,6 +3352,23 @@ static void forward(void)
 static const char *const model_inputs[] = {"tokens", NULL};
 static const char *const model_outputs[] = {"logits", NULL};
 
+static void pack_weights(void)
+{
+    P_l0_Wq = k_pack_b_f32(W_l0_Wq, 64, 32, 0);
+    P_l0_Wk = k_pack_b_f32(W_l0_Wk, 64, 32, 0);
+    P_l0_Wv = k_pack_b_f32(W_l0_Wv, 64, 32, 0);
+    P_l0_Wo = k_pack_b_f32(W_l0_Wo, 32, 64, 0);
+    P_l0_W1 = k_pack_b_f32(W_l0_W1, 64, 128, 0);
+    P_l0_W2 = k_pack_b_f32(W_l0_W2, 128, 64, 0);
+    P_l1_Wq = k_pack_b_f32(W_l1_Wq, 64, 32, 0);
+    P_l1_Wk = k_pack_b_f32(W_l1_Wk, 64, 32, 0);
+    P_l1_Wv = k_pack_b_f32(W_l1_Wv, 64, 32, 0);
+    P_l1_Wo = k_pack_b_f32(W_l1_Wo, 32, 64, 0);
+    P_l1_W1 = k_pack_b_f32(W_l1_W1, 64, 128, 0);
+    P_l1_W2 = k_pack_b_f32(W_l1_W2, 128, 64, 0);
+    P_lm_head = k_pack_b_f32(W_lm_head, 64, 256, 0);
+}
+
 int main(int argc, char **argv)
 {
     RtArgs args;
@@ -3187,6 +3378,7 @@ int main(int argc, char **argv)
     init_comms();
     g_weights = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
     g_arena = rt_alloc(28672);
+    pack_weights();
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [dp,_] */
         static const int64_t gdims[] = {2, 16}, blocks[] = {1, 16}, index[] = {0, 0};
         static const char name[] = "tokens", label[] = "tokens";
