@@ -103,6 +103,11 @@ typedef struct Program {
      * not); packed_bytes: their size at the widest panels (program.c
      * find_packs). */
     int *packed_b;
+    /* node index -> the bias row its packed GEMM starts its accumulators
+     * from, or -1: a bias Add that is the MatMul result's only reader is
+     * folded in, its output a view of the MatMul's (program.c
+     * find_aliases). */
+    int *gemm_bias;
     struct PackedWeight {
         int buf, trans;
         int64_t k, n;

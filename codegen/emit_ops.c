@@ -149,6 +149,14 @@ int emit_binary(const EmitCtx *c, Diag *d)
     (void)d;
     if (c->pr->fused_from[c->n->id] >= 0)
         return emit_bias_residual(c, d);
+    if (c->pr->alias_node[c->n->id]) {
+        const Node *mm = c->n->inputs[0]->producer && c->n->inputs[0]->producer->op == OP_MATMUL
+                             ? c->n->inputs[0]->producer : c->n->inputs[1]->producer;
+        char nm[ESC_NAME_CAP];
+        fprintf(c->f, "    /* folded into node \"%s\" (MatMul): its GEMM starts from the bias, so %s is %s */\n",
+                CMT(mm->name, nm), emit_out(c, 0)->name, c->pr->bufs[c->pr->tensor_buf[mm->outputs[0]->id]].name);
+        return 0;
+    }
     static const char *const ops[] = {[OP_ADD] = "0", [OP_SUB] = "1", [OP_MUL] = "2", [OP_DIV] = "3", [OP_POW] = "4"};
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&
@@ -339,12 +347,13 @@ static int emit_matmul_view(const EmitCtx *c)
 
 /* A GEMM whose weight B was packed at start-up (program.c find_packs):
  * A's leading dims fold into M. acc: y already holds Gemm's beta * C. */
-static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a, const Buffer *b, int acc)
+static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a, const Buffer *b, const Buffer *bias,
+                             int acc)
 {
     const struct PackedWeight *pw = &c->pr->packs[c->pr->packed_b[c->n->id]];
-    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %lld, %lld, %lld, %d, %d);\n", y->name, a->name, b->name,
-            b->name + 1, (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k, (long long)pw->n, pw->trans,
-            acc);
+    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %s, %lld, %lld, %lld, %d, %d);\n", y->name, a->name, b->name,
+            b->name + 1, bias ? bias->name : "NULL", (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k,
+            (long long)pw->n, pw->trans, acc);
 }
 
 int emit_matmul(const EmitCtx *c, Diag *d)
@@ -354,7 +363,12 @@ int emit_matmul(const EmitCtx *c, Diag *d)
         return emit_matmul_view(c);
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     if (c->pr->packed_b[c->n->id] >= 0) {
-        emit_packed_gemm(c, y, a, b, 0);
+        int bias = c->pr->gemm_bias[c->n->id];
+        char nm[ESC_NAME_CAP];
+        if (bias >= 0)
+            fprintf(c->f, "    /* with node \"%s\" (Add) folded in: the GEMM starts from its bias */\n",
+                    CMT(c->n->outputs[0]->consumers[0]->name, nm));
+        emit_packed_gemm(c, y, a, b, bias >= 0 ? &c->pr->bufs[bias] : NULL, 0);
         return 0;
     }
     int64_t m = a->rank > 1 ? a->dims[a->rank - 2] : 1, k = a->dims[a->rank - 1];
@@ -417,6 +431,10 @@ int emit_gemm(const EmitCtx *c, Diag *d)
     int skip = cc && emit_skip_bias(c);
     char al[48], be[48];
     if (c->pr->packed_b[c->n->id] >= 0) {
+        if (cc && !skip && crs == 0 && ccs == 1 && node_attr_float(c->n, "beta", 1.0f) == 1.0f) {
+            emit_packed_gemm(c, y, a, b, cc, 0); /* C a row: the GEMM starts from it */
+            return 0;
+        }
         if (cc && !skip) {
             fprintf(c->f, "    k_gemm_init_f32(%s, %s, %lld, %lld, %s, %lld, %lld); /* beta * C, the GEMM adds to it */\n",
                     y->name, cc->name, (long long)y->dims[0], (long long)y->dims[1],
@@ -424,7 +442,7 @@ int emit_gemm(const EmitCtx *c, Diag *d)
         } else if (skip) {
             fprintf(c->f, "    /* C is added by coordinate 0 of the partial axes */\n");
         }
-        emit_packed_gemm(c, y, a, b, cc && !skip);
+        emit_packed_gemm(c, y, a, b, NULL, cc && !skip);
         return 0;
     }
     fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld);%s\n", y->name,

@@ -401,14 +401,14 @@ static void find_views(Program *pr)
 #define K_PACK_MIN_ROWS 8
 #define K_PACK_MAX_PANEL 32 /* columns per panel with AVX-512 (templates/kernels.c K_NR) */
 
-static void find_packs(Program *pr)
+static void find_packs(Program *pr, int packs)
 {
     const Graph *g = pr->g;
     pr->npacks = 0;
     pr->packed_bytes = 0;
     for (int i = 0; i < g->nnodes; i++)
         pr->packed_b[i] = -1;
-    if (pr->cuda)
+    if (pr->cuda || !packs)
         return;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
@@ -460,6 +460,46 @@ static int is_shape_only(OpKind op)
     return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE || op == OP_FLATTEN || op == OP_IDENTITY;
 }
 
+/* A bias Add folded into the packed GEMM before it (codegen.h gemm_bias):
+ * the MatMul's result is read by that Add alone, the Add's other operand
+ * is a float32 weight row over the last dim, nothing is resharded, widened,
+ * a graph output or read by another stage, and the Add is not itself
+ * fused into the node after it. The Add's output becomes a view of the
+ * MatMul's, which the GEMM writes with the bias already in. */
+static void fold_gemm_bias(Program *pr, int i, const char *resharded)
+{
+    const Graph *g = pr->g;
+    const Plan *p = pr->plan;
+    const Node *n = g->nodes[i];
+    pr->gemm_bias[i] = -1;
+    if (n->op != OP_MATMUL || pr->packed_b[i] < 0)
+        return;
+    const Tensor *t = n->outputs[0];
+    const Node *u = t->nconsumers == 1 ? t->consumers[0] : NULL;
+    if (!u || u->op != OP_ADD || u->ninputs != 2 || !program_runs(pr, u) || pr->wide[u->id] || !u->outputs[0] ||
+        (u->inputs[0] == t) == (u->inputs[1] == t))
+        return;
+    int slot = u->inputs[1] == t;
+    const Tensor *o = u->outputs[0];
+    if (t->is_output || o->is_output || resharded[t->id] || resharded[o->id] || p->nodes[u->id].in_reshard[0] >= 0 ||
+        p->nodes[u->id].in_reshard[1] >= 0 || pr->fused_from[u->id] >= 0 ||
+        (u->id + 1 < g->nnodes && pr->fused_from[u->id + 1] == u->id))
+        return;
+    if (p->pipe && (p->pipe->stage_of[u->id] != p->pipe->stage_of[i] || p->pipe->readers[t->id] ||
+                    p->pipe->readers[o->id]))
+        return;
+    int tb = pr->tensor_buf[t->id], ob = pr->tensor_buf[o->id], bb = program_operand_buf(pr, u, 1 - slot);
+    const Buffer *y = &pr->bufs[tb], *z = &pr->bufs[ob], *b = &pr->bufs[bb];
+    int64_t cols = y->dims[y->rank - 1];
+    if (y->kind != BUF_VALUE || z->kind != BUF_VALUE || y->bytes != z->bytes || z->dtype != DT_F32 ||
+        b->kind != BUF_WEIGHT || b->dtype != DT_F32 || b->rank < 1 || b->dims[b->rank - 1] != cols ||
+        b->bytes != cols * 4)
+        return;
+    pr->gemm_bias[i] = bb;
+    pr->alias_of[ob] = tb;
+    pr->alias_node[u->id] = 1;
+}
+
 static void find_aliases(Program *pr)
 {
     const Graph *g = pr->g;
@@ -473,6 +513,8 @@ static void find_aliases(Program *pr)
         abort();
     for (int r = 0; r < p->nreshards; r++)
         resharded[p->reshards[r].tensor->id] = 1;
+    for (int i = 0; i < g->nnodes; i++)
+        fold_gemm_bias(pr, i, resharded);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         if (!is_shape_only(n->op) || !program_runs(pr, n) || n->noutputs != 1 || !n->outputs[0] || !n->inputs[0] ||
@@ -1031,15 +1073,8 @@ static int conv_scratch(Program *pr, const Node *n)
     return buf_new(pr, base, NULL, BUF_SCRATCH, DT_F32, 1, &k, NULL);
 }
 
-static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, Diag *d);
-
-static void drop_packs(Program *pr)
-{
-    for (int i = 0; i < pr->g->nnodes; i++)
-        pr->packed_b[i] = -1;
-    pr->npacks = 0;
-    pr->packed_bytes = 0;
-}
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, int packs,
+                           Diag *d);
 
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d)
 {
@@ -1047,33 +1082,39 @@ Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag 
     if (!opt)
         opt = &none;
     /* Deeper prefetch holds more gathered weights at once; back off until
-     * the rank fits its memory limit. */
-    for (int k = opt->prefetch; k >= 0; k--) {
-        Program *pr = build_once(p, rank, opt, k, d);
-        if (!pr)
-            return NULL;
-        int64_t total;
-        if (ck_add_i64(pr->arena_bytes, pr->weight_bytes, &total) || ck_add_i64(total, pr->input_bytes, &total))
-            total = INT64_MAX; /* over any limit */
-        if (!opt->mem_limit || total <= opt->mem_limit || k == 0) {
-            if (opt->mem_limit && total > opt->mem_limit) {
+     * the rank fits its memory limit. Packed GEMM weights are a copy,
+     * made only where they fit too: each depth is tried with, then
+     * without them. */
+    for (int k = opt->prefetch; k >= 0; k--)
+        for (int packs = 1; packs >= 0; packs--) {
+            Program *pr = build_once(p, rank, opt, k, packs, d);
+            if (!pr)
+                return NULL;
+            int64_t total;
+            if (ck_add_i64(pr->arena_bytes, pr->weight_bytes, &total) || ck_add_i64(total, pr->input_bytes, &total) ||
+                ck_add_i64(total, pr->packed_bytes, &total))
+                total = INT64_MAX; /* over any limit */
+            if (!opt->mem_limit || total <= opt->mem_limit) {
+                pr->prefetch_used = k;
+                return pr;
+            }
+            int last = !packs || !pr->npacks; /* without packs: the same program */
+            if (k == 0 && last) {
                 diag_add(d, "rank %d needs %lld bytes (arena %lld, weights %lld, inputs %lld), over --mem-limit %lld",
                          rank, (long long)total, (long long)pr->arena_bytes, (long long)pr->weight_bytes,
                          (long long)pr->input_bytes, (long long)opt->mem_limit);
                 program_free(pr);
                 return NULL;
             }
-            pr->prefetch_used = k;
-            if (opt->mem_limit && (total > INT64_MAX - pr->packed_bytes || total + pr->packed_bytes > opt->mem_limit))
-                drop_packs(pr); /* packed weights are a copy: made only where they fit */
-            return pr;
+            program_free(pr);
+            if (last)
+                break;
         }
-        program_free(pr);
-    }
     return NULL;
 }
 
-static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, Diag *d)
+static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, int prefetch, int packs,
+                           Diag *d)
 {
     const Graph *g = p->g;
     Program *pr = calloc(1, sizeof(Program));
@@ -1106,6 +1147,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     pr->mm_view = arena_alloc(&pr->arena, (size_t)(2 * g->nnodes + 2) * sizeof(int));
     pr->view_into = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->packed_b = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
+    pr->gemm_bias = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(int));
     pr->fused_send = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     pr->fused_recv = arena_alloc(&pr->arena, (size_t)(p->nreshards + 1) * sizeof(int));
     for (int i = 0; i < g->ntensors; i++)
@@ -1155,7 +1197,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
     }
     find_fusions(pr);
     find_views(pr);
-    find_packs(pr);
+    find_packs(pr, packs);
     schedule(pr, prefetch);
     fuse(pr, opt->fuse_bytes);
     find_blocking(pr);

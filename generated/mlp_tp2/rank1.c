@@ -1599,6 +1599,7 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 #include <immintrin.h>
 #define K_PACKED_GEMM 1
 #if defined(__AVX512F__)
+#define K_PACKED_ISA "AVX-512F"
 #define K_VW 16
 #define K_MR 8
 typedef __m512 k_vec;
@@ -1608,6 +1609,7 @@ typedef __m512 k_vec;
 #define K_VZERO() _mm512_setzero_ps()
 #define K_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #else
+#define K_PACKED_ISA "AVX2 + FMA"
 #define K_VW 8
 #define K_MR 6
 typedef __m256 k_vec;
@@ -1621,14 +1623,16 @@ typedef __m256 k_vec;
 #define K_KC 512
 #define K_NC 512
 
-/* y[K_MR x K_NR] (ldy) = (acc ? y : 0) + ap[kc x K_MR] (k-major) @ bp[kc x K_NR]. */
+/* y[K_MR x K_NR] (ldy) = ap[kc x K_MR] (k-major) @ bp[kc x K_NR], plus y
+ * itself when acc, else plus the row bias[K_NR] on every row (bias NULL:
+ * none). */
 static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const float *ap, const float *bp,
-                                                               float *y, int64_t ldy, int acc)
+                                                               float *y, int64_t ldy, int acc, const float *bias)
 {
     k_vec c0[K_MR], c1[K_MR];
     for (int i = 0; i < K_MR; i++) {
-        c0[i] = acc ? K_VLOAD(y + i * ldy) : K_VZERO();
-        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : K_VZERO();
+        c0[i] = acc ? K_VLOAD(y + i * ldy) : bias ? K_VLOAD(bias) : K_VZERO();
+        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : bias ? K_VLOAD(bias + K_VW) : K_VZERO();
     }
     for (int64_t p = 0; p < kc; p++) {
         k_vec b0 = K_VLOAD(bp + p * K_NR), b1 = K_VLOAD(bp + p * K_NR + K_VW);
@@ -1645,13 +1649,15 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
     }
 }
 
-/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc; bp is B
- * packed by k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a
- * copy in `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
-static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
-                              float *y, int64_t ldy, int acc)
+/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
+ * the row bias[n] (a bias Add folded in: NULL, none); bp is B packed by
+ * k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a copy in
+ * `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
+static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                     const float *bp, float *y, int64_t ldy, int acc, const float *bias)
 {
     float ap[K_KC * K_MR] __attribute__((aligned(64))), edge[K_MR * K_NR] __attribute__((aligned(64)));
+    float bedge[K_NR] __attribute__((aligned(64)));
     int64_t panels = (n + K_NR - 1) / K_NR, done = 0;
     for (int64_t k0 = 0; k0 < k; k0 += K_KC) {
         int64_t kc = k - k0 < K_KC ? k - k0 : K_KC;
@@ -1665,17 +1671,22 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
                     for (int64_t i = 0; i < K_MR; i++)
                         ap[q * K_MR + i] = i < mr ? as[i * lda + q] : 0.0f;
                 for (int64_t p = p0; p < p1; p++) {
-                    const float *bs = bp + (p * k + k0) * K_NR;
+                    const float *bs = bp + (p * k + k0) * K_NR, *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
                     float *ys = y + i0 * ldy + p * K_NR;
                     int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
                     if (mr == K_MR && nr == K_NR) {
-                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc);
+                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc, bb);
                         continue;
                     }
                     memset(edge, 0, sizeof edge);
                     for (int64_t i = 0; tile_acc && i < mr; i++)
                         memcpy(edge + i * K_NR, ys + i * ldy, (size_t)nr * sizeof(float));
-                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc);
+                    if (bb) {
+                        memset(bedge, 0, sizeof bedge);
+                        memcpy(bedge, bb, (size_t)nr * sizeof(float));
+                        bb = bedge;
+                    }
+                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc, bb);
                     for (int64_t i = 0; i < mr; i++)
                         memcpy(ys + i * ldy, edge + i * K_NR, (size_t)nr * sizeof(float));
                 }
@@ -1690,6 +1701,7 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
 }
 #else
 #define K_PACKED_GEMM 0
+#define K_PACKED_ISA "not built"
 #endif
 
 /* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
@@ -1713,18 +1725,24 @@ static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
 #endif
 }
 
-/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first);
+/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first),
+ * else plus the row bias[n] when there is one (a bias Add folded in);
  * B is bp packed, or b itself (tb: stored transposed) when bp is NULL. */
-static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp, int64_t m,
-                                       int64_t k, int64_t n, int tb, int acc)
+static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp,
+                                       const float *bias, int64_t m, int64_t k, int64_t n, int tb, int acc)
 {
 #if K_PACKED_GEMM
     if (bp) {
-        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc);
+        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc, bias);
         return;
     }
 #endif
     (void)bp;
+    if (bias && !acc) {
+        for (int64_t i = 0; i < m; i++)
+            memcpy(y + i * n, bias, (size_t)n * sizeof(float));
+        acc = 1;
+    }
     k_sgemm(0, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, acc ? 1.0f : 0.0f, y, n);
 }
 
@@ -2002,7 +2020,7 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
  * ones built that way (their inputs and outputs are ordinary finite values
  * or saturate the same way). Other compilers build them as written. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define K_VECTOR_MATH __attribute__((optimize("fast-math"), unused))
+#define K_VECTOR_MATH __attribute__((optimize("fast-math", "fp-contract=fast"), unused))
 #else
 #define K_VECTOR_MATH __attribute__((unused))
 #endif
@@ -2796,7 +2814,7 @@ static void forward(void)
     /* node "fc1" (MatMul)
      *   h: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(0);
-    k_matmul_packed_f32(B_h, I_x, W_W1, P_W1, 8, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_h, I_x, W_W1, P_W1, NULL, 8, 64, 128, 0, 0);
 
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
@@ -2806,7 +2824,7 @@ static void forward(void)
     /* node "fc2" (MatMul)
      *   o: local [8, 64] of [8, 64], [_,_] partial(tp) */
     rt_enter(2);
-    k_matmul_packed_f32(B_o, B_a, W_W2, P_W2, 8, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_o, B_a, W_W2, P_W2, NULL, 8, 128, 64, 0, 0);
 
     /* start reshard 0 of o: partial sum feeds Add "bias2", which is not linear in it; reduce first */
     rt_node = "fc2";

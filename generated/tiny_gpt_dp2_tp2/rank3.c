@@ -1599,6 +1599,7 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 #include <immintrin.h>
 #define K_PACKED_GEMM 1
 #if defined(__AVX512F__)
+#define K_PACKED_ISA "AVX-512F"
 #define K_VW 16
 #define K_MR 8
 typedef __m512 k_vec;
@@ -1608,6 +1609,7 @@ typedef __m512 k_vec;
 #define K_VZERO() _mm512_setzero_ps()
 #define K_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #else
+#define K_PACKED_ISA "AVX2 + FMA"
 #define K_VW 8
 #define K_MR 6
 typedef __m256 k_vec;
@@ -1621,14 +1623,16 @@ typedef __m256 k_vec;
 #define K_KC 512
 #define K_NC 512
 
-/* y[K_MR x K_NR] (ldy) = (acc ? y : 0) + ap[kc x K_MR] (k-major) @ bp[kc x K_NR]. */
+/* y[K_MR x K_NR] (ldy) = ap[kc x K_MR] (k-major) @ bp[kc x K_NR], plus y
+ * itself when acc, else plus the row bias[K_NR] on every row (bias NULL:
+ * none). */
 static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const float *ap, const float *bp,
-                                                               float *y, int64_t ldy, int acc)
+                                                               float *y, int64_t ldy, int acc, const float *bias)
 {
     k_vec c0[K_MR], c1[K_MR];
     for (int i = 0; i < K_MR; i++) {
-        c0[i] = acc ? K_VLOAD(y + i * ldy) : K_VZERO();
-        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : K_VZERO();
+        c0[i] = acc ? K_VLOAD(y + i * ldy) : bias ? K_VLOAD(bias) : K_VZERO();
+        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : bias ? K_VLOAD(bias + K_VW) : K_VZERO();
     }
     for (int64_t p = 0; p < kc; p++) {
         k_vec b0 = K_VLOAD(bp + p * K_NR), b1 = K_VLOAD(bp + p * K_NR + K_VW);
@@ -1645,13 +1649,15 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
     }
 }
 
-/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc; bp is B
- * packed by k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a
- * copy in `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
-static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
-                              float *y, int64_t ldy, int acc)
+/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
+ * the row bias[n] (a bias Add folded in: NULL, none); bp is B packed by
+ * k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a copy in
+ * `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
+static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                     const float *bp, float *y, int64_t ldy, int acc, const float *bias)
 {
     float ap[K_KC * K_MR] __attribute__((aligned(64))), edge[K_MR * K_NR] __attribute__((aligned(64)));
+    float bedge[K_NR] __attribute__((aligned(64)));
     int64_t panels = (n + K_NR - 1) / K_NR, done = 0;
     for (int64_t k0 = 0; k0 < k; k0 += K_KC) {
         int64_t kc = k - k0 < K_KC ? k - k0 : K_KC;
@@ -1665,17 +1671,22 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
                     for (int64_t i = 0; i < K_MR; i++)
                         ap[q * K_MR + i] = i < mr ? as[i * lda + q] : 0.0f;
                 for (int64_t p = p0; p < p1; p++) {
-                    const float *bs = bp + (p * k + k0) * K_NR;
+                    const float *bs = bp + (p * k + k0) * K_NR, *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
                     float *ys = y + i0 * ldy + p * K_NR;
                     int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
                     if (mr == K_MR && nr == K_NR) {
-                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc);
+                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc, bb);
                         continue;
                     }
                     memset(edge, 0, sizeof edge);
                     for (int64_t i = 0; tile_acc && i < mr; i++)
                         memcpy(edge + i * K_NR, ys + i * ldy, (size_t)nr * sizeof(float));
-                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc);
+                    if (bb) {
+                        memset(bedge, 0, sizeof bedge);
+                        memcpy(bedge, bb, (size_t)nr * sizeof(float));
+                        bb = bedge;
+                    }
+                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc, bb);
                     for (int64_t i = 0; i < mr; i++)
                         memcpy(ys + i * ldy, edge + i * K_NR, (size_t)nr * sizeof(float));
                 }
@@ -1690,6 +1701,7 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
 }
 #else
 #define K_PACKED_GEMM 0
+#define K_PACKED_ISA "not built"
 #endif
 
 /* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
@@ -1713,18 +1725,24 @@ static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
 #endif
 }
 
-/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first);
+/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first),
+ * else plus the row bias[n] when there is one (a bias Add folded in);
  * B is bp packed, or b itself (tb: stored transposed) when bp is NULL. */
-static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp, int64_t m,
-                                       int64_t k, int64_t n, int tb, int acc)
+static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp,
+                                       const float *bias, int64_t m, int64_t k, int64_t n, int tb, int acc)
 {
 #if K_PACKED_GEMM
     if (bp) {
-        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc);
+        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc, bias);
         return;
     }
 #endif
     (void)bp;
+    if (bias && !acc) {
+        for (int64_t i = 0; i < m; i++)
+            memcpy(y + i * n, bias, (size_t)n * sizeof(float));
+        acc = 1;
+    }
     k_sgemm(0, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, acc ? 1.0f : 0.0f, y, n);
 }
 
@@ -2002,7 +2020,7 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
  * ones built that way (their inputs and outputs are ordinary finite values
  * or saturate the same way). Other compilers build them as written. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define K_VECTOR_MATH __attribute__((optimize("fast-math"), unused))
+#define K_VECTOR_MATH __attribute__((optimize("fast-math", "fp-contract=fast"), unused))
 #else
 #define K_VECTOR_MATH __attribute__((unused))
 #endif
@@ -2796,20 +2814,20 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_pos ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: pos local [16, 64], [_,_] */
 #define B_h0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [2, 23]: h0 local [1, 16, 64], [dp,_,_] */
 #define B_l0_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [3, 10]: l0_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l0_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [4, 5]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q ((float *)(g_arena + 6144)) /* 2048 bytes, live [5, 13]: l0_q local [1, 16, 32], [dp,_,tp] */
-#define B_l0_q_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_k_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [7, 8]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 13]: l0_k local [1, 16, 32], [dp,_,tp] */
-#define B_l0_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [9, 13]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_v_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [10, 11]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v ((float *)(g_arena + 0)) /* 2048 bytes, live [11, 17]: l0_v local [1, 16, 32], [dp,_,tp] */
-#define B_l0_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [12, 17]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l0_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [13, 14]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 15]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [15, 16]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_probs ((float *)(g_arena + 4096)) /* 2048 bytes, live [16, 17]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l0_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [17, 18]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_q_mm ((float *)(g_arena + 4096)) /* 2048 bytes, live [4, 13]: l0_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_q ((float *)(g_arena + 4096)) /* 2048 bytes, live [5, 6]: l0_q local [1, 16, 32], [dp,_,tp] */
+#define B_l0_q_h ((float *)(g_arena + 4096)) /* 2048 bytes, live [6, 13]: l0_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_k_mm ((float *)(g_arena + 6144)) /* 2048 bytes, live [7, 13]: l0_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k ((float *)(g_arena + 6144)) /* 2048 bytes, live [8, 9]: l0_k local [1, 16, 32], [dp,_,tp] */
+#define B_l0_k_h ((float *)(g_arena + 6144)) /* 2048 bytes, live [9, 13]: l0_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [10, 17]: l0_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [11, 12]: l0_v local [1, 16, 32], [dp,_,tp] */
+#define B_l0_v_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [12, 17]: l0_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l0_scores_raw ((float *)(g_arena + 0)) /* 2048 bytes, live [13, 14]: l0_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores ((float *)(g_arena + 2048)) /* 2048 bytes, live [14, 15]: l0_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_scores_m ((float *)(g_arena + 0)) /* 2048 bytes, live [15, 16]: l0_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_probs ((float *)(g_arena + 2048)) /* 2048 bytes, live [16, 17]: l0_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l0_ctx ((float *)(g_arena + 0)) /* 2048 bytes, live [17, 18]: l0_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
 #define B_l0_ctx_t ((float *)(g_arena + 4096)) /* 2048 bytes, live [18, 20]: l0_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
 #define B_l0_ctx_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [19, 20]: l0_ctx_m local [1, 16, 32], [dp,_,tp] */
 #define B_l0_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [20, 22]: l0_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
@@ -2823,20 +2841,20 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [dp,_
 #define B_l0_fc2_b ((float *)(g_arena + 0)) /* 4096 bytes, live [30, 30]: l0_fc2_b local [1, 16, 64], [dp,_,_] */
 #define B_l0_out ((float *)(g_arena + 4096)) /* 4096 bytes, live [30, 51]: l0_out local [1, 16, 64], [dp,_,_] */
 #define B_l1_ln1 ((float *)(g_arena + 0)) /* 4096 bytes, live [31, 38]: l1_ln1 local [1, 16, 64], [dp,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [32, 33]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [33, 41]: l1_q local [1, 16, 32], [dp,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [34, 41]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [35, 36]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [36, 41]: l1_k local [1, 16, 32], [dp,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [37, 41]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [38, 39]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v ((float *)(g_arena + 0)) /* 2048 bytes, live [39, 45]: l1_v local [1, 16, 32], [dp,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 0)) /* 2048 bytes, live [40, 45]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 2048)) /* 2048 bytes, live [41, 42]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 8192)) /* 2048 bytes, live [42, 43]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 2048)) /* 2048 bytes, live [43, 44]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 8192)) /* 2048 bytes, live [44, 45]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 2048)) /* 2048 bytes, live [45, 46]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [32, 41]: l1_q_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q ((float *)(g_arena + 8192)) /* 2048 bytes, live [33, 34]: l1_q local [1, 16, 32], [dp,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [34, 41]: l1_q_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [35, 41]: l1_k_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k ((float *)(g_arena + 10240)) /* 2048 bytes, live [36, 37]: l1_k local [1, 16, 32], [dp,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [37, 41]: l1_k_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [38, 45]: l1_v_mm local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [39, 40]: l1_v local [1, 16, 32], [dp,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [40, 45]: l1_v_h local [1, 16, 2, 16], [dp,_,tp,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 0)) /* 2048 bytes, live [41, 42]: l1_scores_raw local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 2048)) /* 2048 bytes, live [42, 43]: l1_scores local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 0)) /* 2048 bytes, live [43, 44]: l1_scores_m local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 2048)) /* 2048 bytes, live [44, 45]: l1_probs local [1, 2, 16, 16], [dp,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 0)) /* 2048 bytes, live [45, 46]: l1_ctx local [1, 2, 16, 16], [dp,tp,_,_] */
 #define B_l1_ctx_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [46, 48]: l1_ctx_t local [1, 16, 2, 16], [dp,_,tp,_] */
 #define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [47, 48]: l1_ctx_m local [1, 16, 32], [dp,_,tp] */
 #define B_l1_o_mm ((float *)(g_arena + 0)) /* 4096 bytes, live [48, 50]: l1_o_mm local [1, 16, 64], [dp,_,_] partial(tp) */
@@ -2979,12 +2997,13 @@ static void forward(void)
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(4);
-    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, 16, 64, 32, 0, 0);
+    /* with node "l0_q_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0);
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(5);
-    k_arith_f32(0, B_l0_q, B_l0_q_mm, W_l0_bq, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l0_q_proj" (MatMul): its GEMM starts from the bias, so B_l0_q is B_l0_q_mm */
 
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -2994,12 +3013,13 @@ static void forward(void)
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(7);
-    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, 16, 64, 32, 0, 0);
+    /* with node "l0_k_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0);
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(8);
-    k_arith_f32(0, B_l0_k, B_l0_k_mm, W_l0_bk, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l0_k_proj" (MatMul): its GEMM starts from the bias, so B_l0_k is B_l0_k_mm */
 
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3009,12 +3029,13 @@ static void forward(void)
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(10);
-    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, 16, 64, 32, 0, 0);
+    /* with node "l0_v_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0);
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(11);
-    k_arith_f32(0, B_l0_v, B_l0_v_mm, W_l0_bv, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l0_v_proj" (MatMul): its GEMM starts from the bias, so B_l0_v is B_l0_v_mm */
 
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3090,7 +3111,7 @@ static void forward(void)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(20);
-    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0);
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -3119,7 +3140,7 @@ static void forward(void)
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(23);
-    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0);
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3130,7 +3151,7 @@ static void forward(void)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(25);
-    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0);
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -3159,12 +3180,13 @@ static void forward(void)
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(28);
-    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, 16, 64, 32, 0, 0);
+    /* with node "l1_q_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(29);
-    k_arith_f32(0, B_l1_q, B_l1_q_mm, W_l1_bq, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_q_proj" (MatMul): its GEMM starts from the bias, so B_l1_q is B_l1_q_mm */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3174,12 +3196,13 @@ static void forward(void)
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(31);
-    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, 16, 64, 32, 0, 0);
+    /* with node "l1_k_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(32);
-    k_arith_f32(0, B_l1_k, B_l1_k_mm, W_l1_bk, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_k_proj" (MatMul): its GEMM starts from the bias, so B_l1_k is B_l1_k_mm */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3189,12 +3212,13 @@ static void forward(void)
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(34);
-    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, 16, 64, 32, 0, 0);
+    /* with node "l1_v_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(35);
-    k_arith_f32(0, B_l1_v, B_l1_v_mm, W_l1_bv, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_v_proj" (MatMul): its GEMM starts from the bias, so B_l1_v is B_l1_v_mm */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3270,7 +3294,7 @@ static void forward(void)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(44);
-    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -3299,7 +3323,7 @@ static void forward(void)
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(47);
-    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3310,7 +3334,7 @@ static void forward(void)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(49);
-    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -3339,7 +3363,7 @@ static void forward(void)
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_enter(52);
-    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, 16, 64, 256, 0, 0);
+    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0);
     rt_step_end();
 }
 

@@ -1599,6 +1599,7 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 #include <immintrin.h>
 #define K_PACKED_GEMM 1
 #if defined(__AVX512F__)
+#define K_PACKED_ISA "AVX-512F"
 #define K_VW 16
 #define K_MR 8
 typedef __m512 k_vec;
@@ -1608,6 +1609,7 @@ typedef __m512 k_vec;
 #define K_VZERO() _mm512_setzero_ps()
 #define K_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #else
+#define K_PACKED_ISA "AVX2 + FMA"
 #define K_VW 8
 #define K_MR 6
 typedef __m256 k_vec;
@@ -1621,14 +1623,16 @@ typedef __m256 k_vec;
 #define K_KC 512
 #define K_NC 512
 
-/* y[K_MR x K_NR] (ldy) = (acc ? y : 0) + ap[kc x K_MR] (k-major) @ bp[kc x K_NR]. */
+/* y[K_MR x K_NR] (ldy) = ap[kc x K_MR] (k-major) @ bp[kc x K_NR], plus y
+ * itself when acc, else plus the row bias[K_NR] on every row (bias NULL:
+ * none). */
 static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const float *ap, const float *bp,
-                                                               float *y, int64_t ldy, int acc)
+                                                               float *y, int64_t ldy, int acc, const float *bias)
 {
     k_vec c0[K_MR], c1[K_MR];
     for (int i = 0; i < K_MR; i++) {
-        c0[i] = acc ? K_VLOAD(y + i * ldy) : K_VZERO();
-        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : K_VZERO();
+        c0[i] = acc ? K_VLOAD(y + i * ldy) : bias ? K_VLOAD(bias) : K_VZERO();
+        c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : bias ? K_VLOAD(bias + K_VW) : K_VZERO();
     }
     for (int64_t p = 0; p < kc; p++) {
         k_vec b0 = K_VLOAD(bp + p * K_NR), b1 = K_VLOAD(bp + p * K_NR + K_VW);
@@ -1645,13 +1649,15 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
     }
 }
 
-/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc; bp is B
- * packed by k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a
- * copy in `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
-static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
-                              float *y, int64_t ldy, int acc)
+/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
+ * the row bias[n] (a bias Add folded in: NULL, none); bp is B packed by
+ * k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a copy in
+ * `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
+static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                     const float *bp, float *y, int64_t ldy, int acc, const float *bias)
 {
     float ap[K_KC * K_MR] __attribute__((aligned(64))), edge[K_MR * K_NR] __attribute__((aligned(64)));
+    float bedge[K_NR] __attribute__((aligned(64)));
     int64_t panels = (n + K_NR - 1) / K_NR, done = 0;
     for (int64_t k0 = 0; k0 < k; k0 += K_KC) {
         int64_t kc = k - k0 < K_KC ? k - k0 : K_KC;
@@ -1665,17 +1671,22 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
                     for (int64_t i = 0; i < K_MR; i++)
                         ap[q * K_MR + i] = i < mr ? as[i * lda + q] : 0.0f;
                 for (int64_t p = p0; p < p1; p++) {
-                    const float *bs = bp + (p * k + k0) * K_NR;
+                    const float *bs = bp + (p * k + k0) * K_NR, *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
                     float *ys = y + i0 * ldy + p * K_NR;
                     int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
                     if (mr == K_MR && nr == K_NR) {
-                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc);
+                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc, bb);
                         continue;
                     }
                     memset(edge, 0, sizeof edge);
                     for (int64_t i = 0; tile_acc && i < mr; i++)
                         memcpy(edge + i * K_NR, ys + i * ldy, (size_t)nr * sizeof(float));
-                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc);
+                    if (bb) {
+                        memset(bedge, 0, sizeof bedge);
+                        memcpy(bedge, bb, (size_t)nr * sizeof(float));
+                        bb = bedge;
+                    }
+                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc, bb);
                     for (int64_t i = 0; i < mr; i++)
                         memcpy(ys + i * ldy, edge + i * K_NR, (size_t)nr * sizeof(float));
                 }
@@ -1690,6 +1701,7 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
 }
 #else
 #define K_PACKED_GEMM 0
+#define K_PACKED_ISA "not built"
 #endif
 
 /* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
@@ -1713,18 +1725,24 @@ static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
 #endif
 }
 
-/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first);
+/* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first),
+ * else plus the row bias[n] when there is one (a bias Add folded in);
  * B is bp packed, or b itself (tb: stored transposed) when bp is NULL. */
-static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp, int64_t m,
-                                       int64_t k, int64_t n, int tb, int acc)
+static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp,
+                                       const float *bias, int64_t m, int64_t k, int64_t n, int tb, int acc)
 {
 #if K_PACKED_GEMM
     if (bp) {
-        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc);
+        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc, bias);
         return;
     }
 #endif
     (void)bp;
+    if (bias && !acc) {
+        for (int64_t i = 0; i < m; i++)
+            memcpy(y + i * n, bias, (size_t)n * sizeof(float));
+        acc = 1;
+    }
     k_sgemm(0, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, acc ? 1.0f : 0.0f, y, n);
 }
 
@@ -2002,7 +2020,7 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
  * ones built that way (their inputs and outputs are ordinary finite values
  * or saturate the same way). Other compilers build them as written. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define K_VECTOR_MATH __attribute__((optimize("fast-math"), unused))
+#define K_VECTOR_MATH __attribute__((optimize("fast-math", "fp-contract=fast"), unused))
 #else
 #define K_VECTOR_MATH __attribute__((unused))
 #endif
@@ -2773,20 +2791,20 @@ static unsigned char *g_arena, *g_weights;
 #define W_lm_head ((float *)(g_weights + 101632)) /* lm_head: local [64, 256] of [64, 256], [_,_] */
 static float *R_l0_out; /* from stage 0: local [1, 16, 64] of [2, 16, 64], [mb,_,_], in its receive slot */
 #define B_l1_ln1 ((float *)(g_arena + 4096)) /* 4096 bytes, live [0, 7]: l1_ln1 local [1, 16, 64], [mb,_,_] */
-#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [1, 2]: l1_q_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_q ((float *)(g_arena + 10240)) /* 2048 bytes, live [2, 10]: l1_q local [1, 16, 32], [mb,_,tp] */
-#define B_l1_q_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [3, 10]: l1_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_k_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [4, 5]: l1_k_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_k ((float *)(g_arena + 12288)) /* 2048 bytes, live [5, 10]: l1_k local [1, 16, 32], [mb,_,tp] */
-#define B_l1_k_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [6, 10]: l1_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_v_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [7, 8]: l1_v_mm local [1, 16, 32], [mb,_,tp] */
-#define B_l1_v ((float *)(g_arena + 4096)) /* 2048 bytes, live [8, 14]: l1_v local [1, 16, 32], [mb,_,tp] */
-#define B_l1_v_h ((float *)(g_arena + 4096)) /* 2048 bytes, live [9, 14]: l1_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
-#define B_l1_scores_raw ((float *)(g_arena + 6144)) /* 2048 bytes, live [10, 11]: l1_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_scores ((float *)(g_arena + 8192)) /* 2048 bytes, live [11, 12]: l1_scores local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_scores_m ((float *)(g_arena + 6144)) /* 2048 bytes, live [12, 13]: l1_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_probs ((float *)(g_arena + 8192)) /* 2048 bytes, live [13, 14]: l1_probs local [1, 2, 16, 16], [mb,tp,_,_] */
-#define B_l1_ctx ((float *)(g_arena + 6144)) /* 2048 bytes, live [14, 15]: l1_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [1, 10]: l1_q_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l1_q ((float *)(g_arena + 8192)) /* 2048 bytes, live [2, 3]: l1_q local [1, 16, 32], [mb,_,tp] */
+#define B_l1_q_h ((float *)(g_arena + 8192)) /* 2048 bytes, live [3, 10]: l1_q_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_k_mm ((float *)(g_arena + 10240)) /* 2048 bytes, live [4, 10]: l1_k_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l1_k ((float *)(g_arena + 10240)) /* 2048 bytes, live [5, 6]: l1_k local [1, 16, 32], [mb,_,tp] */
+#define B_l1_k_h ((float *)(g_arena + 10240)) /* 2048 bytes, live [6, 10]: l1_k_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_v_mm ((float *)(g_arena + 12288)) /* 2048 bytes, live [7, 14]: l1_v_mm local [1, 16, 32], [mb,_,tp] */
+#define B_l1_v ((float *)(g_arena + 12288)) /* 2048 bytes, live [8, 9]: l1_v local [1, 16, 32], [mb,_,tp] */
+#define B_l1_v_h ((float *)(g_arena + 12288)) /* 2048 bytes, live [9, 14]: l1_v_h local [1, 16, 2, 16], [mb,_,tp,_] */
+#define B_l1_scores_raw ((float *)(g_arena + 4096)) /* 2048 bytes, live [10, 11]: l1_scores_raw local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_scores ((float *)(g_arena + 6144)) /* 2048 bytes, live [11, 12]: l1_scores local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_scores_m ((float *)(g_arena + 4096)) /* 2048 bytes, live [12, 13]: l1_scores_m local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_probs ((float *)(g_arena + 6144)) /* 2048 bytes, live [13, 14]: l1_probs local [1, 2, 16, 16], [mb,tp,_,_] */
+#define B_l1_ctx ((float *)(g_arena + 4096)) /* 2048 bytes, live [14, 15]: l1_ctx local [1, 2, 16, 16], [mb,tp,_,_] */
 #define B_l1_ctx_t ((float *)(g_arena + 8192)) /* 2048 bytes, live [15, 17]: l1_ctx_t local [1, 16, 2, 16], [mb,_,tp,_] */
 #define B_l1_ctx_m ((float *)(g_arena + 8192)) /* 2048 bytes, live [16, 17]: l1_ctx_m local [1, 16, 32], [mb,_,tp] */
 #define B_l1_o_mm ((float *)(g_arena + 4096)) /* 4096 bytes, live [17, 19]: l1_o_mm local [1, 16, 64], [mb,_,_] partial(tp) */
@@ -2896,12 +2914,13 @@ static void step(int mb, int slot)
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(1);
-    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, 16, 64, 32, 0, 0);
+    /* with node "l1_q_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0);
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(2);
-    k_arith_f32(0, B_l1_q, B_l1_q_mm, W_l1_bq, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_q_proj" (MatMul): its GEMM starts from the bias, so B_l1_q is B_l1_q_mm */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
@@ -2911,12 +2930,13 @@ static void step(int mb, int slot)
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(4);
-    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, 16, 64, 32, 0, 0);
+    /* with node "l1_k_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0);
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(5);
-    k_arith_f32(0, B_l1_k, B_l1_k_mm, W_l1_bk, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_k_proj" (MatMul): its GEMM starts from the bias, so B_l1_k is B_l1_k_mm */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
@@ -2926,12 +2946,13 @@ static void step(int mb, int slot)
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(7);
-    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, 16, 64, 32, 0, 0);
+    /* with node "l1_v_bias" (Add) folded in: the GEMM starts from its bias */
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0);
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(8);
-    k_arith_f32(0, B_l1_v, B_l1_v_mm, W_l1_bv, 16, 32, 32, 0, 1); /* row broadcast */
+    /* folded into node "l1_v_proj" (MatMul): its GEMM starts from the bias, so B_l1_v is B_l1_v_mm */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [mb,_,tp,_] */
@@ -3007,7 +3028,7 @@ static void step(int mb, int slot)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(17);
-    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0);
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -3036,7 +3057,7 @@ static void step(int mb, int slot)
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(20);
-    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0);
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
@@ -3047,7 +3068,7 @@ static void step(int mb, int slot)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(22);
-    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0);
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -3076,7 +3097,7 @@ static void step(int mb, int slot)
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [mb,_,_] */
     rt_enter(25);
-    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, 16, 64, 256, 0, 0);
+    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0);
 
     /* keep this microbatch's block of every graph output */
     memcpy(out0 + (size_t)mb * 16384, B_logits, 16384);

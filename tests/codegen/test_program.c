@@ -330,6 +330,64 @@ static void test_program_estimate_follows_the_schedule(void **st)
     built_free(&b);
 }
 
+static int node_id(const Graph *g, const char *name)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (strcmp(g->nodes[i]->name, name) == 0)
+            return i;
+    fail_msg("no node %s", name);
+    return -1;
+}
+
+/* GEMM weights packed at start-up (C target only), a bias Add folded into
+ * the GEMM before it (its output a view of the MatMul's), but not a bias
+ * that fuses into an activation, nor one read after an all-reduce; no
+ * packed copies (nor folded biases) where --mem-limit has no room. */
+static void test_program_build_packs_gemm_weights(void **st)
+{
+    (void)st;
+    Built b;
+    build(&b, "tests/models/tiny_gpt.onnx", "r=1", NULL, NULL);
+    Diag d;
+    diag_init(&d, NULL);
+    Program *pr = program_build(b.p, 0, NULL, &d);
+    int q = node_id(b.g, "l0_q_proj"), qb = node_id(b.g, "l0_q_bias"), fc1 = node_id(b.g, "l0_fc1");
+    assert_true(pr->packed_b[q] >= 0 && pr->packed_b[fc1] >= 0);
+    assert_int_equal(pr->packs[pr->packed_b[q]].buf, pr->tensor_buf[graph_tensor_find(b.g, "l0_Wq")->id]);
+    assert_int_equal(pr->gemm_bias[q], pr->tensor_buf[graph_tensor_find(b.g, "l0_bq")->id]);
+    assert_true(pr->alias_node[qb]);
+    assert_int_equal(storage_of(pr, pr->tensor_buf[graph_tensor_find(b.g, "l0_q")->id]),
+                     pr->tensor_buf[graph_tensor_find(b.g, "l0_q_mm")->id]);
+    assert_int_equal(pr->gemm_bias[fc1], -1); /* its bias goes with the Gelu (k_bias_act) */
+    assert_true(pr->packed_bytes > 0);
+    check_arena(pr);
+    int64_t need = pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes;
+    program_free(pr);
+    ProgramOptions cuda = {.cuda = 1}, tight = {.mem_limit = need - 1};
+    pr = program_build(b.p, 0, &cuda, &d);
+    assert_int_equal(pr->npacks, 0);
+    assert_int_equal(pr->packed_b[q], -1);
+    program_free(pr);
+    pr = program_build(b.p, 0, &tight, &d);
+    assert_int_equal(pr->npacks, 0);
+    assert_int_equal(pr->packed_b[q], -1);
+    assert_int_equal(pr->gemm_bias[q], -1); /* no packed GEMM: the bias Add runs on its own */
+    assert_false(pr->alias_node[qb]);
+    program_free(pr);
+    built_free(&b);
+
+    const char *shards[] = {"W1=[_,tp]", NULL};
+    build(&b, "tests/models/mlp.onnx", "tp=2", NULL, shards);
+    pr = program_build(b.p, 0, NULL, &d);
+    int fc2 = node_id(b.g, "fc2");
+    assert_true(pr->packed_b[fc2] >= 0);
+    assert_int_equal(pr->gemm_bias[fc2], -1); /* bias2 reads the all-reduced sum */
+    assert_false(pr->alias_node[node_id(b.g, "bias2")]);
+    program_free(pr);
+    diag_free(&d);
+    built_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_program_build_fuses_ready_all_reduces),
         cmocka_unit_test(test_program_build_prefetches_weight_gathers),
         cmocka_unit_test(test_program_estimate_follows_the_schedule),
+        cmocka_unit_test(test_program_build_packs_gemm_weights),
     };
     return cmocka_run_group_tests_name("codegen/program", tests, NULL, NULL);
 }

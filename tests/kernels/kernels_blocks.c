@@ -325,17 +325,18 @@ static void test_reduce_matches_a_reference(void **st)
 
 /* The GEMM on a prepacked weight against a double-precision reference:
  * every edge (m under a row block, n not whole panels, k over K_KC),
- * B stored either way, y accumulated into or not, whole or tested in
- * blocks. Built without AVX2/AVX-512 the pack is NULL and the same call
- * goes to CBLAS; the Makefile builds this file for each. */
-static void check_packed(int64_t m, int64_t k, int64_t n, int tb, int acc, int fly)
+ * B stored either way; y accumulated into (acc), a bias row added
+ * (with_bias) or neither; whole or tested in blocks. Built without
+ * AVX2/AVX-512 the pack is NULL and the same call goes to CBLAS; the
+ * Makefile builds this file for each. */
+static void check_packed(int64_t m, int64_t k, int64_t n, int tb, int acc, int with_bias, int fly)
 {
-    float *a = rnd(m * k, 7), *b = rnd(k * n, 8), *y = rnd(m * n, 9);
+    float *a = rnd(m * k, 7), *b = rnd(k * n, 8), *y = rnd(m * n, 9), *bias = rnd(n, 10);
     double *ref = malloc(sizeof(double) * (size_t)(m * n));
     assert_non_null(ref);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            double s = acc ? y[i * n + j] : 0.0;
+            double s = acc ? y[i * n + j] : with_bias ? bias[j] : 0.0;
             for (int64_t q = 0; q < k; q++)
                 s += (double)a[i * k + q] * (tb ? b[j * k + q] : b[q * n + j]);
             ref[i * n + j] = s;
@@ -343,7 +344,7 @@ static void check_packed(int64_t m, int64_t k, int64_t n, int tb, int acc, int f
     float *bp = k_pack_b_f32(b, k, n, tb);
     assert_true((bp != NULL) == K_PACKED_GEMM);
     rt_nfly = fly;
-    k_matmul_packed_f32(y, a, b, bp, m, k, n, tb, acc);
+    k_matmul_packed_f32(y, a, b, bp, with_bias ? bias : NULL, m, k, n, tb, acc);
     rt_nfly = 0;
     double worst = 0;
     for (int64_t i = 0; i < m * n; i++) {
@@ -356,6 +357,7 @@ static void check_packed(int64_t m, int64_t k, int64_t n, int tb, int acc, int f
     free(y);
     free(ref);
     free(bp);
+    free(bias);
 }
 
 static void test_packed_gemm_matches_a_reference(void **st)
@@ -365,8 +367,8 @@ static void test_packed_gemm_matches_a_reference(void **st)
                                         {1, 20, 33}, {512, 40, 17}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int tb = 0; tb < 2; tb++)
-            for (int acc = 0; acc < 2; acc++)
-                check_packed(shapes[s][0], shapes[s][1], shapes[s][2], tb, acc, (int)(s % 2));
+            for (int mode = 0; mode < 3; mode++) /* plain, acc, bias */
+                check_packed(shapes[s][0], shapes[s][1], shapes[s][2], tb, mode == 1, mode == 2, (int)(s + mode) % 2);
 }
 
 int main(void)
