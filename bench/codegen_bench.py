@@ -186,7 +186,7 @@ int main(int argc, char **argv)
             double t0 = now();
             for (int i = 0; i < iters; i++)
                 if (v)
-                    k_matmul_packed_f32(c, a, b, bp, m, k, n, 0, 0);
+                    k_matmul_packed_f32(c, a, b, bp, NULL, m, k, n, 0, 0);
                 else
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1, a, k, b, n, 0, c, n);
             double t = (now() - t0) * 1e3 / iters;
@@ -208,7 +208,7 @@ def gemm_floor(rounds):
     src, exe = os.path.join(OUT, "gemm_floor.c"), os.path.join(OUT, "gemm_floor")
     with open(src, "w") as f:
         f.write(GEMM_C)
-    subprocess.run(["mpicc", "-O3", "-march=native", "-std=c11", "-D_GNU_SOURCE", "-I", ROOT, "-o", exe, src,
+    subprocess.run(["mpicc", "-O3", "-march=native", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror", "-I", ROOT, "-o", exe, src,
                     "-lopenblas", "-lm"], check=True)
     import onnx
     from onnx import helper, numpy_helper
