@@ -18,34 +18,145 @@ async copy or memset) is taken to write every arena buffer it names
 (conservative: a kernel's inputs count as writes too). Weights (W_) and
 inputs (I_) are never written after start-up and are not modelled.
 
+A pipeline stage's forward() loops over microbatches and calls step(mb,
+slot): the loops and ifs are unrolled with MICROBATCHES, step() is inlined,
+and each slot index is evaluated, so send_B_x[0] and send_B_x[1] (and the
+events ready_/sent_/landed_/read_ of each slot) are memory and events of
+their own, and a received value R_x is the slot it was last pointed at.
+
 Usage: check_streams.py RANK.cu...   (exit 1 on any race)
        check_streams.py --self-test DIR   (also checks that deleting one
        compute-side wait in DIR's rank0.cu is caught)
+       check_streams.py --self-test-pipeline DIR   (DIR: two stages of two
+       microbatches; deleting any one of the waits that order a slot is
+       caught: the send's wait for its copy on rank 0, the compute's wait
+       for a received slot and the receive's wait for the slot's last
+       reader on rank 1)
 """
 import re
 import sys
 
 ARENA = re.compile(r"^#define (B_\w+) \(\(\w[\w ]*\*\)\(g_arena \+ (\d+)\)\) /\* (\d+) bytes")
-RECORD = re.compile(r"cudaEventRecord\((\w+), (g_stream|g_comm)\)")
-WAIT = re.compile(r"cudaStreamWaitEvent\((g_stream|g_comm), (\w+), 0\)")
-CUDA_WAIT = re.compile(r"\brt_cuda_wait\((\w+), \d+\)")  # the compute stream waits (and a trace records it)
+NAME = r"[\w@]+"  # an identifier, or a slot array's element (send_B_x@1: send_B_x[1], unrolled)
+RECORD = re.compile(r"cudaEventRecord\((%s), (g_stream|g_comm)\)" % NAME)
+WAIT = re.compile(r"cudaStreamWaitEvent\((g_stream|g_comm), (%s), 0\)" % NAME)
+CUDA_WAIT = re.compile(r"\brt_cuda_wait\((%s), \d+\)" % NAME)  # the compute stream waits (and a trace records it)
 NCCL = re.compile(r"nccl(AllReduce|AllGather|ReduceScatter|Send|Recv)\(([^;]*)g_comm\)")
 COMPUTE = re.compile(r"\b(k_\w+|cublas\w+|cudaMemcpyAsync|cudaMemcpy2DAsync|cudaMemsetAsync)\(")
-BUF = re.compile(r"\bB_\w+\b")
+BUF = re.compile(r"\b(?:B_\w+|(?:send|slot)_\w+@\d+)")
+SLOT = re.compile(r"^static unsigned char \*((?:send|slot)_\w+)\[2\];")
+INDEX = re.compile(r"\b(\w+)\[([^\[\]]+)\]")
+POINT = re.compile(r"^(\w+) = \([\w ]+\*\)(%s);" % NAME)  # R_x = (float *)slot_R_x[slot]
+LOOP = re.compile(r"^for \(int (\w+) = ([^;]+); \1 < ([^;]+); \1\+\+\)")
+IF = re.compile(r"^if \((.*)\)")
+LET = re.compile(r"^const int (\w+) = ([^;]+);")
+
+
+def code_of(line):
+    return line.split("/*")[0].strip()
+
+
+def function_body(text, header):
+    m = re.search(r"^%s\n\{\n(.*?)^\}" % re.escape(header), text, re.S | re.M)
+    return m.group(1).splitlines() if m else None
+
+
+def c_eval(expr, env):
+    """An int expression of the loop variables (mb & 1, slot ^ 1,
+    mb + 1 < MICROBATCHES), or None if it names anything else."""
+    py = expr.replace("&&", " and ").replace("||", " or ")
+    py = re.sub(r"!(?!=)", " not ", py)
+    if any(w not in env for w in re.findall(r"[A-Za-z_]\w*", py) if w not in ("and", "or", "not")):
+        return None
+    return int(eval(py, {"__builtins__": {}}, dict(env)))
+
+
+def block(lines, i):
+    """The statement at lines[i] (after a for or if header): a braced
+    block, whose lines are returned without its braces, or one line.
+    Returns (body, index after it)."""
+    if not code_of(lines[i - 1]).endswith("{"):
+        return [lines[i]], i + 1
+    depth, j = 1, i
+    while j < len(lines):
+        c = code_of(lines[j])
+        depth += c.count("{") - c.count("}")
+        if depth == 0:
+            return lines[i:j], j + 1
+        j += 1
+    raise ValueError("unbalanced braces after %r" % lines[i - 1].strip())
+
+
+def unroll(lines, env, step, out):
+    """Appends to out the statements of lines in the order they run, with
+    env's values: loops and ifs over known values unrolled, step(mb, slot)
+    inlined and every evaluable index written name@value."""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        code = code_of(line)
+        loop, cond, let = LOOP.match(code), IF.match(code), LET.match(code)
+        lo = hi = None
+        if loop:
+            lo, hi = c_eval(loop.group(2), env), c_eval(loop.group(3), env)
+        if loop and lo is not None and hi is not None:
+            body, i = block(lines, i + 1)
+            for v in range(lo, hi):
+                unroll(body, dict(env, **{loop.group(1): v}), step, out)
+            continue
+        if cond and c_eval(cond.group(1), env) is not None:
+            body, i = block(lines, i + 1)
+            if c_eval(cond.group(1), env):
+                unroll(body, env, step, out)
+            continue
+        if let and c_eval(let.group(2), env) is not None:
+            env = dict(env, **{let.group(1): c_eval(let.group(2), env)})
+            i += 1
+            continue
+        if step is not None and re.match(r"^step\(mb, slot\);", code):
+            unroll(step, {k: env[k] for k in ("MICROBATCHES", "mb", "slot")}, None, out)
+            i += 1
+            continue
+
+        def index(m):
+            v = c_eval(m.group(2), env)
+            return m.group(0) if v is None else "%s@%d" % (m.group(1), v)
+
+        out.append(INDEX.sub(index, line))
+        i += 1
 
 
 def parse(text):
     ranges = {}
+    top = 0
     for line in text.splitlines():
         m = ARENA.match(line)
         if m:
             ranges[m.group(1)] = (int(m.group(2)), int(m.group(2)) + int(m.group(3)))
-    body = re.search(r"^static void forward\(void\)\n\{\n(.*?)^\}", text, re.S | re.M)
-    if not body:
+            top = max(top, ranges[m.group(1)][1])
+    for line in text.splitlines():  # each slot of a send or receive buffer: memory of its own
+        m = SLOT.match(line)
+        if m:
+            for s in range(2):
+                ranges["%s@%d" % (m.group(1), s)] = (top, top + 1)
+                top += 1
+    body = function_body(text, "static void forward(void)")
+    if body is None:
         raise ValueError("no forward() found")
+    mb = re.search(r"^#define MICROBATCHES (\d+)$", text, re.M)
+    step = function_body(text, "static void step(int mb, int slot)")
+    statements = []
+    unroll(body, {"MICROBATCHES": int(mb.group(1)) if mb else 1}, step, statements)
     ops = []  # (kind, stream or event info, reads, writes, line)
-    for line in body.group(1).splitlines():
-        code = line.split("/*")[0]
+    points = {}  # R_x -> the slot it reads now
+    for line in statements:
+        code = code_of(line)
+        m = POINT.match(code)
+        if m:
+            points[m.group(1)] = m.group(2)
+            continue
+        for name, slot in points.items():
+            code = re.sub(r"\b%s\b" % name, slot, code)
         m = RECORD.search(code)
         if m:
             ops.append(("record", m.group(2), m.group(1), line.strip()))
@@ -114,24 +225,37 @@ def check(path, text=None):
     return races(ranges, ops)
 
 
+def caught(path, text, pattern):
+    """Deleting the first line of step() or forward() whose code matches
+    pattern must make check() report a race. Returns an error or None."""
+    lines = text.splitlines(True)
+    start = next(i for i, l in enumerate(lines) if re.match(r"static void (step|forward)\(", l))
+    hit = [i for i, l in enumerate(lines) if i > start and re.search(pattern, code_of(l))]
+    if not hit:
+        return "self-test: %s has no line matching %r to remove" % (path, pattern)
+    if not check(path, "".join(lines[:hit[0]] + lines[hit[0] + 1:])):
+        return "self-test FAILED: removing %r from %s went unnoticed" % (lines[hit[0]].strip(), path)
+    print("self-test: removing %r from %s is caught" % (lines[hit[0]].strip(), path))
+    return None
+
+
 def main(argv):
-    if argv and argv[0] == "--self-test":
-        import os
-        path = os.path.join(argv[1], "rank0.cu")
-        text = open(path).read()
-        lines = text.splitlines(True)
-        start = next(i for i, l in enumerate(lines) if l.startswith("static void forward(void)"))
-        waits = [i for i, l in enumerate(lines) if i > start and (CUDA_WAIT.search(l.split("/*")[0]) or
-                                                                  "cudaStreamWaitEvent(g_stream," in l)]
-        if not waits:
-            print("self-test: %s has no compute-side wait to remove" % path)
-            return 1
-        broken = "".join(lines[:waits[0]] + lines[waits[0] + 1:])
-        if not check(path, broken):
-            print("self-test FAILED: removing %r went unnoticed" % lines[waits[0]].strip())
-            return 1
-        print("self-test: removing the first compute-side wait in %s is caught" % path)
+    import os
+    tests = []
+    while argv and argv[0] in ("--self-test", "--self-test-pipeline"):
+        d = argv[1]
+        if argv[0] == "--self-test":
+            tests.append((os.path.join(d, "rank0.cu"), r"\brt_cuda_wait\(|cudaStreamWaitEvent\(g_stream,"))
+        else:
+            tests += [(os.path.join(d, "rank0.cu"), r"cudaStreamWaitEvent\(g_comm, ready_"),
+                      (os.path.join(d, "rank1.cu"), r"\brt_cuda_wait\(landed_"),
+                      (os.path.join(d, "rank1.cu"), r"cudaStreamWaitEvent\(g_comm, read_\w+\[slot \^ 1\]")]
         argv = argv[2:]
+    for path, pattern in tests:
+        err = caught(path, open(path).read(), pattern)
+        if err:
+            print(err)
+            return 1
     bad = 0
     for path in argv:
         found = check(path)

@@ -61,8 +61,10 @@ for log in "$OUT"/*/build.*.log; do
     fi
 done
 # The two streams of every rank program: no memory touched by both unordered
-# (and the checker itself must catch a removed wait).
-selftest=(); [ -d "$OUT/gpt_dp2_tp2" ] && selftest=(--self-test "$OUT/gpt_dp2_tp2")
+# (and the checker itself must catch a removed wait, in a pipeline's slots too).
+selftest=()
+[ -d "$OUT/gpt_dp2_tp2" ] && selftest+=(--self-test "$OUT/gpt_dp2_tp2")
+[ -d "$OUT/gpt_pp2_mb2" ] && selftest+=(--self-test-pipeline "$OUT/gpt_pp2_mb2")
 python3 tests/e2e/check_streams.py "${selftest[@]}" "$OUT"/*/rank*.cu || fail=1
 [ $fail = 0 ] && echo "cuda_build: $n cases compiled; nvcc built $(wc -l < "$OUT/selected.txt") of their $(ls "$OUT"/*/rank*.cu | wc -l) rank files, every statement form among them, with no warnings"
 exit $fail
