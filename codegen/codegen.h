@@ -175,7 +175,8 @@ void emit_output_write(const Program *pr, int i, const char *data, FILE *f);
 void emit_trace_init(const Program *pr, FILE *f);
 /* `rt_node = "...";`: the node the runtime names in its errors. */
 void emit_rt_node(FILE *f, const char *label);
-/* main()'s reading (and, for CUDA, uploading) of this rank's input blocks. */
+/* main()'s reading (and, for CUDA, uploading) of this rank's input blocks
+ * (in a pipeline, stage 0's block of every microbatch). */
 void emit_inputs(const Program *pr, FILE *f, int cuda);
 /* Writes rank<k>.c (or .cu) for one program. */
 int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
@@ -202,8 +203,6 @@ void trace_tables_write(FILE *f);
 void emit_pipe_decls(const Program *pr, FILE *f, int cuda);
 /* forward(): the stage once per microbatch, with its sends and receives. */
 int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc);
-/* main()'s reading of every microbatch's input blocks (stage 0). */
-void emit_pipe_inputs(const Program *pr, FILE *f, int cuda);
 /* main()'s --out: the last stage assembles the outputs on its first rank. */
 void emit_pipe_outputs(const Program *pr, FILE *f);
 

@@ -709,27 +709,52 @@ void emit_rt_node(FILE *f, const char *label)
 
 /* main()'s input handling: refuse unknown --in names, then read each
  * graph input, check its dtype and shape, and keep this rank's block (on
- * the CUDA target, uploaded to the device). */
+ * the CUDA target, uploaded to the device). A pipeline's stage 0 keeps its
+ * block of every microbatch (mb_<buffer>[mb]); later stages read none. */
 void emit_inputs(const Program *pr, FILE *f, int cuda)
 {
+    const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
     const Mesh *m = &pr->plan->mesh;
-    char buf[256], nm[ESC_NAME_CAP];
+    char buf[256], nm[ESC_NAME_CAP], dst[ESC_NAME_CAP + 16];
+    if (pp && pr->stage != 0)
+        return;
+    const char *in = pp ? "    " : ""; /* inside the loop over microbatches */
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
         const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        int64_t idx[IR_MAX_RANK];
-        for (int k = 0; k < t->rank; k++)
-            idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
-        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s */\n", CMT(t->name, nm),
-                dtype_name(t->dtype),
-                shape_str(t->dims, t->rank, buf, sizeof buf), sharding_str(&b->layout, m, buf + 128, 128));
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s%s */\n", CMT(t->name, nm),
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
+                sharding_str(&b->layout, m, buf + 128, 128), pp ? " of every microbatch" : "");
         fprintf(f, "        static const int64_t gdims[] = ");
         emit_dims(f, t->dims, t->rank);
         fprintf(f, ", blocks[] = ");
         emit_dims(f, b->dims, t->rank);
-        fprintf(f, ", index[] = ");
-        emit_dims(f, idx, t->rank);
+        if (pp) {
+            /* Microbatch mb is the plan mesh's rank mb * nsub + this rank's
+             * place in its stage: the loop axis is outermost. */
+            int sub = pipeline_sub_rank(pp, pr->rank);
+            fprintf(f, ";\n        static const int64_t index[MICROBATCHES][%d] = {", t->rank ? t->rank : 1);
+            for (int mb = 0; mb < pp->microbatches; mb++) {
+                int64_t idx[IR_MAX_RANK];
+                for (int d = 0; d < t->rank; d++) {
+                    idx[d] = 0;
+                    for (int k = 0; k < b->layout.naxes[d]; k++) {
+                        int a = b->layout.axes[d][k];
+                        idx[d] = idx[d] * m->axes[a].size + mesh_coord(m, mb * pp->nsub + sub, a);
+                    }
+                }
+                fprintf(f, "%s", mb ? ", " : "");
+                emit_dims(f, idx, t->rank);
+            }
+            fprintf(f, "}");
+        } else {
+            int64_t idx[IR_MAX_RANK];
+            for (int k = 0; k < t->rank; k++)
+                idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+            fprintf(f, ", index[] = ");
+            emit_dims(f, idx, t->rank);
+        }
         /* The exact name is matched against --in; the label (terminal-safe)
          * is what errors print. Neither is ever a format string. */
         fprintf(f, ";\n        static const char name[] = ");
@@ -739,18 +764,21 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
         fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
                    "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
                    "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n"
-                   "        void *block = rt_alloc(%lld);\n"
-                   "        rt_take_block(block, t.data, %d, gdims, blocks, index, %zu);\n",
-                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
-                (int)t->dtype, t->rank, (long long)b->bytes, t->rank, dtype_size(t->dtype));
+                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n",
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), (int)t->dtype, t->rank);
+        if (pp)
+            fprintf(f, "        for (int mb = 0; mb < MICROBATCHES; mb++) {\n");
+        fprintf(f, "%s        void *block = rt_alloc(%lld);\n"
+                   "%s        rt_take_block(block, t.data, %d, gdims, blocks, index%s, %zu);\n",
+                in, (long long)b->bytes, in, t->rank, pp ? "[mb]" : "", dtype_size(t->dtype));
+        snprintf(dst, sizeof dst, pp ? "mb_%s[mb]" : "%s", b->name);
         if (cuda)
-            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
-                       "        CHECK_CUDA(cudaMemcpy(%s, block, %lld, cudaMemcpyHostToDevice));\n        free(block);\n",
-                    b->name, (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
+            fprintf(f, "%s        CHECK_CUDA(cudaMalloc((void **)&%s, %lld));\n"
+                       "%s        CHECK_CUDA(cudaMemcpy(%s, block, %lld, cudaMemcpyHostToDevice));\n%s        free(block);\n",
+                    in, dst, (long long)(b->bytes ? b->bytes : 1), in, dst, (long long)b->bytes, in);
         else
-            fprintf(f, "        %s = (%s *)block;\n", b->name, emit_ctype(b->dtype));
-        fprintf(f, "    }\n");
+            fprintf(f, "%s        %s = (%s *)block;\n", in, dst, emit_ctype(b->dtype));
+        fprintf(f, "%s    }\n", pp ? "        }\n" : "");
     }
 }
 
@@ -986,12 +1014,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
             pr->rank, (long long)pr->arena_bytes);
     if (pr->npacks)
         fprintf(f, "    pack_weights();\n");
-    if (p->pipe) {
+    if (p->pipe)
         fprintf(f, "    pipe_init();\n");
-        emit_pipe_inputs(pr, f, 0);
-    } else {
-        emit_inputs(pr, f, 0);
-    }
+    emit_inputs(pr, f, 0);
     emit_trace_init(pr, f);
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
                "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"

@@ -45,12 +45,9 @@ void emit_cuda_main(const Program *pr, int64_t wbytes, uint64_t sum, FILE *f)
                "        free(host);\n    }\n"
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
             pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
-    if (pr->plan->pipe) {
+    if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
-        emit_pipe_inputs(pr, f, 1);
-    } else {
-        emit_inputs(pr, f, 1);
-    }
+    emit_inputs(pr, f, 1);
     fprintf(f, "    /* The uploads above ran on the legacy stream, and a pageable cudaMemcpy may\n"
                "     * return before its DMA lands: finish them before the first kernel on the\n"
                "     * non-blocking compute stream. */\n"

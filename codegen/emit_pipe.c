@@ -350,64 +350,6 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
     return 0;
 }
 
-/* main()'s inputs on stage 0: each microbatch's block of every input. */
-void emit_pipe_inputs(const Program *pr, FILE *f, int cuda)
-{
-    const Pipeline *pp = pr->plan->pipe;
-    const Graph *g = pr->g;
-    const Mesh *m = &pr->plan->mesh;
-    char buf[256], nm[ESC_NAME_CAP];
-    if (pr->stage != 0)
-        return;
-    int sub = pipeline_sub_rank(pp, pr->rank);
-    for (int i = 0; i < g->ninputs; i++) {
-        const Tensor *t = g->inputs[i];
-        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s of every microbatch */\n",
-                CMT(t->name, nm), dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
-                sharding_str(&b->layout, m, buf + 128, 128));
-        fprintf(f, "        static const int64_t gdims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", blocks[] = ");
-        emit_dims(f, b->dims, t->rank);
-        fprintf(f, ";\n        static const int64_t index[MICROBATCHES][%d] = {", t->rank ? t->rank : 1);
-        for (int mb = 0; mb < pp->microbatches; mb++) {
-            int v = mb * pp->nsub + sub; /* the plan mesh's rank: the loop axis outermost */
-            fprintf(f, "%s{", mb ? ", " : "");
-            for (int d = 0; d < t->rank; d++) {
-                int64_t idx = 0;
-                for (int k = 0; k < b->layout.naxes[d]; k++) {
-                    int a = b->layout.axes[d][k];
-                    idx = idx * m->axes[a].size + mesh_coord(m, v, a);
-                }
-                fprintf(f, "%s%lld", d ? ", " : "", (long long)idx);
-            }
-            fprintf(f, "%s}", t->rank ? "" : "0");
-        }
-        fprintf(f, "};\n        static const char name[] = ");
-        esc_c_string(f, t->name);
-        fprintf(f, ", label[] = ");
-        esc_c_string(f, t->label);
-        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
-                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
-                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n"
-                   "        for (int mb = 0; mb < MICROBATCHES; mb++) {\n"
-                   "            void *block = rt_alloc(%lld);\n"
-                   "            rt_take_block(block, t.data, %d, gdims, blocks, index[mb], %zu);\n",
-                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), (int)t->dtype, t->rank,
-                (long long)b->bytes, t->rank, dtype_size(t->dtype));
-        if (cuda)
-            fprintf(f, "            CHECK_CUDA(cudaMalloc((void **)&mb_%s[mb], %lld));\n"
-                       "            CHECK_CUDA(cudaMemcpy(mb_%s[mb], block, %lld, cudaMemcpyHostToDevice));\n"
-                       "            free(block);\n",
-                    b->name, (long long)(b->bytes ? b->bytes : 1), b->name, (long long)b->bytes);
-        else
-            fprintf(f, "            mb_%s[mb] = (%s *)block;\n", b->name, emit_ctype(b->dtype));
-        fprintf(f, "        }\n    }\n");
-    }
-}
-
 /* main()'s --out on the last stage: its first rank assembles each output
  * from every microbatch's blocks. Other stages write nothing. */
 void emit_pipe_outputs(const Program *pr, FILE *f)
