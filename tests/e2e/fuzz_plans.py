@@ -66,6 +66,33 @@ BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
 # the generated Makefile's -O3 -march=native is most of a case's time
 # (run_golden.sh keeps -O3); gold links in a third of ld's time.
 BUILD_CFLAGS = os.environ.get("FUZZ_CFLAGS", "-O1 -std=c11" + (" -fuse-ld=gold" if shutil.which("ld.gold") else ""))
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# The instruction set a case's kernels are built for, drawn per case: the
+# packed-weight GEMM (and the bias Adds folded into it) exists only in an
+# AVX2 + FMA or AVX-512F build, CBLAS serves the rest, and random shapes
+# (n below one register tile, rows not a multiple of the kernel's) are what
+# its edges need. An ISA this CPU lacks is built as generic x86-64 instead.
+ISAS = {"generic": "", "avx2": "-mavx2 -mfma", "avx512": "-mavx512f -mavx2 -mfma"}
+_ISA_NEEDS = {"generic": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx2", "fma"}}
+CPU_FLAGS = _cpu_flags()
+
+
+def isa_cflags(isa):
+    """The CFLAGS a case built for isa gets on this CPU."""
+    isa = isa if _ISA_NEEDS.get(isa or "generic", {"?"}) <= CPU_FLAGS else "generic"
+    return (BUILD_CFLAGS + " " + ISAS[isa]).strip()
 OUT = os.path.join(ROOT, "build", "fuzz_plans")
 
 # What the pinned ONNX Runtime (1.22) accepts: IR 10, opset 21 (as make_models.py).
@@ -411,7 +438,14 @@ def b_matmul(g):
     y = g.node1("MatMul", [x, w], sx[:-1] + (N,))
     if g.rng.random() < 0.5:                 # a linear layer's bias (what partial sums meet most)
         b = g.float_operand((N,), scale=0.3)
-        g.node1("Add", [y, b] if g.rng.random() < 0.8 else [b, y], g.shape[y])
+        z = g.node1("Add", [y, b] if g.rng.random() < 0.8 else [b, y], g.shape[y])
+        if g.rng.random() < 0.5:
+            # A reader that takes no bias into its own pass (not an activation
+            # or a residual Add): the bias is then folded into a packed GEMM.
+            if g.rng.random() < 0.5:
+                g.node1("Softmax", [z], g.shape[z], axis=-1)
+            else:
+                g.node1("Mul", [z, z], g.shape[z])
     return True
 
 
@@ -1207,7 +1241,7 @@ EXTENDED = {
 
 class Case:
     def __init__(self, seed, index, model, feeds, mesh, shards, links=None, fsdp=None, prefetch=None,
-                 fuse=None, shard_file=False, dims=None, auto=None, pipe=None):
+                 fuse=None, shard_file=False, dims=None, auto=None, pipe=None, isa=None):
         self.seed, self.index = seed, index
         self.model = model        # onnx.ModelProto
         self.feeds = feeds        # name -> array
@@ -1221,9 +1255,10 @@ class Case:
         self.dims = dims or {}    # symbolic input dims -> value (--dim)
         self.auto = auto          # --auto flags (device, memory limit), or None
         self.pipe = pipe          # --microbatches M with a "pp" axis in the mesh, or None
+        self.isa = isa or "generic"  # what the kernels are built for (ISAS)
 
     FIELDS = ("seed", "index", "model", "feeds", "mesh", "shards", "links", "fsdp", "prefetch", "fuse",
-              "shard_file", "dims", "auto", "pipe")
+              "shard_file", "dims", "auto", "pipe", "isa")
 
     def but(self, **kw):
         """A copy with some fields replaced."""
@@ -1401,8 +1436,10 @@ def generate(seed, index):
         b = feeds[next(iter(feeds))].shape
         divs = [d for d in (1, 2, 4) if b and b[0] % d == 0]
         pipe = int(rng.choice(divs)) if divs else 1
-    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, rng.random() < 0.25, dims, auto,
-                pipe)
+    shard_file = rng.random() < 0.25
+    isa = str(rng.choice(list(ISAS)))  # drawn last: the rest of a seed's case is as before
+    return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, shard_file, dims, auto, pipe,
+                isa)
 
 
 # ---- running a case ------------------------------------------------------------
@@ -1526,7 +1563,7 @@ def run_case(case, work, golden=None):
         return "REFUSED", refusal_reason(err), err, golden
     if p.returncode != 0:
         return "FAIL", "compile", "exit %d: %s" % (p.returncode, err[-600:]), golden
-    b = subprocess.run(["make", "-s", "-C", out, "CFLAGS=" + BUILD_CFLAGS, "WARN=-Wall -Wextra -Werror"],
+    b = subprocess.run(["make", "-s", "-C", out, "CFLAGS=" + isa_cflags(case.isa), "WARN=-Wall -Wextra -Werror"],
                        capture_output=True, text=True)
     if b.returncode != 0:
         return "FAIL", "build", (b.stdout + b.stderr)[-1500:], golden
@@ -1580,6 +1617,7 @@ def describe(case):
     lines = ["mesh %s; annotations: %s%s" % (case.mesh_str(),
                                              " ".join("%s=%s" % a for a in case.shards) or "(none)",
                                              "; flags: " + " ".join(case.flags()) if case.flags() else "")]
+    lines.append("kernels built for: %s (CFLAGS %s)" % (case.isa, isa_cflags(case.isa)))
     lines.append("inputs: " + ", ".join("%s%s %s" % (k, list(v.shape), v.dtype) for k, v in case.feeds.items()))
     for n in m.graph.node:
         attrs = []
@@ -1619,7 +1657,7 @@ def save_failure(case, golden, kind, detail, folder):
              "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
              "rm -rf %s" % work,
              " ".join(c if c.startswith('"$HERE') else q(c) for c in cmd),
-             'make -s -C %s CFLAGS="%s" WARN="-Wall -Wextra -Werror"' % (work, BUILD_CFLAGS),
+             'make -s -C %s CFLAGS="%s" WARN="-Wall -Wextra -Werror"' % (work, isa_cflags(case.isa)),
              "%s/run.sh %s --timeout 60" % (work, " ".join(
                  ['--in %s="$HERE/input_%s.npy"' % (k, k) for k in case.feeds] +
                  ["--out %s=%s/got_%s.npy" % (k, work, k) for k in golden])),
@@ -1636,7 +1674,7 @@ def save_failure(case, golden, kind, detail, folder):
         json.dump({"seed": case.seed, "index": case.index, "mesh": case.mesh, "shards": case.shards,
                    "links": case.links, "fsdp": case.fsdp, "prefetch": case.prefetch, "fuse": case.fuse,
                    "shard_file": case.shard_file, "dims": case.dims, "auto": case.auto, "pipe": case.pipe,
-                   "kind": kind}, fh)
+                   "isa": case.isa, "kind": kind}, fh)
     with open(os.path.join(folder, "case.txt"), "w") as fh:
         fh.write("case %s: %s\n%s\n\n%s\n" % (case.tag, kind, detail, describe(case)))
 
@@ -1771,7 +1809,8 @@ def minimize(case, kind, work, log=print):
         for c in (cur.but(links={}) if cur.links else None, cur.but(fsdp=None) if cur.fsdp else None,
                   cur.but(prefetch=None) if cur.prefetch is not None else None,
                   cur.but(fuse=None) if cur.fuse is not None else None,
-                  cur.but(shard_file=False) if cur.shard_file else None):
+                  cur.but(shard_file=False) if cur.shard_file else None,
+                  cur.but(isa="generic") if cur.isa != "generic" else None):
             if still_fails(c):
                 cur, changed = c, True
         # 4. the mesh
@@ -1801,7 +1840,8 @@ def load_case(folder):
         meta = json.load(fh)
     return Case(meta["seed"], meta["index"], m, feeds, [tuple(a) for a in meta["mesh"]],
                 [tuple(a) for a in meta["shards"]], meta.get("links"), meta.get("fsdp"), meta.get("prefetch"),
-                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"), meta.get("pipe"))
+                meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"), meta.get("pipe"),
+                meta.get("isa"))
 
 
 # ---- driver --------------------------------------------------------------------
@@ -1816,6 +1856,7 @@ class Tally:
         self.illcond = 0          # passed only within ORT's own rounding sensitivity
         self.distributed = 0      # passed cases whose plan splits some tensor
         self.colls = {}           # collectives by kind over the passed cases
+        self.packed = {}          # ISA -> [passed cases, packed GEMM calls, folded bias Adds]
 
 
 def plan_stats(work):
@@ -1830,6 +1871,24 @@ def plan_stats(work):
     for c in plan["collectives"]:
         kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
     return split, kinds
+
+
+def packed_stats(case, work):
+    """(packed-weight GEMM calls, those that start from a bias: a folded Add
+    or a Gemm's row C) over a compiled case's rank files, or None where its build has no packed kernel (CBLAS
+    runs every GEMM)."""
+    if isa_cflags(case.isa) == BUILD_CFLAGS:
+        return None
+    calls = folds = 0
+    out = os.path.join(work, "out")
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if re.fullmatch(r"rank\d+\.c", name):
+            with open(os.path.join(out, name)) as fh:
+                src = fh.read()
+            for args in re.findall(r"^\s*k_matmul_packed_f32\(([^;]*)\);", src, re.M):
+                calls += 1
+                folds += args.split(",")[4].strip() != "NULL"  # y, a, b, pack, bias, ...
+    return calls, folds
 
 
 def one(seed, index, tally, args):
@@ -1849,6 +1908,7 @@ def one(seed, index, tally, args):
     except Exception as e:        # this script's own trouble (or the compiler rebuilt under it)
         st, kind, detail = "FAIL", "harness", "%s: %s" % (type(e).__name__, e)
     split, kinds = plan_stats(work)
+    packed = packed_stats(case, work) if st == "PASS" else None
     line = "case %s: %d nodes, mesh %s, %s%s" % (case.tag, len(case.model.graph.node), case.mesh_str(),
                                                 " ".join("%s=%s" % a for a in case.shards) or "no annotations",
                                                 " " + " ".join(case.flags()) if case.flags() else "")
@@ -1862,6 +1922,11 @@ def one(seed, index, tally, args):
             tally.distributed += split > 0
             for k, n in kinds.items():
                 tally.colls[k] = tally.colls.get(k, 0) + n
+            if packed:
+                t = tally.packed.setdefault(case.isa, [0, 0, 0])
+                t[0] += 1
+                t[1] += packed[0]
+                t[2] += packed[1]
         elif st == "REFUSED":
             tally.refused += 1
             tally.reasons[kind] = tally.reasons.get(kind, 0) + 1
@@ -1962,6 +2027,9 @@ def main():
         print("failures by kind: " + ", ".join("%s %d" % kv for kv in sorted(tally.fails.items())))
     print("passed cases that split some tensor: %d; their collectives: %s" % (
         tally.distributed, ", ".join("%s %d" % kv for kv in sorted(tally.colls.items())) or "none"))
+    if tally.packed:
+        print("packed-weight GEMM (passed cases built with it): " + ", ".join(
+            "%s: %d cases, %d calls, %d starting from a bias" % (isa, *v) for isa, v in sorted(tally.packed.items())))
     if args.verbose:
         print("cases per op: " + ", ".join("%s %d" % kv for kv in sorted(tally.ops.items())))
     print("fuzz_plans: %d cases run, %d passed%s, %d refused, %d failed%s in %.0f s" % (
