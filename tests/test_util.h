@@ -21,6 +21,22 @@
 #include "frontend/frontend.h"
 #include "ir/ir.h"
 
+/* A hand-built node of op over a (and b, unless NULL) writing the tensor
+ * `out`, and named after it; the caller sets the output's dtype and shape. */
+static inline Node *test_node(Graph *g, OpKind op, Tensor *a, Tensor *b, const char *out)
+{
+    Node *n = graph_node_add(g, op, out);
+    n->ninputs = b ? 2 : 1;
+    n->inputs = arena_alloc(&g->arena, 2 * sizeof(Tensor *));
+    n->inputs[0] = a;
+    n->inputs[1] = b;
+    n->noutputs = 1;
+    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
+    n->outputs[0] = graph_tensor_get(g, out);
+    n->outputs[0]->producer = n;
+    return n;
+}
+
 static inline Graph *load_ok_dims(const char *path, const DimBinding *dims, int ndims)
 {
     Diag d;

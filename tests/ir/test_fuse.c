@@ -35,15 +35,7 @@ static Tensor *scalar(Graph *g, const char *name, float v)
 
 static Tensor *op(Graph *g, OpKind k, Tensor *a, Tensor *b, const char *out)
 {
-    Node *n = graph_node_add(g, k, out);
-    n->ninputs = b ? 2 : 1;
-    n->inputs = arena_alloc(&g->arena, 2 * sizeof(Tensor *));
-    n->inputs[0] = a;
-    n->inputs[1] = b;
-    n->noutputs = 1;
-    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
-    Tensor *t = n->outputs[0] = graph_tensor_get(g, out);
-    t->producer = n;
+    Tensor *t = test_node(g, k, a, b, out)->outputs[0];
     t->dtype = DT_F32;
     t->rank = 2;
     memcpy(t->dims, shape, sizeof shape);

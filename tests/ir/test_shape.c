@@ -79,20 +79,6 @@ static Tensor *input(Graph *g, const char *name, DType dt, int rank, const int64
     return t;
 }
 
-static Node *node(Graph *g, OpKind op, Tensor *a, Tensor *b, const char *out)
-{
-    Node *n = graph_node_add(g, op, NULL);
-    n->ninputs = b ? 2 : 1;
-    n->inputs = arena_alloc(&g->arena, 2 * sizeof(Tensor *));
-    n->inputs[0] = a;
-    n->inputs[1] = b;
-    n->noutputs = 1;
-    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
-    n->outputs[0] = graph_tensor_get(g, out);
-    n->outputs[0]->producer = n;
-    return n;
-}
-
 /* Runs inference expecting failure; checks the diagnostic mentions `want`. */
 static void infer_fails(Graph *g, const char *want)
 {
@@ -120,7 +106,7 @@ static void test_shape_binary_broadcast_mismatch(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    node(g, OP_ADD, input(g, "a", DT_F32, 2, (int64_t[]){2, 3}),
+    test_node(g, OP_ADD, input(g, "a", DT_F32, 2, (int64_t[]){2, 3}),
          input(g, "b", DT_F32, 2, (int64_t[]){4, 3}), "y");
     infer_fails(g, "do not broadcast");
 }
@@ -129,7 +115,7 @@ static void test_shape_binary_dtype_mismatch(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    node(g, OP_MUL, input(g, "a", DT_F32, 1, (int64_t[]){3}),
+    test_node(g, OP_MUL, input(g, "a", DT_F32, 1, (int64_t[]){3}),
          input(g, "b", DT_I64, 1, (int64_t[]){3}), "y");
     infer_fails(g, "differ in dtype");
 }
@@ -138,7 +124,7 @@ static void test_shape_broadcast_rank_extension(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_SUB, input(g, "a", DT_F32, 1, (int64_t[]){5}),
+    Node *n = test_node(g, OP_SUB, input(g, "a", DT_F32, 1, (int64_t[]){5}),
                    input(g, "b", DT_F32, 4, (int64_t[]){2, 1, 3, 1}), "y");
     infer_ok(g);
     char buf[64];
@@ -151,7 +137,7 @@ static void test_shape_reshape_two_minus_one(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_RESHAPE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
+    Node *n = test_node(g, OP_RESHAPE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
     node_attr_set_ints(g, n, "shape", (int64_t[]){-1, -1}, 2);
     infer_fails(g, "more than one -1");
 }
@@ -160,7 +146,7 @@ static void test_shape_reshape_zero_copies_dim(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_RESHAPE, input(g, "x", DT_F32, 3, (int64_t[]){2, 3, 4}), NULL, "y");
+    Node *n = test_node(g, OP_RESHAPE, input(g, "x", DT_F32, 3, (int64_t[]){2, 3, 4}), NULL, "y");
     node_attr_set_ints(g, n, "shape", (int64_t[]){0, 0, 2, -1}, 4);
     infer_ok(g);
     char buf[64];
@@ -172,7 +158,7 @@ static void test_shape_reshape_wrong_count(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_RESHAPE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
+    Node *n = test_node(g, OP_RESHAPE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
     node_attr_set_ints(g, n, "shape", (int64_t[]){5, 5}, 2);
     infer_fails(g, "has 24");
 }
@@ -181,7 +167,7 @@ static void test_shape_softmax_axis_out_of_range(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_SOFTMAX, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
+    Node *n = test_node(g, OP_SOFTMAX, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
     n->attrs = arena_alloc(&g->arena, sizeof(Attr));
     n->attrs[0] = (Attr){.name = "axis", .type = ATTR_INT, .i = -3};
     n->nattrs = 1;
@@ -192,7 +178,7 @@ static void test_shape_transpose_negative_perm(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_TRANSPOSE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
+    Node *n = test_node(g, OP_TRANSPOSE, input(g, "x", DT_F32, 2, (int64_t[]){4, 6}), NULL, "y");
     node_attr_set_ints(g, n, "perm", (int64_t[]){0, 0}, 2);
     infer_fails(g, "not a permutation");
 }
@@ -201,7 +187,7 @@ static void test_shape_squeeze_non_one(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_SQUEEZE, input(g, "x", DT_F32, 2, (int64_t[]){4, 1}), NULL, "y");
+    Node *n = test_node(g, OP_SQUEEZE, input(g, "x", DT_F32, 2, (int64_t[]){4, 1}), NULL, "y");
     node_attr_set_ints(g, n, "axes", (int64_t[]){-2}, 1);
     infer_fails(g, "cannot squeeze dim 0");
 }
@@ -210,7 +196,7 @@ static void test_shape_unsqueeze_negative_axes(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_UNSQUEEZE, input(g, "x", DT_F32, 2, (int64_t[]){4, 5}), NULL, "y");
+    Node *n = test_node(g, OP_UNSQUEEZE, input(g, "x", DT_F32, 2, (int64_t[]){4, 5}), NULL, "y");
     node_attr_set_ints(g, n, "axes", (int64_t[]){-1, 1}, 2);
     infer_ok(g);
     char buf[64];
@@ -222,7 +208,7 @@ static void test_shape_matmul_inner_mismatch(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    node(g, OP_MATMUL, input(g, "a", DT_F32, 2, (int64_t[]){2, 3}),
+    test_node(g, OP_MATMUL, input(g, "a", DT_F32, 2, (int64_t[]){2, 3}),
          input(g, "b", DT_F32, 2, (int64_t[]){4, 5}), "y");
     infer_fails(g, "inner dims differ");
 }
@@ -232,7 +218,7 @@ static void test_shape_output_overflow(void **s)
     (void)s;
     Graph *g = graph_new("hand.onnx");
     /* Each input is representable; their broadcast product is not. */
-    node(g, OP_ADD, input(g, "a", DT_F32, 2, (int64_t[]){1ll << 40, 1}),
+    test_node(g, OP_ADD, input(g, "a", DT_F32, 2, (int64_t[]){1ll << 40, 1}),
          input(g, "b", DT_F32, 2, (int64_t[]){1, 1ll << 40}), "y");
     infer_fails(g, "overflows int64");
 }
@@ -241,7 +227,7 @@ static void test_shape_gather_needs_int64(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    node(g, OP_GATHER, input(g, "x", DT_F32, 2, (int64_t[]){4, 5}),
+    test_node(g, OP_GATHER, input(g, "x", DT_F32, 2, (int64_t[]){4, 5}),
          input(g, "i", DT_F32, 1, (int64_t[]){2}), "y");
     infer_fails(g, "Gather needs int64");
 }
@@ -250,7 +236,7 @@ static void test_shape_split_uneven_without_sizes(void **s)
 {
     (void)s;
     Graph *g = graph_new("hand.onnx");
-    Node *n = node(g, OP_SPLIT, input(g, "x", DT_F32, 1, (int64_t[]){7}), NULL, "y0");
+    Node *n = test_node(g, OP_SPLIT, input(g, "x", DT_F32, 1, (int64_t[]){7}), NULL, "y0");
     n->noutputs = 2;
     Tensor **o = arena_alloc(&g->arena, 2 * sizeof(Tensor *));
     o[0] = n->outputs[0];
