@@ -66,6 +66,15 @@ BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
 # the generated Makefile's -O3 -march=native is most of a case's time
 # (run_golden.sh keeps -O3); gold links in a third of ld's time.
 BUILD_CFLAGS = os.environ.get("FUZZ_CFLAGS", "-O1 -std=c11" + (" -fuse-ld=gold" if shutil.which("ld.gold") else ""))
+OUT = os.path.join(ROOT, "build", "fuzz_plans")
+
+# The instruction set a case's kernels are built for, drawn per case: the
+# packed-weight GEMM (and the bias Adds folded into it) exists only in an
+# AVX2 + FMA or AVX-512F build, CBLAS serves the rest, and random shapes
+# (n below one register tile, rows not a multiple of the kernel's) are what
+# its edges need. name: (compiler flags, /proc/cpuinfo flags it needs).
+ISAS = {"generic": ("", set()), "avx2": ("-mavx2 -mfma", {"avx2", "fma"}),
+        "avx512": ("-mavx512f -mavx2 -mfma", {"avx512f", "avx2", "fma"})}
 
 
 def _cpu_flags():
@@ -79,21 +88,18 @@ def _cpu_flags():
     return set()
 
 
-# The instruction set a case's kernels are built for, drawn per case: the
-# packed-weight GEMM (and the bias Adds folded into it) exists only in an
-# AVX2 + FMA or AVX-512F build, CBLAS serves the rest, and random shapes
-# (n below one register tile, rows not a multiple of the kernel's) are what
-# its edges need. An ISA this CPU lacks is built as generic x86-64 instead.
-ISAS = {"generic": "", "avx2": "-mavx2 -mfma", "avx512": "-mavx512f -mavx2 -mfma"}
-_ISA_NEEDS = {"generic": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx2", "fma"}}
 CPU_FLAGS = _cpu_flags()
 
 
+def built_isa(isa):
+    """The ISA a case drawn for isa is built for here: generic where this CPU
+    lacks it."""
+    return isa if ISAS[isa][1] <= CPU_FLAGS else "generic"
+
+
 def isa_cflags(isa):
-    """The CFLAGS a case built for isa gets on this CPU."""
-    isa = isa if _ISA_NEEDS.get(isa or "generic", {"?"}) <= CPU_FLAGS else "generic"
-    return (BUILD_CFLAGS + " " + ISAS[isa]).strip()
-OUT = os.path.join(ROOT, "build", "fuzz_plans")
+    return (BUILD_CFLAGS + " " + ISAS[built_isa(isa)][0]).strip()
+
 
 # What the pinned ONNX Runtime (1.22) accepts: IR 10, opset 21 (as make_models.py).
 IR_VERSION = 10
@@ -1437,7 +1443,7 @@ def generate(seed, index):
         divs = [d for d in (1, 2, 4) if b and b[0] % d == 0]
         pipe = int(rng.choice(divs)) if divs else 1
     shard_file = rng.random() < 0.25
-    isa = str(rng.choice(list(ISAS)))  # drawn last: the rest of a seed's case is as before
+    isa = str(rng.choice(list(ISAS)))
     return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, shard_file, dims, auto, pipe,
                 isa)
 
@@ -1617,7 +1623,7 @@ def describe(case):
     lines = ["mesh %s; annotations: %s%s" % (case.mesh_str(),
                                              " ".join("%s=%s" % a for a in case.shards) or "(none)",
                                              "; flags: " + " ".join(case.flags()) if case.flags() else "")]
-    lines.append("kernels built for: %s (CFLAGS %s)" % (case.isa, isa_cflags(case.isa)))
+    lines.append("kernels built for: %s (CFLAGS %s)" % (built_isa(case.isa), isa_cflags(case.isa)))
     lines.append("inputs: " + ", ".join("%s%s %s" % (k, list(v.shape), v.dtype) for k, v in case.feeds.items()))
     for n in m.graph.node:
         attrs = []
@@ -1875,9 +1881,9 @@ def plan_stats(work):
 
 def packed_stats(case, work):
     """(packed-weight GEMM calls, those that start from a bias: a folded Add
-    or a Gemm's row C) over a compiled case's rank files, or None where its build has no packed kernel (CBLAS
-    runs every GEMM)."""
-    if isa_cflags(case.isa) == BUILD_CFLAGS:
+    or a Gemm's row C) over a compiled case's rank files, or None where its
+    build has no packed kernel (CBLAS runs every GEMM)."""
+    if built_isa(case.isa) == "generic":
         return None
     calls = folds = 0
     out = os.path.join(work, "out")
@@ -1923,7 +1929,7 @@ def one(seed, index, tally, args):
             for k, n in kinds.items():
                 tally.colls[k] = tally.colls.get(k, 0) + n
             if packed:
-                t = tally.packed.setdefault(case.isa, [0, 0, 0])
+                t = tally.packed.setdefault(built_isa(case.isa), [0, 0, 0])
                 t[0] += 1
                 t[1] += packed[0]
                 t[2] += packed[1]
