@@ -657,14 +657,8 @@ void emit_output_write(const Program *pr, int i, const char *data, FILE *f)
     emit_dims(f, b->dims, t->rank);
     fprintf(f, ";\n            static const int64_t index[] = {");
     for (int r = 0; r < m->nranks; r++) {
-        for (int d = 0; d < t->rank; d++) {
-            int64_t idx = 0;
-            for (int k = 0; k < b->layout.naxes[d]; k++) {
-                int a = b->layout.axes[d][k];
-                idx = idx * m->axes[a].size + mesh_coord(m, r, a);
-            }
-            fprintf(f, "%s%lld", r || d ? ", " : "", (long long)idx);
-        }
+        for (int d = 0; d < t->rank; d++)
+            fprintf(f, "%s%d", r || d ? ", " : "", mesh_block_index(m, r, b->layout.axes[d], b->layout.naxes[d]));
     }
     fprintf(f, "};\n            static const unsigned char sender[] = {");
     for (int r = 0; r < m->nranks; r++) {
@@ -737,13 +731,8 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
             fprintf(f, ";\n        static const int64_t index[MICROBATCHES][%d] = {", t->rank ? t->rank : 1);
             for (int mb = 0; mb < pp->microbatches; mb++) {
                 int64_t idx[IR_MAX_RANK];
-                for (int d = 0; d < t->rank; d++) {
-                    idx[d] = 0;
-                    for (int k = 0; k < b->layout.naxes[d]; k++) {
-                        int a = b->layout.axes[d][k];
-                        idx[d] = idx[d] * m->axes[a].size + mesh_coord(m, mb * pp->nsub + sub, a);
-                    }
-                }
+                for (int d = 0; d < t->rank; d++)
+                    idx[d] = mesh_block_index(m, mb * pp->nsub + sub, b->layout.axes[d], b->layout.naxes[d]);
                 fprintf(f, "%s", mb ? ", " : "");
                 emit_dims(f, idx, t->rank);
             }

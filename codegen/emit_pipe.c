@@ -384,12 +384,8 @@ void emit_pipe_outputs(const Program *pr, FILE *f)
             for (int mb = 0; mb < nmb; mb++) {
                 int v = mb * pp->nsub + pipeline_sub_rank(pp, r);
                 for (int d = 0; d < (t->rank ? t->rank : 1); d++) {
-                    int64_t idx = 0;
-                    for (int k = 0; t->rank && k < b->layout.naxes[d]; k++) {
-                        int a = b->layout.axes[d][k];
-                        idx = idx * m->axes[a].size + mesh_coord(m, v, a);
-                    }
-                    fprintf(f, "%s%lld", first ? "" : ", ", (long long)idx);
+                    int idx = t->rank ? mesh_block_index(m, v, b->layout.axes[d], b->layout.naxes[d]) : 0;
+                    fprintf(f, "%s%d", first ? "" : ", ", idx);
                     first = 0;
                 }
             }

@@ -160,6 +160,14 @@ int mesh_coord(const Mesh *m, int rank, int axis)
     return (rank / stride) % m->axes[axis].size;
 }
 
+int mesh_block_index(const Mesh *m, int rank, const unsigned char *axes, int naxes)
+{
+    int idx = 0;
+    for (int k = 0; k < naxes; k++)
+        idx = idx * m->axes[axes[k]].size + mesh_coord(m, rank, axes[k]);
+    return idx;
+}
+
 const LinkClass *mesh_group_link(const Mesh *m, unsigned axes)
 {
     const LinkClass *slow = NULL;

@@ -58,6 +58,8 @@ int mesh_links_parse(Mesh *m, const char *spec, Diag *d);
 int mesh_axis_find(const Mesh *m, const char *name);
 /* Coordinate of rank r along axis a. */
 int mesh_coord(const Mesh *m, int rank, int axis);
+/* Which block of a dim split over axes[0..naxes) (major first) rank holds. */
+int mesh_block_index(const Mesh *m, int rank, const unsigned char *axes, int naxes);
 /* Slowest link over a set of axes (bitmask). */
 const LinkClass *mesh_group_link(const Mesh *m, unsigned axes);
 int mesh_group_size(const Mesh *m, unsigned axes);
