@@ -180,6 +180,8 @@ e2e: all
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
 	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto
 	@$(PY) tests/e2e/fuzz_plans.py --seed 3 --count 40 --pipeline
+	@# case 9: a Gemm whose C and output share the arena (gcc 12 -Warray-bounds)
+	@$(PY) tests/e2e/fuzz_plans.py --seed 369321 --count 10
 
 # Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass
 # (`fuzz_plans.py --replay DIR --minimize` shrinks a saved failure).

@@ -2266,15 +2266,16 @@ static inline void k_gemm_init_f32(float *y, const float *c, int64_t m, int64_t 
             y[i * n + j] = beta * c[i * c_rs + j * c_cs];
 }
 
-/* Gemm: y = alpha * op(a) @ op(b) + beta * c, c broadcast by strides. */
+/* Gemm: y = alpha * op(a) @ op(b) + beta * c, c broadcast by strides.
+ * Without c the GEMM's own beta of 0 writes y: no memset, which gcc 12's
+ * -Warray-bounds also flagged where c and y are both offsets into the
+ * arena (on its path where the arena pointer is NULL). */
 static inline void k_gemm_f32(float *y, const float *a, const float *b, const float *c, int64_t m, int64_t n,
                               int64_t k, int ta, int tb, float alpha, float beta, int64_t c_rs, int64_t c_cs)
 {
     if (c)
         k_gemm_init_f32(y, c, m, n, beta, c_rs, c_cs);
-    else
-        memset(y, 0, (size_t)(m * n) * sizeof(float));
-    k_sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, 1.0f, y, n);
+    k_sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, c ? 1.0f : 0.0f, y, n);
 }
 
 /* One softmax row (contiguous) of maximum mx: exp(x - mx) with k_exp, normalise;
