@@ -246,14 +246,19 @@ static int write_makefile_cuda(const Plan *p, const CompileOptions *opt, const c
             plan_world_ranks(p), multi ? ", NCCL and MPI" : " (one rank: no NCCL)", ONNX2SPMD_VERSION,
             opt->cuda_arch ? opt->cuda_arch : "sm_90");
     if (multi)
-        fprintf(f, "# NCCL: NCCL_HOME if given, else the CUDA toolkit's, else python3's nvidia-nccl\n"
-                   "# wheel (which ships only libnccl.so.2). The rank binaries find it through an rpath.\n"
-                   "NCCL_HOME ?= $(shell if [ -e '$(CUDA_HOME)/include/nccl.h' ]; then echo '$(CUDA_HOME)'; else \\\n"
-                   "    python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null; fi)\n"
-                   "NCCL_LIBDIR := $(firstword $(foreach d,lib64 lib,$(if $(wildcard $(NCCL_HOME)/$(d)/libnccl.so*),$(NCCL_HOME)/$(d))))\n"
+        fprintf(f, "# NCCL: NCCL_HOME if given, else the CUDA toolkit's, else the system's (libnccl-dev:\n"
+                   "# /usr/include, /usr/lib/<triplet>), else python3's nvidia-nccl wheel (which ships\n"
+                   "# only libnccl.so.2). The rank binaries find it through an rpath.\n"
+                   "NCCL_HOME ?= $(shell if [ -e '$(CUDA_HOME)/include/nccl.h' ]; then echo '$(CUDA_HOME)'; \\\n"
+                   "    elif [ -e /usr/include/nccl.h ]; then echo /usr; else \\\n"
+                   "    python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null; fi)\n"
+                   "NCCL_LIBDIR := $(firstword $(foreach d,lib64 lib lib/$(shell uname -m)-linux-gnu,$(if $(wildcard $(NCCL_HOME)/$(d)/libnccl.so*),$(NCCL_HOME)/$(d))))\n"
                    "NCCL_SO := $(notdir $(firstword $(wildcard $(NCCL_LIBDIR)/libnccl.so $(NCCL_LIBDIR)/libnccl.so.2)))\n"
-                   "NCCL_FLAGS := -I$(NCCL_HOME)/include\n"
-                   "NCCL_LIBS := -L$(NCCL_LIBDIR) -l:$(NCCL_SO) -Xlinker -rpath -Xlinker $(NCCL_LIBDIR)\n\n");
+                   "NCCL_FLAGS := $(if $(filter /usr,$(NCCL_HOME)),,-I$(NCCL_HOME)/include)\n"
+                   "NCCL_LIBS := -L$(NCCL_LIBDIR) -l:$(NCCL_SO) -Xlinker -rpath -Xlinker $(NCCL_LIBDIR)\n"
+                   "ifeq ($(NCCL_SO)$(filter clean,$(MAKECMDGOALS)),)\n"
+                   "$(error NCCL not found (no libnccl.so under NCCL_HOME=$(NCCL_HOME)): set NCCL_HOME to a folder with include/nccl.h and lib/libnccl.so)\n"
+                   "endif\n\n");
     fprintf(f, "ifeq ($(MPI),1)\n"
                "MPI_CFLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show | cut -d' ' -f2- | tr ' ' '\\n' | grep '^-I' | tr '\\n' ' ')\n"
                "MPI_LIBS ?= $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -show | cut -d' ' -f2- | tr ' ' '\\n' | grep '^-[Ll]' | tr '\\n' ' ')\n"

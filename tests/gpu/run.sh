@@ -112,7 +112,8 @@ assert len(nodes) == int(sys.argv[2]), (len(nodes), sys.argv[2])
 assert all(e["dur"] >= 0 for e in nodes) and sum(e["dur"] for e in nodes) <= steps[3]["dur"] * 1.01
 print("tiny_gpt --trace: %d node spans per pass, %.3f ms on the GPU" % (len(nodes), steps[3]["dur"] / 1e3))
 PYEOF
-    python3 tools/trace_report.py "$OUT/trace.json" | head -8
+    "$PY" tools/trace_report.py "$OUT/trace.json" >"$OUT/trace_report.txt" || err "trace_report.py failed"
+    head -8 "$OUT/trace_report.txt"
 fi
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
