@@ -2,7 +2,7 @@
 # same_output.sh REF_BIN [NEW_BIN]: compiles every case of tests/e2e/cases.txt
 # for both targets (C and CUDA) with two compiler binaries and requires the
 # generated files to be byte-identical (weights, plan.txt, Makefile, rank
-# files). For refactors that must not change the output: build the reference
+# files; FILTER=text keeps the cases whose name holds it). For refactors that must not change the output: build the reference
 # from the commit before (git worktree + make), then run this.
 set -u
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 fail=0 n=0
 while read -r name model mesh flags; do
     case "$name" in ''|'#'*) continue;; esac
+    [ -n "${FILTER:-}" ] && case "$name" in *$FILTER*) ;; *) continue;; esac
     for target in c cuda; do
         for side in ref new; do
             bin=$REF; [ $side = new ] && bin=$NEW
