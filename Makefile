@@ -17,7 +17,8 @@ PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60
 SECONDS  ?= 600
 
-LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c)
+LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c) \
+            $(wildcard driver/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
 FAMILIES  := math reduce index nn loss attn linalg
 TEMPLATES := templates/runtime.c templates/kernels.c templates/cuda_kernels.cu \

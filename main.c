@@ -22,6 +22,7 @@
 #include "ir/ir.h"
 #include "codegen/codegen.h"
 #include "partition/partition.h"
+#include "driver/driver.h"
 
 enum { EXIT_OK = 0, EXIT_BAD_INPUT = 2 };
 
@@ -437,77 +438,28 @@ static int write_dot(const Plan *p, const char *path, Diag *d)
     return 0;
 }
 
-/* --auto under --mem-limit: the integer program bounds weights and live
- * values; the per-rank programs also hold reshard buffers, scratch and
- * alignment. Build every rank's program and, while one is over the limit,
- * solve again with the limit lowered by the largest overshoot (a few
- * rounds), so plan and compile agree on what fits. */
-/* The most any rank's program holds (arena + weights + inputs), from the
- * programs' own memory plan; -1 with a diagnostic if one cannot be built. */
-static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag *d)
+/* ---- plan and compile: one option parser ------------------------------- */
+
+/* Storage the parsed options point into, freed by options_free. */
+typedef struct OptionStore {
+    const char *shards[256];
+    DimBinding dims[64];
+    ConstBinding consts[64];
+    char command_line[4096];
+} OptionStore;
+
+static void options_free(DriverOptions *o)
 {
-    ProgramOptions po = *popt;
-    po.mem_limit = 0;
-    int64_t most = 0;
-    for (int r = 0; r < plan_world_ranks(p); r++) {
-        Program *pr = program_build(p, r, &po, d);
-        if (!pr)
-            return -1;
-        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
-        if (total > most)
-            most = total;
-        program_free(pr);
-    }
-    return most;
+    for (int i = 0; i < o->frontend.ndims; i++)
+        free((char *)o->frontend.dims[i].name);
+    for (int i = 0; i < o->frontend.nconsts; i++)
+        free((char *)o->frontend.consts[i].name);
 }
 
-static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationList *ann, AutoOptions aopt,
-                              const ProgramOptions *popt, const char *shard_weights, Diag *d)
-{
-    Plan *p = partition_auto(g, m, ann, &aopt, d);
-    if (p && shard_weights && partition_shard_weights(p, shard_weights, d)) {
-        plan_free(p);
-        return NULL;
-    }
-    for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
-        int64_t most = program_bytes_max(p, popt, d);
-        if (most < 0) {
-            plan_free(p);
-            return NULL;
-        }
-        int64_t over = most - popt->mem_limit;
-        if (over <= 0)
-            break;
-        /* The programs hold what the search does not model (scratch, pack
-         * buffers, alignment): leave that much room below the limit, and
-         * at least the overshoot less than last time. */
-        PlanEstimate e;
-        plan_estimate(p, &e);
-        int64_t room = popt->mem_limit - (most - e.memory_bytes);
-        aopt.mem_limit = room < aopt.mem_limit - over ? room : aopt.mem_limit - over;
-        plan_free(p);
-        if (aopt.mem_limit <= 0) {
-            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)popt->mem_limit);
-            return NULL;
-        }
-        Diag again;
-        diag_init(&again, NULL);
-        p = partition_auto(g, m, ann, &aopt, &again);
-        if (p && shard_weights && partition_shard_weights(p, shard_weights, &again)) {
-            plan_free(p);
-            p = NULL;
-        }
-        diag_free(&again);
-        if (!p) {
-            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank (with the reshard buffers and "
-                     "scratch the per-rank programs need)", (long long)popt->mem_limit);
-            return NULL;
-        }
-    }
-    return p;
-}
-
-static int cmd_plan(int argc, char **argv, int compile)
+/* Parses plan's or compile's command line into *o; returns -1 to go on,
+ * else the exit code (usage errors, --help). */
+static int parse_plan_options(int argc, char **argv, int compile, DriverOptions *o, OptionStore *st,
+                              int *json, const char **explain, const char **dot)
 {
     static const struct option longopts[] = {
         {"mesh", required_argument, 0, OPT_MESH},
@@ -538,70 +490,67 @@ static int cmd_plan(int argc, char **argv, int compile)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *target = "c", *out_dir = NULL, *shard_weights = NULL, *cuda_arch = "sm_90";
-    int tf32 = 0, use_auto = 0;
-    AutoOptions aopt = {.mem_limit = 0, .time_limit_s = 30};
-    ProgramOptions popt = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536};
-    const char *mesh_spec = NULL, *links = NULL, *device = NULL, *shardings = NULL;
-    const char *explain = NULL, *dot = NULL;
-    const char *pipeline_axis = NULL, *boundaries = NULL;
-    int microbatches = 1, pipelined = 0, pp_axis = -1;
-    const char *shards[256];
-    int nshards = 0, json = 0, c, rc = EXIT_BAD_INPUT;
-    DimBinding dims[64];
-    ConstBinding consts[64];
-    FrontendOptions opt = {.dims = dims, .ndims = 0, .consts = consts, .nconsts = 0};
+    *o = (DriverOptions){
+        .frontend = {.dims = st->dims, .consts = st->consts},
+        .shards = st->shards,
+        .autoopt = {.mem_limit = 0, .time_limit_s = 30},
+        .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536},
+        .microbatches = 1,
+        .target = "c",
+        .cuda_arch = "sm_90",
+    };
+    int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
-        case OPT_TARGET: target = optarg; break;
-        case OPT_TF32: tf32 = 1; break;
+        case OPT_TARGET: o->target = optarg; break;
+        case OPT_TF32: o->tf32 = 1; break;
         case OPT_CUDA_ARCH:
             if (strncmp(optarg, "sm_", 3) != 0 || !optarg[3] || strspn(optarg + 3, "0123456789a") != strlen(optarg + 3))
                 return usage_error("--cuda-arch %s: expected sm_NN, e.g. sm_90", optarg);
-            cuda_arch = optarg;
+            o->cuda_arch = optarg;
             break;
-        case OPT_SHARD_WEIGHTS: shard_weights = optarg; break;
+        case OPT_SHARD_WEIGHTS: o->shard_weights = optarg; break;
         case OPT_PREFETCH: {
             char *end;
             long v = strtol(optarg, &end, 10);
             if (*end || end == optarg || v < 0 || v > 1000)
                 return usage_error("--prefetch %s: expected a count from 0 to 1000", optarg);
-            popt.prefetch = (int)v;
+            o->prog.prefetch = (int)v;
             break;
         }
         case OPT_MEM_LIMIT:
-            if ((popt.mem_limit = parse_bytes(optarg)) < 0)
+            if ((o->prog.mem_limit = parse_bytes(optarg)) < 0)
                 return usage_error("--mem-limit %s: expected bytes, e.g. 512M", optarg);
             break;
         case OPT_FUSE_BYTES:
-            if ((popt.fuse_bytes = parse_bytes(optarg)) < 0)
+            if ((o->prog.fuse_bytes = parse_bytes(optarg)) < 0)
                 return usage_error("--fuse-bytes %s: expected bytes, e.g. 64K", optarg);
             break;
-        case OPT_AUTO: use_auto = 1; break;
-        case OPT_AUTO_MPS: aopt.mps_path = optarg; break;
+        case OPT_AUTO: o->use_auto = 1; break;
+        case OPT_AUTO_MPS: o->autoopt.mps_path = optarg; break;
         case OPT_AUTO_SOLVER:
             if (strcmp(optarg, "glpk") != 0 && strcmp(optarg, "cbc") != 0)
                 return usage_error("--auto-solver %s: expected glpk or cbc", optarg);
-            aopt.solver = optarg;
+            o->autoopt.solver = optarg;
             break;
-        case OPT_PIPELINE_AXIS: pipeline_axis = optarg; break;
-        case OPT_STAGE_BOUNDARIES: boundaries = optarg; break;
+        case OPT_PIPELINE_AXIS: o->pipeline_axis = optarg; break;
+        case OPT_STAGE_BOUNDARIES: o->stage_boundaries = optarg; break;
         case OPT_MICROBATCHES: {
             char *end;
             long v = strtol(optarg, &end, 10);
             if (*end || end == optarg || v < 1 || v > 4096)
                 return usage_error("--microbatches %s: expected a count from 1 to 4096", optarg);
-            microbatches = (int)v;
+            o->microbatches = (int)v;
             break;
         }
         case OPT_AUTO_TIE:
             if (strcmp(optarg, "auto") == 0)
-                aopt.tie = AUTO_TIE_AUTO;
+                o->autoopt.tie = AUTO_TIE_AUTO;
             else if (strcmp(optarg, "off") == 0)
-                aopt.tie = AUTO_TIE_OFF;
+                o->autoopt.tie = AUTO_TIE_OFF;
             else if (strcmp(optarg, "always") == 0)
-                aopt.tie = AUTO_TIE_ALWAYS;
+                o->autoopt.tie = AUTO_TIE_ALWAYS;
             else
                 return usage_error("--auto-tie %s: expected auto, off or always", optarg);
             break;
@@ -610,28 +559,28 @@ static int cmd_plan(int argc, char **argv, int compile)
             double v = strtod(optarg, &end);
             if (*end || end == optarg || !(v > 0 && v <= 86400))
                 return usage_error("--auto-time-limit %s: expected seconds, from 0 to 86400", optarg);
-            aopt.time_limit_s = v;
+            o->autoopt.time_limit_s = v;
             break;
         }
-        case 'o': out_dir = optarg; break;
-        case OPT_MESH: mesh_spec = optarg; break;
-        case OPT_LINK: links = optarg; break;
-        case OPT_DEVICE: device = optarg; break;
-        case OPT_SHARDINGS: shardings = optarg; break;
-        case OPT_JSON: json = 1; break;
-        case OPT_EXPLAIN: explain = optarg; break;
-        case OPT_DOT: dot = optarg; break;
+        case 'o': o->out_dir = optarg; break;
+        case OPT_MESH: o->mesh = optarg; break;
+        case OPT_LINK: o->links = optarg; break;
+        case OPT_DEVICE: o->device = optarg; break;
+        case OPT_SHARDINGS: o->shardings = optarg; break;
+        case OPT_JSON: *json = 1; break;
+        case OPT_EXPLAIN: *explain = optarg; break;
+        case OPT_DOT: *dot = optarg; break;
         case OPT_SHARD:
-            if (nshards == 256)
+            if (o->nshards == 256)
                 return usage_error("too many --shard flags (at most %s)", "256");
-            shards[nshards++] = optarg;
+            st->shards[o->nshards++] = optarg;
             break;
         case OPT_DIM:
-            if (add_dim(&opt, dims, optarg))
+            if (add_dim(&o->frontend, st->dims, optarg))
                 return EXIT_BAD_INPUT;
             break;
         case OPT_CONST:
-            if (add_const(&opt, consts, optarg))
+            if (add_const(&o->frontend, st->consts, optarg))
                 return EXIT_BAD_INPUT;
             break;
         case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -640,154 +589,87 @@ static int cmd_plan(int argc, char **argv, int compile)
     }
     if (optind != argc - 1)
         return usage_error("plan: expected exactly one MODEL%s", "");
-    if (!mesh_spec)
+    if (!o->mesh)
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
-    if (compile && !out_dir)
+    if (compile && !o->out_dir)
         return usage_error("compile: -o DIR is required%s", "");
-    if (compile && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0)
-        return usage_error("--target %s: unknown target (c, cuda)", target);
-    const char *path = argv[optind];
-    /* -o is checked before any work: it must be new or an earlier output
-     * (see codegen/output.c); "out/" is the folder "out". */
-    char out_buf[4096];
-    if (compile) {
-        size_t len = strlen(out_dir);
-        while (len > 1 && out_dir[len - 1] == '/')
-            len--;
-        if (len >= sizeof out_buf)
-            return usage_error("-o: path too long%s", "");
-        memcpy(out_buf, out_dir, len);
-        out_buf[len] = 0;
-        out_dir = out_buf;
-        Diag od;
-        diag_init(&od, NULL);
-        int bad = codegen_check_out_dir(out_dir, path, &od);
-        if (bad)
-            print_diags(&od);
-        diag_free(&od);
-        if (bad)
-            return EXIT_BAD_INPUT;
+    if (compile && strcmp(o->target, "c") != 0 && strcmp(o->target, "cuda") != 0)
+        return usage_error("--target %s: unknown target (c, cuda)", o->target);
+    o->model = argv[optind];
+    /* The command line as typed, for the generated files' front matter. */
+    snprintf(st->command_line, sizeof st->command_line, "onnx2spmd compile");
+    for (int i = 1; i < argc; i++)
+        snprintf(st->command_line + strlen(st->command_line), sizeof st->command_line - strlen(st->command_line),
+                 " %s", argv[i]);
+    o->command_line = st->command_line;
+    return -1;
+}
+
+/* The search's solve time on stderr: it varies from run to run, the plan
+ * does not. */
+static void report_auto(const Plan *p)
+{
+    const AutoReport *ar = p->auto_report;
+    fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by %s in %.3f s (%s)\n", ar->rows,
+            ar->cols, ar->solver, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
+    if (ar->tied != TIED_NOT_TRIED)
+        fprintf(stderr, "onnx2spmd: --auto: %d identical layers: the tied program and its bound took %.3f s "
+                "(tying %s)\n", ar->layers, ar->tie_s, ar->tied == TIED_EXACT ? "exact" : "not taken");
+    if (!ar->optimal)
+        fprintf(stderr, "onnx2spmd: --auto: the plan is within %.1f%% of the optimum (raise --auto-time-limit "
+                "to close the gap)\n", 100 * ar->gap);
+}
+
+/* plan and compile: the driver's stages in order, then the report. */
+static int cmd_plan(int argc, char **argv, int compile)
+{
+    DriverOptions o;
+    OptionStore st;
+    int json = 0;
+    const char *explain = NULL, *dot = NULL;
+    int rc = parse_plan_options(argc, argv, compile, &o, &st, &json, &explain, &dot);
+    if (rc >= 0) {
+        options_free(&o);
+        return rc;
     }
+    rc = EXIT_BAD_INPUT;
+    Driven r = {0};
     Diag d;
-    Graph *g = NULL;
-    Plan *p = NULL;
-    Arena arena = {0};
-    AnnotationList ann = {0};
-    Mesh mesh;
     diag_init(&d, NULL);
-    if (mesh_parse(mesh_spec, &mesh, &d))
+    if (compile && driver_check_output(&o, &r, &d))
         goto cleanup;
-    if (device && !(mesh.device = device_preset_find(device))) {
-        diag_add(&d, "--device %s: unknown device (H100, H200, A100, cpu)", device);
+    if (driver_plan(&o, &r, &d))
         goto cleanup;
-    }
-    /* CPU ranks talk through the host's shared memory unless --link says
-     * otherwise (an NVLink default would price their transfers at 450 GB/s). */
-    if (device && strcmp(mesh.device->name, "cpu") == 0)
-        for (int a = 0; a < mesh.naxes; a++)
-            mesh.axes[a].link = link_preset_find("shm");
-    if (links && mesh_links_parse(&mesh, links, &d))
-        goto cleanup;
-    /* A pipeline: the stages are planned on the other axes (and the
-     * microbatches' loop axis); world keeps the mesh as given. */
-    Mesh world = mesh;
-    if (!pipeline_axis && mesh_axis_find(&mesh, "pp") >= 0)
-        pipeline_axis = "pp";
-    if (!pipeline_axis && (microbatches > 1 || boundaries)) {
-        diag_add(&d, "%s: the mesh has no pipeline axis (name one pp, or give --pipeline-axis)",
-                 boundaries ? "--stage-boundaries" : "--microbatches");
-        goto cleanup;
-    }
-    if (pipeline_axis) {
-        if (pipeline_mesh(&world, pipeline_axis, microbatches, &mesh, &pp_axis, &d))
-            goto cleanup;
-        pipelined = 1;
-    }
-    d.context = path;
-    if (frontend_load_file(path, &opt, &g, &d))
-        goto cleanup;
-    if (annotate_add_model(&ann, &arena, g, &mesh, &d))
-        goto cleanup;
-    d.context = NULL;
-    for (int i = 0; i < nshards; i++)
-        if (annotate_add_flag(&ann, &arena, g, &mesh, shards[i], "--shard", &d))
-            goto cleanup;
-    if (shardings && annotate_add_file(&ann, &arena, g, &mesh, shardings, &d))
-        goto cleanup;
-    if (pipelined && pipeline_annotate(&ann, &arena, g, &mesh, &d))
-        goto cleanup;
-    d.context = path;
-    aopt.mem_limit = popt.mem_limit;
-    popt.cuda = strcmp(target, "cuda") == 0;
-    if (!(p = use_auto ? auto_plan_fitted(g, &mesh, &ann, aopt, &popt, shard_weights, &d)
-                       : partition_propagate(g, &mesh, &ann, &d)))
-        goto cleanup;
-    if (use_auto) {
-        /* Solve time on stderr: it varies from run to run, the plan does not. */
-        const AutoReport *ar = p->auto_report;
-        fprintf(stderr, "onnx2spmd: --auto: %d x %d integer program solved by %s in %.3f s (%s)\n", ar->rows,
-                ar->cols, ar->solver, ar->solve_s, ar->optimal ? "optimal" : "time limit: best found");
-        if (ar->tied != TIED_NOT_TRIED)
-            fprintf(stderr, "onnx2spmd: --auto: %d identical layers: the tied program and its bound took %.3f s "
-                    "(tying %s)\n", ar->layers, ar->tie_s, ar->tied == TIED_EXACT ? "exact" : "not taken");
-        if (!ar->optimal)
-            fprintf(stderr, "onnx2spmd: --auto: the plan is within %.1f%% of the optimum (raise --auto-time-limit "
-                    "to close the gap)\n", 100 * ar->gap);
-    }
-    d.context = NULL;
-    if (!use_auto && shard_weights && partition_shard_weights(p, shard_weights, &d))
-        goto cleanup;
-    if (pipelined && pipeline_build(p, &world, pp_axis, microbatches, boundaries, popt.mem_limit, &d))
-        goto cleanup;
-    if (dot && write_dot(p, dot, &d))
-        goto cleanup;
-    if (!compile && (p->program_bytes = program_bytes_max(p, &popt, &d)) < 0)
+    if (o.use_auto)
+        report_auto(r.plan);
+    if (dot && write_dot(r.plan, dot, &d))
         goto cleanup;
     if (compile) {
-        /* The command line as typed, for the generated files' front matter. */
-        char cmdline[4096] = "onnx2spmd compile";
-        for (int i = 1; i < argc; i++)
-            snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
-        int nworld = plan_world_ranks(p);
-        int64_t *ab = calloc((size_t)nworld, sizeof(int64_t)), *wb = calloc((size_t)nworld, sizeof(int64_t));
-        popt.cuda = strcmp(target, "cuda") == 0;
-        CompileOptions co = {.prog = popt, .out_dir = out_dir, .target = target, .tf32 = tf32, .cuda_arch = cuda_arch,
-                             .command_line = cmdline, .model = path,
-                             .arena_bytes = ab, .weight_bytes = wb};
-        d.context = path;
-        if (codegen_compile(p, &co, &d)) {
-            free(ab);
-            free(wb);
+        if (driver_emit(&o, &r, &d))
             goto cleanup;
-        }
-        printf("compiled %s for %s (%d ranks) into %s\n", path, mesh_spec, nworld, out_dir);
-        for (int r = 0; r < nworld; r++)
-            printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", r, (long long)ab[r], (long long)wb[r]);
-        free(ab);
-        free(wb);
-        rc = EXIT_OK;
-        goto cleanup;
-    }
-    if (explain) {
-        if (plan_print_explain(p, explain, stdout, &d))
-            goto cleanup;
-    } else if (json) {
-        plan_print_json(p, stdout);
+        printf("compiled %s for %s (%d ranks) into %s\n", o.model, o.mesh, r.nranks, r.out_dir);
+        for (int k = 0; k < r.nranks; k++)
+            printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", k, (long long)r.arena_bytes[k],
+                   (long long)r.weight_bytes[k]);
     } else {
-        plan_print_text(p, stdout);
+        if (driver_measure(&o, &r, &d))
+            goto cleanup;
+        PlanFacts facts = {.program_bytes = r.program_bytes};
+        if (explain) {
+            if (plan_print_explain(r.plan, explain, stdout, &d))
+                goto cleanup;
+        } else if (json) {
+            plan_print_json(r.plan, &facts, stdout);
+        } else {
+            plan_print_text(r.plan, &facts, stdout);
+        }
     }
     rc = EXIT_OK;
 cleanup:
     print_diags(&d);
     diag_free(&d);
-    plan_free(p);
-    graph_free(g);
-    free(ann.items);
-    arena_free(&arena);
-    for (int i = 0; i < opt.ndims; i++)
-        free((char *)dims[i].name);
-    for (int i = 0; i < opt.nconsts; i++)
-        free((char *)consts[i].name);
+    driver_free(&r);
+    options_free(&o);
     return rc;
 }
 

@@ -456,16 +456,17 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
                 program_estimate(pr0, &est);
         }
         PlanSchedule sched = {sa, wb, fw, est.compute_s, est.comm_s, est.exposed_s, est.step_s};
+        PlanFacts facts = {.sched = &sched};
         fprintf(f, "schedule: weight gathers prefetched %d node(s) ahead; all-reduces under %lld bytes fused\n",
                 pr0->prefetch_used, (long long)opt->prog.fuse_bytes);
-        plan_print_text_sched(p, &sched, f);
+        plan_print_text(p, &facts, f);
         free(sa);
         free(wb);
         free(fw);
         program_free(pr0);
         if (close_checked(f, "plan.txt", d) || !(f = open_in(tmp, "plan.json", d)))
             goto fail;
-        plan_print_json_sched(p, &sched, f);
+        plan_print_json(p, &facts, f);
     }
     if (close_checked(f, "plan.json", d))
         goto fail;

@@ -332,7 +332,6 @@ typedef struct Plan {
     int iterations;        /* propagation node visits */
     AutoReport *auto_report; /* --auto: the search's decisions, else NULL */
     struct Pipeline *pipe;   /* pipeline stages (pipeline.c), else NULL */
-    int64_t program_bytes; /* most any rank's program holds, when the driver built them; else 0 */
 } Plan;
 
 /* ---- annotate.c --------------------------------------------------------- */
@@ -534,10 +533,16 @@ typedef struct PlanSchedule {
     double compute_s, comm_s, exposed_s, step_s;
 } PlanSchedule;
 
-void plan_print_text(const Plan *p, FILE *f);
-void plan_print_text_sched(const Plan *p, const PlanSchedule *s, FILE *f);
-void plan_print_json(const Plan *p, FILE *f);
-void plan_print_json_sched(const Plan *p, const PlanSchedule *s, FILE *f);
+/* What later stages learn of a plan, for its report: rank 0's program as
+ * scheduled (codegen) and the most memory any rank's program holds (the
+ * driver's measure). Either may be absent (NULL, 0); so may the whole. */
+typedef struct PlanFacts {
+    const PlanSchedule *sched;
+    int64_t program_bytes;
+} PlanFacts;
+
+void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f);
+void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f);
 int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
 void plan_print_dot(const Plan *p, FILE *f);
 

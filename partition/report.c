@@ -224,13 +224,10 @@ static void print_pipeline(const Plan *p, FILE *f)
     }
 }
 
-void plan_print_text(const Plan *p, FILE *f)
+void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
 {
-    plan_print_text_sched(p, NULL, f);
-}
-
-void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
-{
+    const PlanSchedule *sched = x ? x->sched : NULL;
+    int64_t program_bytes = x ? x->program_bytes : 0;
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
     char a[128], b[128], c[128], o[256];
@@ -352,20 +349,17 @@ void plan_print_text_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
                 time_str(sched->comm_s, s1, sizeof s1), time_str(sched->exposed_s, s2, sizeof s2),
                 time_str(sched->comm_s - sched->exposed_s, s3, sizeof s3));
     }
-    if (p->program_bytes > 0)
+    if (program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
-                (long long)p->program_bytes);
+                (long long)program_bytes);
     if (p->pipe)
         print_pipeline(p, f);
 }
 
-void plan_print_json(const Plan *p, FILE *f)
+void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
 {
-    plan_print_json_sched(p, NULL, f);
-}
-
-void plan_print_json_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
-{
+    const PlanSchedule *sched = x ? x->sched : NULL;
+    int64_t program_bytes = x ? x->program_bytes : 0;
     const Graph *g = p->g;
     const Mesh *m = &p->mesh;
     char b[256];
@@ -454,7 +448,7 @@ void plan_print_json_sched(const Plan *p, const PlanSchedule *sched, FILE *f)
                "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
                "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld",
             p->mesh.device->name, e.compute_s, e.comm_s, e.exposed_s, e.overlapped_s, e.step_s,
-            (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)p->program_bytes);
+            (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)program_bytes);
     if (sched)
         fprintf(f, ",\n    \"as_scheduled\": {\"compute_s\": %.9g, \"communication_s\": %.9g, \"exposed_s\": %.9g, "
                    "\"overlapped_s\": %.9g, \"step_s\": %.9g}",

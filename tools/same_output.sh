@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# same_output.sh REF_BIN [NEW_BIN]: compiles every case of tests/e2e/cases.txt
-# for both targets (C and CUDA) with two compiler binaries and requires the
-# generated files to be byte-identical (weights, plan.txt, Makefile, rank
-# files; FILTER=text keeps the cases whose name holds it). For refactors that must not change the output: build the reference
-# from the commit before (git worktree + make), then run this.
+# same_output.sh REF_BIN [NEW_BIN]: plans and compiles every case of
+# tests/e2e/cases.txt (both targets) with two compiler binaries and requires
+# byte-identical results: plan's text and every generated file (weights,
+# plan.txt, Makefile, rank files). FILTER=text keeps the cases whose name
+# holds it. For refactors that must not change the output: build the
+# reference from the commit before (git worktree + make), then run this.
 set -u
 cd "$(dirname "$0")/.."
 REF=${1:?usage: same_output.sh REF_BIN [NEW_BIN]}
@@ -14,6 +15,16 @@ fail=0 n=0
 while read -r name model mesh flags; do
     case "$name" in ''|'#'*) continue;; esac
     [ -n "${FILTER:-}" ] && case "$name" in *$FILTER*) ;; *) continue;; esac
+    for side in ref new; do
+        bin=$REF; [ $side = new ] && bin=$NEW
+        # shellcheck disable=SC2086
+        "$bin" plan "tests/models/$model.onnx" --mesh "$mesh" $flags >"$OUT/$side.$name.plan" 2>&1
+        echo "exit $?" >>"$OUT/$side.$name.plan"
+    done
+    n=$((n + 1))
+    if ! cmp -s <(sed -E 's/[0-9.]+ s\b/T s/g' "$OUT/ref.$name.plan") <(sed -E 's/[0-9.]+ s\b/T s/g' "$OUT/new.$name.plan"); then
+        echo "DIFFERS $name plan"; fail=1
+    fi
     for target in c cuda; do
         for side in ref new; do
             bin=$REF; [ $side = new ] && bin=$NEW
@@ -35,5 +46,5 @@ while read -r name model mesh flags; do
         fi
     done
 done < tests/e2e/cases.txt
-[ $fail -eq 0 ] && echo "same_output: $n compiles byte-identical"
+[ $fail -eq 0 ] && echo "same_output: $n plans and compiles byte-identical"
 exit $fail

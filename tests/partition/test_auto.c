@@ -122,8 +122,8 @@ static void test_partition_auto_deterministic(void **st)
         plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", NULL, NULL, 300 * 1024);
         size_t len = 0;
         FILE *f = open_memstream(&text[k], &len);
-        plan_print_text(s.p, f);
-        plan_print_json(s.p, f);
+        plan_print_text(s.p, NULL, f);
+        plan_print_json(s.p, NULL, f);
         fclose(f);
         setup_free(&s);
     }

@@ -145,8 +145,8 @@ static void test_partition_propagate_deterministic(void **st)
         Setup s;
         plan_ok(&s, "tests/models/tiny_gpt.onnx", "dp=2,tp=2", "tests/partition/tiny_gpt_megatron.txt", NULL, -1);
         FILE *f = open_memstream(&out[k], &len[k]);
-        plan_print_json(s.p, f);
-        plan_print_text(s.p, f);
+        plan_print_json(s.p, NULL, f);
+        plan_print_text(s.p, NULL, f);
         fclose(f);
         setup_free(&s);
     }

@@ -1,0 +1,205 @@
+/* driver.c: the stages from a model file to a plan or a compiled folder.
+ *
+ * See driver.h for the order main.c calls them in. Each stage reads the
+ * options and what the stages before it left in Driven, and adds to it;
+ * every failure is a Diag and a non-zero return, and nothing is written
+ * to the output folder until driver_emit (which writes it whole or not at
+ * all, see codegen/output.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+
+int driver_check_output(const DriverOptions *o, Driven *r, Diag *d)
+{
+    /* "out/" is the folder "out". */
+    size_t len = strlen(o->out_dir);
+    while (len > 1 && o->out_dir[len - 1] == '/')
+        len--;
+    r->out_dir = arena_strndup(&r->arena, o->out_dir, len);
+    return codegen_check_out_dir(r->out_dir, o->model, d);
+}
+
+/* The most any rank's program holds (arena + weights + inputs), from the
+ * programs' own memory plan; -1 with a diagnostic if one cannot be built. */
+static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag *d)
+{
+    ProgramOptions po = *popt;
+    po.mem_limit = 0;
+    int64_t most = 0;
+    for (int r = 0; r < plan_world_ranks(p); r++) {
+        Program *pr = program_build(p, r, &po, d);
+        if (!pr)
+            return -1;
+        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+        if (total > most)
+            most = total;
+        program_free(pr);
+    }
+    return most;
+}
+
+static Plan *auto_plan(const Graph *g, const Mesh *m, const AnnotationList *ann, const AutoOptions *aopt,
+                       const char *shard_weights, Diag *d)
+{
+    Plan *p = partition_auto(g, m, ann, aopt, d);
+    if (p && shard_weights && partition_shard_weights(p, shard_weights, d)) {
+        plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* --auto under --mem-limit: the integer program bounds weights and live
+ * values; the per-rank programs also hold reshard buffers, scratch and
+ * alignment. Build every rank's program and, while one is over the limit,
+ * solve again with the limit lowered by the largest overshoot (a few
+ * rounds), so plan and compile agree on what fits. */
+static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationList *ann, AutoOptions aopt,
+                              const ProgramOptions *popt, const char *shard_weights, Diag *d)
+{
+    Plan *p = auto_plan(g, m, ann, &aopt, shard_weights, d);
+    for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
+        int64_t most = program_bytes_max(p, popt, d);
+        if (most < 0) {
+            plan_free(p);
+            return NULL;
+        }
+        int64_t over = most - popt->mem_limit;
+        if (over <= 0)
+            break;
+        /* The programs hold what the search does not model (scratch, pack
+         * buffers, alignment): leave that much room below the limit, and
+         * at least the overshoot less than last time. */
+        PlanEstimate e;
+        plan_estimate(p, &e);
+        int64_t room = popt->mem_limit - (most - e.memory_bytes);
+        aopt.mem_limit = room < aopt.mem_limit - over ? room : aopt.mem_limit - over;
+        plan_free(p);
+        if (aopt.mem_limit <= 0) {
+            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank", (long long)popt->mem_limit);
+            return NULL;
+        }
+        Diag again;
+        diag_init(&again, NULL);
+        p = auto_plan(g, m, ann, &aopt, shard_weights, &again);
+        diag_free(&again);
+        if (!p) {
+            diag_add(d, "--auto: no plan fits --mem-limit %lld bytes per rank (with the reshard buffers and "
+                     "scratch the per-rank programs need)", (long long)popt->mem_limit);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+static ProgramOptions program_options(const DriverOptions *o)
+{
+    ProgramOptions po = o->prog;
+    po.cuda = o->target && strcmp(o->target, "cuda") == 0;
+    return po;
+}
+
+int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
+{
+    Mesh mesh;
+    if (mesh_parse(o->mesh, &mesh, d))
+        return -1;
+    if (o->device && !(mesh.device = device_preset_find(o->device))) {
+        diag_add(d, "--device %s: unknown device (H100, H200, A100, cpu)", o->device);
+        return -1;
+    }
+    /* CPU ranks talk through the host's shared memory unless --link says
+     * otherwise (an NVLink default would price their transfers at 450 GB/s). */
+    if (o->device && strcmp(mesh.device->name, "cpu") == 0)
+        for (int a = 0; a < mesh.naxes; a++)
+            mesh.axes[a].link = link_preset_find("shm");
+    if (o->links && mesh_links_parse(&mesh, o->links, d))
+        return -1;
+
+    /* A pipeline: the stages are planned on the other axes (and the
+     * microbatches' loop axis); world keeps the mesh as given. */
+    Mesh world = mesh;
+    const char *pipeline_axis = o->pipeline_axis;
+    int pp_axis = -1;
+    if (!pipeline_axis && mesh_axis_find(&mesh, "pp") >= 0)
+        pipeline_axis = "pp";
+    if (!pipeline_axis && (o->microbatches > 1 || o->stage_boundaries)) {
+        diag_add(d, "%s: the mesh has no pipeline axis (name one pp, or give --pipeline-axis)",
+                 o->stage_boundaries ? "--stage-boundaries" : "--microbatches");
+        return -1;
+    }
+    if (pipeline_axis && pipeline_mesh(&world, pipeline_axis, o->microbatches, &mesh, &pp_axis, d))
+        return -1;
+
+    const char *ctx = d->context;
+    int rc = -1;
+    d->context = o->model;
+    if (frontend_load_file(o->model, &o->frontend, &r->graph, d))
+        goto out;
+    const Graph *g = r->graph;
+    if (annotate_add_model(&r->ann, &r->arena, g, &mesh, d))
+        goto out;
+    d->context = ctx;
+    for (int i = 0; i < o->nshards; i++)
+        if (annotate_add_flag(&r->ann, &r->arena, g, &mesh, o->shards[i], "--shard", d))
+            goto out;
+    if (o->shardings && annotate_add_file(&r->ann, &r->arena, g, &mesh, o->shardings, d))
+        goto out;
+    if (pipeline_axis && pipeline_annotate(&r->ann, &r->arena, g, &mesh, d))
+        goto out;
+
+    d->context = o->model;
+    ProgramOptions po = program_options(o);
+    if (o->use_auto) {
+        AutoOptions aopt = o->autoopt;
+        aopt.mem_limit = po.mem_limit;
+        r->plan = auto_plan_fitted(g, &mesh, &r->ann, aopt, &po, o->shard_weights, d);
+    } else {
+        r->plan = partition_propagate(g, &mesh, &r->ann, d);
+    }
+    if (!r->plan)
+        goto out;
+    d->context = ctx;
+    if (!o->use_auto && o->shard_weights && partition_shard_weights(r->plan, o->shard_weights, d))
+        goto out;
+    if (pipeline_axis && pipeline_build(r->plan, &world, pp_axis, o->microbatches, o->stage_boundaries,
+                                        po.mem_limit, d))
+        goto out;
+    r->nranks = plan_world_ranks(r->plan);
+    rc = 0;
+out:
+    d->context = ctx;
+    return rc;
+}
+
+int driver_measure(const DriverOptions *o, Driven *r, Diag *d)
+{
+    ProgramOptions po = program_options(o);
+    r->program_bytes = program_bytes_max(r->plan, &po, d);
+    return r->program_bytes < 0 ? -1 : 0;
+}
+
+int driver_emit(const DriverOptions *o, Driven *r, Diag *d)
+{
+    r->arena_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
+    r->weight_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
+    CompileOptions co = {.prog = program_options(o), .out_dir = r->out_dir, .target = o->target,
+                         .tf32 = o->tf32, .cuda_arch = o->cuda_arch, .command_line = o->command_line,
+                         .model = o->model, .arena_bytes = r->arena_bytes, .weight_bytes = r->weight_bytes};
+    const char *ctx = d->context;
+    d->context = o->model;
+    int rc = codegen_compile(r->plan, &co, d);
+    d->context = ctx;
+    return rc;
+}
+
+void driver_free(Driven *r)
+{
+    plan_free(r->plan);
+    graph_free(r->graph);
+    free(r->ann.items);
+    arena_free(&r->arena);
+    memset(r, 0, sizeof *r);
+}
