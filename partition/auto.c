@@ -6,9 +6,9 @@
  *    shardable factors (or to none) when the product of the axes a factor
  *    gets divides it; strategies some tensor could not hold (rules.c's
  *    representability) are dropped, and so are duplicates. A strategy fixes
- *    the layout of every operand and result, and its compute time: the
- *    roofline max(FLOPs / peak, bytes / memory bandwidth) of the device
- *    preset on the local shard.
+ *    the layout of every operand and result, and its compute time (cost.c:
+ *    the roofline max(FLOPs / peak, bytes / memory bandwidth) of the device
+ *    preset on the local shard).
  * 2. Choices. Each node is one choice among its strategies. A weight or
  *    input read by one operand only takes the layout that operand needs
  *    (stored that way, no reshard); one read by several operands is a
@@ -198,53 +198,6 @@ static double reshard_cost_buf(Search *s, const Tensor *t, const Sharding *src, 
 static double reshard_cost(Search *s, const Tensor *t, const Sharding *src, const Sharding *dst)
 {
     return reshard_cost_buf(s, t, src, dst, NULL, NULL);
-}
-
-/* Does the op contract its reduction factors with multiply-adds (so its
- * FLOPs are twice its iteration space), rather than move or map values? */
-static int op_is_contraction(OpKind op)
-{
-    switch (op) {
-    case OP_MATMUL: case OP_GEMM: case OP_CONV: case OP_CONV_TRANSPOSE: case OP_EINSUM: case OP_ATTENTION:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* Roofline time of node n on its local shard under factor sharding fn/fa. */
-double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
-                         const unsigned char (*fa)[MESH_MAX_AXES])
-{
-    const Mesh *m = &p->mesh;
-    double flops = 0, bytes = 0;
-    if (op_is_contraction(n->op)) {
-        flops = 2;
-        for (int f = 0; f < r->nfactors; f++) {
-            double split = 1;
-            for (int k = 0; k < fn[f]; k++)
-                split *= m->axes[fa[f][k]].size;
-            flops *= (double)r->size[f] / split;
-        }
-    }
-    for (int t = 0; t < r->ntensors; t++) {
-        const Tensor *tt = r->tensors[t];
-        if (!tt || tt->rank < 0)
-            continue;
-        Sharding s;
-        rule_project(r, t, fn, fa, m, &s);
-        double b = (double)sharding_local_bytes(&s, m, tt);
-        if (t >= n->ninputs && !op_is_contraction(n->op))
-            flops += b / (double)dtype_size(tt->dtype);
-        /* A gather reads the rows it picks, not its whole table. */
-        if (n->op == OP_GATHER && t == 0)
-            continue;
-        bytes += b;
-    }
-    if (n->op == OP_GATHER && n->noutputs)
-        bytes += bytes; /* the picked rows: as many bytes as the result */
-    double tc = flops / m->device->flops, tm = bytes / m->device->mem_Bps;
-    return tc > tm ? tc : tm;
 }
 
 /* Number of operand slots reading t over the whole graph. */

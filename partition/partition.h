@@ -8,7 +8,8 @@
  * Sections: mesh.c (mesh, link and device presets, rank groups),
  * sharding.c (specs, text form, local shapes), rules.c (per-op factor
  * rules), annotate.c (--shard, --shardings files, ONNX sharding specs),
- * propagate.c (fixed-point propagation and requirement lowering),
+ * cost.c (the roofline node cost model), propagate.c (fixed-point
+ * propagation and requirement lowering), auto.c (the --auto search),
  * reshard.c (layout-to-layout collective sequences), report.c (plan
  * tables, JSON, --explain, Graphviz).
  */
@@ -353,6 +354,15 @@ int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m
 /* The model's own ONNX sharding specs (NodeProto.device_configurations). */
 int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, Diag *d);
 
+/* ---- cost.c: the node cost model ----------------------------------------- */
+
+/* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
+double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
+                         const unsigned char (*fa)[MESH_MAX_AXES]);
+/* Node n's compute time under the strategy its plan chose (plan_node_seconds
+ * with the node's own rule and factor axes). */
+double plan_node_planned_seconds(const Plan *p, const Node *n);
+
 /* ---- propagate.c -------------------------------------------------------- */
 
 /* Runs propagation to a fixed point and lowers every requirement to
@@ -403,9 +413,6 @@ typedef struct AutoOptions {
  * annotations in ann are hard constraints. NULL with a diagnostic when
  * nothing fits or an annotation cannot hold. */
 Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, const AutoOptions *opt, Diag *d);
-/* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
-double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
-                         const unsigned char (*fa)[MESH_MAX_AXES]);
 
 /* ---- cbc.c: COIN-OR CBC's C API, loaded at run time ---------------------- */
 
@@ -520,9 +527,6 @@ typedef struct PlanEstimate {
 } PlanEstimate;
 
 void plan_estimate(const Plan *p, PlanEstimate *e);
-/* Node n's compute time under the strategy its plan chose (plan_node_seconds
- * with the node's own rule and factor axes). */
-double plan_node_planned_seconds(const Plan *p, const Node *n);
 /* Where each reshard starts and is waited on (from the program schedule):
  * node names, NULL meaning the start of forward() or the outputs. */
 typedef struct PlanSchedule {
