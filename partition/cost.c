@@ -8,7 +8,7 @@
  * at their local size (a Gather reads the rows it picks, not its table).
  *
  * Everything that costs a plan calls this file: the --auto search
- * (auto.c) for each strategy, propagation's conflict resolution,
+ * (auto_strategy.c) for each strategy, propagation's conflict resolution,
  * estimate.c's schedule simulation, pipeline.c's stage cuts and codegen's
  * program estimate. It depends on nothing above sharding and rules.
  */

@@ -13,7 +13,7 @@
  * Memory: the local bytes of every weight, plus the peak over the steps of
  * the values live there (from their producer to their last reader) and the
  * buffers of the reshards the step reads (every step's result; at the last
- * step, the reduced graph outputs), as auto.c's memory rows count them.
+ * step, the reduced graph outputs), as auto_ilp.c's memory rows count them.
  * Graph inputs count as live values. Pack buffers, scratch and alignment
  * are not counted; the per-rank programs report their exact arena.
  */

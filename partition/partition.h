@@ -9,7 +9,7 @@
  * sharding.c (specs, text form, local shapes), rules.c (per-op factor
  * rules), annotate.c (--shard, --shardings files, ONNX sharding specs),
  * cost.c (the roofline node cost model), propagate.c (fixed-point
- * propagation and requirement lowering), auto.c (the --auto search),
+ * propagation and requirement lowering), auto*.c (the --auto search),
  * reshard.c (layout-to-layout collective sequences), report.c (plan
  * tables, JSON, --explain, Graphviz).
  */
@@ -291,7 +291,7 @@ typedef struct AutoNodeInfo {
     unsigned char alt_fa[AUTO_ALTS][RULE_MAX_FACTORS][MESH_MAX_AXES];
 } AutoNodeInfo;
 
-/* Repeated layers in --auto (auto.c): solved once when the tied
+/* Repeated layers in --auto (auto_tie.c): solved once when the tied
  * program's optimum meets its relaxation's bound. */
 typedef enum TiedStatus {
     TIED_NOT_TRIED = 0, /* no layers, too few, or --auto-tie off */
@@ -308,7 +308,7 @@ typedef struct AutoReport {
     double gap;                     /* then: relative gap to the best bound */
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
     double best_s;                  /* the fastest plan's (the first pass) */
-    int bytes_pass;                 /* the fewest-bytes pass (auto.c): 0 not run, 1 took its plan,
+    int bytes_pass;                 /* the fewest-bytes pass (auto_ilp.c): 0 not run, 1 took its plan,
                                        2 found none better, -1 ran out of time */
     int layers, layer_choices;      /* identical layers found (0: none) and the choices in each */
     int tied;                       /* TiedStatus: were they solved once? */
@@ -393,7 +393,7 @@ void plan_free(Plan *p);
 /* Sets every tensor dim's split_unit from the plan's rules (units.c). */
 void partition_split_units(const Plan *p);
 
-/* ---- auto.c ------------------------------------------------------------ */
+/* ---- auto.c (auto_strategy.c, auto_ilp.c, auto_tie.c) -------------------- */
 
 typedef enum AutoTie {
     AUTO_TIE_AUTO = 0,  /* from AUTO_TIE_MIN_LAYERS layers up */
