@@ -155,10 +155,13 @@ static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, MipResult *re
     MipProblem mp = {.nrows = nr, .ncols = nc};
     int *start = auto_alloc(s, (size_t)nc + 1, sizeof(int)), *index = auto_alloc(s, (size_t)nz + 1, sizeof(int));
     int *ind = auto_alloc(s, (size_t)nr + 1, sizeof(int));
-    double *value = auto_alloc(s, (size_t)nz + 1, sizeof(double)), *val = auto_alloc(s, (size_t)nr + 1, sizeof(double));
-    double *collb = auto_alloc(s, (size_t)nc + 1, sizeof(double)), *colub = auto_alloc(s, (size_t)nc + 1, sizeof(double));
+    double *value = auto_alloc(s, (size_t)nz + 1, sizeof(double));
+    double *val = auto_alloc(s, (size_t)nr + 1, sizeof(double));
+    double *collb = auto_alloc(s, (size_t)nc + 1, sizeof(double));
+    double *colub = auto_alloc(s, (size_t)nc + 1, sizeof(double));
     double *obj = auto_alloc(s, (size_t)nc + 1, sizeof(double));
-    double *rowlb = auto_alloc(s, (size_t)nr + 1, sizeof(double)), *rowub = auto_alloc(s, (size_t)nr + 1, sizeof(double));
+    double *rowlb = auto_alloc(s, (size_t)nr + 1, sizeof(double));
+    double *rowub = auto_alloc(s, (size_t)nr + 1, sizeof(double));
     char *is_int = auto_alloc(s, (size_t)nc + 1, 1);
     int k = 0;
     for (int j = 0; j < nc; j++) {
@@ -425,7 +428,8 @@ void ilp_build(Search *s, const Tie *tie, int64_t mem_limit, Ilp *pr)
          * set at step i is contained in step j's when every value live at
          * i is live at j; a sweep keeps step i unless its set grows by step
          * i+1 (then i+1 dominates) or shrank since i-1 without a birth. */
-        int *born_at = auto_alloc(s, (size_t)nn + 1, sizeof(int)), *dies_after = auto_alloc(s, (size_t)nn + 2, sizeof(int));
+        int *born_at = auto_alloc(s, (size_t)nn + 1, sizeof(int));
+        int *dies_after = auto_alloc(s, (size_t)nn + 2, sizeof(int));
         char *keep = auto_alloc(s, (size_t)nn + 1, 1);
         for (int ni = 0; ni < nn; ni++)
             for (int k = 0; k < g->nodes[ni]->noutputs; k++) {

@@ -7,8 +7,8 @@
  * driver: partition_auto, from the solution to a plan). A Search holds the
  * state of one run; every array it owns comes from its arena and goes
  * with it, so nothing here is freed one object at a time. Only the GLPK
- * problem object and the solvers' malloc'd solutions (MipResult.x) live
- * outside it, released by the function that made them.
+ * problem object lives outside it (ilp_free releases it), and CBC's
+ * malloc'd solution until solve_cbc has copied it in.
  */
 #ifndef ONNX2SPMD_AUTO_INTERNAL_H
 #define ONNX2SPMD_AUTO_INTERNAL_H
@@ -136,8 +136,8 @@ int auto_group_options(const Search *s, const Edge *e, int consumer, int *group,
 
 /* ---- auto_ilp.c --------------------------------------------------------- */
 
-/* The integer program (Ilp; not codegen's per-rank Program) built from the choices and edges, with what the
- * second pass needs of it. */
+/* The integer program (Ilp; codegen's Program is the per-rank program)
+ * built from the choices and edges, with what the second pass needs of it. */
 typedef struct Ilp {
     glp_prob *lp;
     double *obj, *sent; /* per column (1-based): microseconds, MB */
