@@ -1,6 +1,6 @@
 /* estimate.c: what the cost model says a plan costs, per rank.
  *
- * Compute: every node's roofline time on its local shard (auto.c's
+ * Compute: every node's roofline time on its local shard (cost.c's
  * plan_node_seconds). Communication: every reshard's time under the link
  * model. The two meet in a simulation of the rank's schedule on two
  * streams, as the generated programs run it: nodes in order on the compute
@@ -13,7 +13,7 @@
  * Memory: the local bytes of every weight, plus the peak over the steps of
  * the values live there (from their producer to their last reader) and the
  * buffers of the reshards the step reads (every step's result; at the last
- * step, the reduced graph outputs), as auto.c's memory rows count them.
+ * step, the reduced graph outputs), as auto_ilp.c's memory rows count them.
  * Graph inputs count as live values. Pack buffers, scratch and alignment
  * are not counted; the per-rank programs report their exact arena.
  */
@@ -28,12 +28,6 @@ static int64_t reshard_buf_bytes(const Plan *p, int r)
     for (int i = 0; r >= 0 && i < p->reshards[r].r.nsteps; i++)
         b += sharding_local_bytes(&p->reshards[r].r.steps[i].after, &p->mesh, p->reshards[r].tensor);
     return b;
-}
-
-double plan_node_planned_seconds(const Plan *p, const Node *n)
-{
-    const NodePlan *np = &p->nodes[n->id];
-    return plan_node_seconds(p, n, &np->rule, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
 }
 
 void plan_estimate(const Plan *p, PlanEstimate *e)

@@ -8,7 +8,8 @@
  * Sections: mesh.c (mesh, link and device presets, rank groups),
  * sharding.c (specs, text form, local shapes), rules.c (per-op factor
  * rules), annotate.c (--shard, --shardings files, ONNX sharding specs),
- * propagate.c (fixed-point propagation and requirement lowering),
+ * cost.c (the roofline node cost model), propagate.c (fixed-point
+ * propagation and requirement lowering), auto*.c (the --auto search),
  * reshard.c (layout-to-layout collective sequences), report.c (plan
  * tables, JSON, --explain, Graphviz).
  */
@@ -290,7 +291,7 @@ typedef struct AutoNodeInfo {
     unsigned char alt_fa[AUTO_ALTS][RULE_MAX_FACTORS][MESH_MAX_AXES];
 } AutoNodeInfo;
 
-/* Repeated layers in --auto (auto.c): solved once when the tied
+/* Repeated layers in --auto (auto_tie.c): solved once when the tied
  * program's optimum meets its relaxation's bound. */
 typedef enum TiedStatus {
     TIED_NOT_TRIED = 0, /* no layers, too few, or --auto-tie off */
@@ -307,7 +308,7 @@ typedef struct AutoReport {
     double gap;                     /* then: relative gap to the best bound */
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
     double best_s;                  /* the fastest plan's (the first pass) */
-    int bytes_pass;                 /* the fewest-bytes pass (auto.c): 0 not run, 1 took its plan,
+    int bytes_pass;                 /* the fewest-bytes pass (auto_ilp.c): 0 not run, 1 took its plan,
                                        2 found none better, -1 ran out of time */
     int layers, layer_choices;      /* identical layers found (0: none) and the choices in each */
     int tied;                       /* TiedStatus: were they solved once? */
@@ -352,6 +353,15 @@ int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m
 /* The model's own ONNX sharding specs (NodeProto.device_configurations). */
 int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, Diag *d);
 
+/* ---- cost.c: the node cost model ----------------------------------------- */
+
+/* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
+double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
+                         const unsigned char (*fa)[MESH_MAX_AXES]);
+/* Node n's compute time under the strategy its plan chose (plan_node_seconds
+ * with the node's own rule and factor axes). */
+double plan_node_planned_seconds(const Plan *p, const Node *n);
+
 /* ---- propagate.c -------------------------------------------------------- */
 
 /* Runs propagation to a fixed point and lowers every requirement to
@@ -382,7 +392,7 @@ void plan_free(Plan *p);
 /* Sets every tensor dim's split_unit from the plan's rules (units.c). */
 void partition_split_units(const Plan *p);
 
-/* ---- auto.c ------------------------------------------------------------ */
+/* ---- auto.c (auto_strategy.c, auto_ilp.c, auto_tie.c) -------------------- */
 
 typedef enum AutoTie {
     AUTO_TIE_AUTO = 0,  /* from AUTO_TIE_MIN_LAYERS layers up */
@@ -402,9 +412,6 @@ typedef struct AutoOptions {
  * annotations in ann are hard constraints. NULL with a diagnostic when
  * nothing fits or an annotation cannot hold. */
 Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, const AutoOptions *opt, Diag *d);
-/* Roofline seconds of node n on its local shard under factor sharding fn/fa. */
-double plan_node_seconds(const Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
-                         const unsigned char (*fa)[MESH_MAX_AXES]);
 
 /* ---- cbc.c: COIN-OR CBC's C API, loaded at run time ---------------------- */
 
@@ -519,9 +526,6 @@ typedef struct PlanEstimate {
 } PlanEstimate;
 
 void plan_estimate(const Plan *p, PlanEstimate *e);
-/* Node n's compute time under the strategy its plan chose (plan_node_seconds
- * with the node's own rule and factor axes). */
-double plan_node_planned_seconds(const Plan *p, const Node *n);
 /* Where each reshard starts and is waited on (from the program schedule):
  * node names, NULL meaning the start of forward() or the outputs. */
 typedef struct PlanSchedule {
