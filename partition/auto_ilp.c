@@ -13,7 +13,7 @@
  * The program is solved exactly under a time limit: by COIN-OR CBC through
  * its C API when libCbcSolver loads (cbc.c), else by GLPK's dual simplex
  * and branch and cut. A second pass trades among near-fastest plans for the
- * fewest bytes sent. The type is Ilp (codegen's Ilp is the per-rank
+ * fewest bytes sent. The type is Ilp (codegen's Program is the per-rank
  * program); its arrays live in the search's arena, the GLPK problem object
  * is released by ilp_free.
  */
