@@ -54,6 +54,8 @@ CASES = [
      "Megatron attention, 4 heads on tp=4"),
     ("heads_tp8", "attention", "tp=8", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]"],
      "fewer heads (4) than tp (8)"),
+    ("pinned_w2", "mlp", "tp=2", ["W1=[_,tp]", "W2=[_,_]"],
+     "a column-split W1 before a W2 pinned replicated: gather a, or slice W2 and reduce o"),
     ("uneven", "mlp", "tp=3", ["h=[_,tp]"],
      "a dim (256) its axis (3) does not divide"),
 ]
