@@ -176,6 +176,9 @@ int64_t rule_factor_unit(const FactorRule *r, int f);
 int rule_factor_can_pad(const FactorRule *r, int f);
 /* May factor f be split over these mesh axes (evenly, or padded)? */
 int rule_factor_fits(const FactorRule *r, int f, const Mesh *m, const unsigned char *axes, int naxes);
+/* Tensor t's layout (partial not set) under factor shardings fn/fa. */
+void rule_project(const FactorRule *r, int t, const unsigned char *fn,
+                  const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m, Sharding *out);
 
 /* ---- plan --------------------------------------------------------------- */
 
@@ -374,9 +377,6 @@ Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *a
 Plan *plan_new(const Graph *g, const Mesh *m);
 int plan_build_rules(Plan *p, Diag *d);
 int plan_lower(Plan *p, int keep_factors, Diag *d);
-/* Tensor t's layout (partial not set) under factor shardings fn/fa. */
-void rule_project(const FactorRule *r, int t, const unsigned char *fn,
-                  const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m, Sharding *out);
 int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
                        const unsigned char (*fa)[MESH_MAX_AXES]);
 /* The mesh axes the split reduction factors use: the node's results are

@@ -72,28 +72,6 @@ static void dim_to_factors(const Mesh *m, const FactorRule *r, const DimFactors 
     }
 }
 
-/* Projects factor shardings onto tensor t of the rule. */
-void rule_project(const FactorRule *r, int t, const unsigned char *fn,
-                              const unsigned char (*fa)[MESH_MAX_AXES], const Mesh *m,
-                              Sharding *out)
-{
-    const Tensor *tt = r->tensors[t];
-    sharding_replicated(out, tt->rank);
-    for (int i = 0; i < tt->rank; i++) {
-        const DimFactors *df = &r->dims[t][i];
-        for (int fi = 0; fi < df->n; fi++) {
-            int f = df->f[fi];
-            int64_t prod = 1;
-            for (int k = 0; k < fn[f]; k++) {
-                out->axes[i][out->naxes[i]++] = fa[f][k];
-                prod *= m->axes[fa[f][k]].size;
-            }
-            if (prod != r->size[f])
-                break;
-        }
-    }
-}
-
 static int cand_equal(const Candidate *a, const Candidate *b)
 {
     return a->n == b->n && memcmp(a->axes, b->axes, a->n) == 0;
