@@ -304,6 +304,21 @@ static MatView mat_view(const EmitCtx *c, int k)
     return v;
 }
 
+/* One batch dim of a per-batch GEMM loop: rem counts down the output's
+ * batch index, ao and bo step by each operand's stride. A dim of 1
+ * contributes nothing and a zero stride adds nothing, so neither is
+ * written. */
+static void emit_batch_offsets(const EmitCtx *c, int64_t dim, int64_t sa, int64_t sb)
+{
+    if (dim == 1)
+        return;
+    if (sa)
+        fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n", (long long)dim, (long long)sa);
+    if (sb)
+        fprintf(c->f, "        bo += (rem %% %lld) * %lld;\n", (long long)dim, (long long)sb);
+    fprintf(c->f, "        rem /= %lld;\n", (long long)dim);
+}
+
 /* A MatMul with an operand read in place through its Transpose. */
 static int emit_matmul_view(const EmitCtx *c)
 {
@@ -320,14 +335,16 @@ static int emit_matmul_view(const EmitCtx *c)
     }
     if (b.buf->rank == 2 && r > 2) {
         /* A shared right operand: the batch folds into M (A is contiguous). */
-        fprintf(c->f, "    k_matmul_view_f32(%s, %s, 0, %lld, %s, %d, %lld, %lld, %lld, %lld);\n", y->name, a.buf->name,
+        fprintf(c->f, "    k_matmul_view_f32(%s, %s, 0, %lld, %s, %d, %lld, %lld, %lld, %lld); /* lda, ldb, M, K, N */\n",
+                y->name, a.buf->name,
                 (long long)k, b.buf->name, b.trans, (long long)b.ld, (long long)(emit_prod(y->dims, 0, r - 1)),
                 (long long)k, (long long)n);
         return 0;
     }
     int64_t batch = emit_prod(y->dims, 0, r - 2);
     if (batch == 1) {
-        fprintf(c->f, "    k_matmul_view_f32(%s, %s, %d, %lld, %s, %d, %lld, %lld, %lld, %lld);\n", y->name, a.buf->name,
+        fprintf(c->f, "    k_matmul_view_f32(%s, %s, %d, %lld, %s, %d, %lld, %lld, %lld, %lld); /* lda, ldb, M, K, N */\n",
+                y->name, a.buf->name,
                 a.trans, (long long)a.ld, b.buf->name, b.trans, (long long)b.ld, (long long)m, (long long)k,
                 (long long)n);
         return 0;
@@ -336,10 +353,9 @@ static int emit_matmul_view(const EmitCtx *c)
     fprintf(c->f, "    for (int64_t bi = 0; bi < %lld; bi++) {\n        int64_t rem = bi, ao = 0, bo = 0;\n",
             (long long)batch);
     for (int i = r - 3; i >= 0; i--)
-        fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n        bo += (rem %% %lld) * %lld;\n        rem /= %lld;\n",
-                (long long)y->dims[i], (long long)a.st[i], (long long)y->dims[i], (long long)b.st[i],
-                (long long)y->dims[i]);
-    fprintf(c->f, "        k_matmul_view_f32(%s + bi * %lld, %s + ao, %d, %lld, %s + bo, %d, %lld, %lld, %lld, %lld);\n    }\n",
+        emit_batch_offsets(c, y->dims[i], a.st[i], b.st[i]);
+    fprintf(c->f, "        k_matmul_view_f32(%s + bi * %lld, %s + ao, %d, %lld, %s + bo, %d, %lld, %lld, %lld, %lld); "
+                  "/* lda, ldb, M, K, N */\n    }\n",
             y->name, (long long)(m * n), a.buf->name, a.trans, (long long)a.ld, b.buf->name, b.trans, (long long)b.ld,
             (long long)m, (long long)k, (long long)n);
     return 0;
@@ -351,7 +367,8 @@ static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a,
                              int acc)
 {
     const struct PackedWeight *pw = &c->pr->packs[c->pr->packed_b[c->n->id]];
-    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %s, %lld, %lld, %lld, %d, %d);\n", y->name, a->name, b->name,
+    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %s, %lld, %lld, %lld, %d, %d); /* M, K, N, transB, accumulate */\n",
+            y->name, a->name, b->name,
             b->name + 1, bias ? bias->name : "NULL", (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k,
             (long long)pw->n, pw->trans, acc);
 }
@@ -389,12 +406,15 @@ int emit_matmul(const EmitCtx *c, Diag *d)
     const char *sfx = y->dtype == DT_F32 ? "f32" : y->dtype == DT_F16 ? "f16" : y->dtype == DT_BF16 ? "bf16" : "i64";
     if (aregular && ab == batch && bb == 1 && a->rank > 1) {
         /* A shared right operand: fold the batch into M, one GEMM. */
-        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, 1, %lld, %lld, %lld, 0, 0);\n", sfx, y->name, a->name, b->name,
+        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, 1, %lld, %lld, %lld, 0, 0); /* batch, M, K, N */\n", sfx, y->name,
+                a->name, b->name,
                 (long long)(batch * m), (long long)k, (long long)n);
         return 0;
     }
     if (aregular && bregular) {
-        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld);\n", sfx, y->name, a->name, b->name,
+        fprintf(c->f, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld); "
+                      "/* batch, M, K, N, A's and B's batch strides */\n",
+                sfx, y->name, a->name, b->name,
                 (long long)batch, (long long)m, (long long)k, (long long)n, (long long)aoff, (long long)boff);
         return 0;
     }
@@ -407,10 +427,10 @@ int emit_matmul(const EmitCtx *c, Diag *d)
             sa = emit_prod(a->dims, ja + 1, a->rank);
         if (jb >= 0 && b->dims[jb] != 1)
             sb = emit_prod(b->dims, jb + 1, b->rank);
-        fprintf(c->f, "        ao += (rem %% %lld) * %lld;\n        bo += (rem %% %lld) * %lld;\n        rem /= %lld;\n",
-                (long long)y->dims[i], (long long)sa, (long long)y->dims[i], (long long)sb, (long long)y->dims[i]);
+        emit_batch_offsets(c, y->dims[i], sa, sb);
     }
-    fprintf(c->f, "        k_matmul_%s(%s + bi * %lld, %s + ao, %s + bo, 1, %lld, %lld, %lld, 0, 0);\n    }\n", sfx, y->name,
+    fprintf(c->f, "        k_matmul_%s(%s + bi * %lld, %s + ao, %s + bo, 1, %lld, %lld, %lld, 0, 0); /* M, K, N */\n    }\n",
+            sfx, y->name,
             (long long)(m * n), a->name, b->name, (long long)m, (long long)k, (long long)n);
     return 0;
 }
@@ -445,7 +465,9 @@ int emit_gemm(const EmitCtx *c, Diag *d)
         emit_packed_gemm(c, y, a, b, NULL, cc && !skip);
         return 0;
     }
-    fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld);%s\n", y->name,
+    fprintf(c->f, "    k_gemm_f32(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s, %lld, %lld); "
+                  "/* M, N, K, transA, transB, alpha, beta, C's strides */%s\n",
+            y->name,
             a->name, b->name, cc && !skip ? cc->name : "NULL", (long long)y->dims[0], (long long)y->dims[1],
             (long long)k, ta, tb, emit_cf(node_attr_float(c->n, "alpha", 1.0f), al), emit_cf(node_attr_float(c->n, "beta", 1.0f), be),
             (long long)crs, (long long)ccs, skip ? " /* C is added by coordinate 0 of the partial axes */" : "");
@@ -462,7 +484,7 @@ int emit_softmax(const EmitCtx *c, Diag *d)
     (void)d;
     const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     int ax = emit_norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
-    fprintf(c->f, "    k_softmax_f32(%s, %s, %lld, %lld, %lld);\n", y->name, x->name, (long long)emit_prod(x->dims, 0, ax),
+    fprintf(c->f, "    k_softmax_f32(%s, %s, %lld, %lld, %lld); /* outer, n, inner */\n", y->name, x->name, (long long)emit_prod(x->dims, 0, ax),
             (long long)x->dims[ax], (long long)emit_prod(x->dims, ax + 1, x->rank));
     return 0;
 }
@@ -474,7 +496,9 @@ int emit_layernorm(const EmitCtx *c, Diag *d)
     const Buffer *mo = emit_out(c, 1), *io = emit_out(c, 2);
     int ax = emit_norm_axis(node_attr_int(c->n, "axis", -1), x->rank);
     char eps[48];
-    fprintf(c->f, "    k_layernorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s);\n", y->name,
+    fprintf(c->f, "    k_layernorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s); "
+                  "/* rows, n, scale and bias lengths, epsilon */\n",
+            y->name,
             mo ? mo->name : "NULL", io ? io->name : "NULL", x->name, s->name, b ? b->name : "NULL",
             (long long)emit_prod(x->dims, 0, ax), (long long)emit_prod(x->dims, ax, x->rank), (long long)(s->bytes / 4),
             (long long)(b ? b->bytes / 4 : 1), emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
@@ -655,7 +679,8 @@ int emit_conv(const EmitCtx *c, Diag *d)
         kernel[0] = w->dims[2];
     spatial2(c, x, y, kernel, p);
     int skip = b && emit_skip_bias(c);
-    fprintf(c->f, "    k_conv2d_f32(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+    fprintf(c->f, "    /* N, C, H, W, M, kernel h w, output h w, stride h w, dilation h w, pads h w, group, im2col scratch */\n"
+                  "    k_conv2d_f32(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
                   "%lld, %lld, %lld, %lld, %lld, %s);\n",
             y->name, x->name, w->name, b && !skip ? b->name : "NULL", (long long)x->dims[0], (long long)x->dims[1],
             (long long)p[0], (long long)p[1], (long long)y->dims[1], (long long)p[2], (long long)p[3], (long long)p[4],
@@ -678,7 +703,9 @@ int emit_maxpool(const EmitCtx *c, Diag *d)
     const Tensor *xt = c->n->inputs[0];
     int64_t n_off = program_group_key(c->pr, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
     int64_t c_off = program_group_key(c->pr, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
-    fprintf(c->f, "    k_maxpool2d_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+    fprintf(c->f, "    /* N, C, H, W, kernel h w, output h w, stride h w, dilation h w, pads h w, this shard's N and C "
+                  "offsets, global C */\n"
+                  "    k_maxpool2d_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
                   "%lld, %lld, %lld, %lld, %lld, %lld);\n",
             y->name, ind ? ind->name : "NULL", x->name, (long long)x->dims[0], (long long)x->dims[1], (long long)p[0],
             (long long)p[1], (long long)p[2], (long long)p[3], (long long)p[4], (long long)p[5], (long long)p[6],
@@ -698,7 +725,7 @@ int emit_global_avgpool(const EmitCtx *c, Diag *d)
 {
     (void)d;
     const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
-    fprintf(c->f, "    k_global_avgpool_f32(%s, %s, %lld, %lld);\n", y->name, x->name,
+    fprintf(c->f, "    k_global_avgpool_f32(%s, %s, %lld, %lld); /* N * C, spatial */\n", y->name, x->name,
             (long long)(x->dims[0] * x->dims[1]), (long long)emit_prod(x->dims, 2, x->rank));
     return 0;
 }
@@ -708,7 +735,8 @@ int emit_batchnorm(const EmitCtx *c, Diag *d)
     (void)d;
     const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     char eps[48];
-    fprintf(c->f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s);\n", y->name, x->name,
+    fprintf(c->f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s); /* N, C, spatial, epsilon */\n",
+            y->name, x->name,
             emit_in(c, 1)->name, emit_in(c, 2)->name, emit_in(c, 3)->name, emit_in(c, 4)->name,
             (long long)x->dims[0], (long long)x->dims[1], (long long)emit_prod(x->dims, 2, x->rank),
             emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
