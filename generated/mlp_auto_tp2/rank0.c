@@ -2811,7 +2811,7 @@ static void forward(void)
     /* node "fc1" (MatMul)
      *   h: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(0);
-    k_matmul_f32(B_h, I_x, W_W1, 1, 8, 64, 128, 0, 0);
+    k_matmul_f32(B_h, I_x, W_W1, 1, 8, 64, 128, 0, 0); /* batch, M, K, N */
 
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
@@ -2837,7 +2837,7 @@ static void forward(void)
     /* node "fc2" (MatMul)
      *   o: local [8, 32] of [8, 64], [_,tp] */
     rt_enter(2);
-    k_matmul_f32(B_o, B_a_r0_s0, W_W2, 1, 8, 256, 32, 0, 0);
+    k_matmul_f32(B_o, B_a_r0_s0, W_W2, 1, 8, 256, 32, 0, 0); /* batch, M, K, N */
 
     /* node "bias2" (Add)
      *   y: local [8, 32] of [8, 64], [_,tp] */

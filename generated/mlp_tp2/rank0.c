@@ -2815,7 +2815,7 @@ static void forward(void)
     /* node "fc1" (MatMul)
      *   h: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(0);
-    k_matmul_packed_f32(B_h, I_x, W_W1, P_W1, NULL, 8, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_h, I_x, W_W1, P_W1, NULL, 8, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
@@ -2825,7 +2825,7 @@ static void forward(void)
     /* node "fc2" (MatMul)
      *   o: local [8, 64] of [8, 64], [_,_] partial(tp) */
     rt_enter(2);
-    k_matmul_packed_f32(B_o, B_a, W_W2, P_W2, NULL, 8, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_o, B_a, W_W2, P_W2, NULL, 8, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 0 of o: partial sum feeds Add "bias2", which is not linear in it; reduce first */
     rt_node = "fc2";

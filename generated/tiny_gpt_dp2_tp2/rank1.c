@@ -2993,13 +2993,13 @@ static void forward(void)
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(3);
-    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, W_l0_ln1_g, W_l0_ln1_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, W_l0_ln1_g, W_l0_ln1_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(4);
     /* with node "l0_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3015,7 +3015,7 @@ static void forward(void)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(7);
     /* with node "l0_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3031,7 +3031,7 @@ static void forward(void)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(10);
     /* with node "l0_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3053,10 +3053,7 @@ static void forward(void)
         ao += (rem % 2) * 16;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l0_qk_scale" (Mul)
@@ -3078,7 +3075,7 @@ static void forward(void)
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(16);
-    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -3089,10 +3086,7 @@ static void forward(void)
         ao += (rem % 2) * 256;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l0_ctx_perm" (Transpose)
@@ -3112,7 +3106,7 @@ static void forward(void)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(20);
-    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -3136,12 +3130,12 @@ static void forward(void)
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(22);
-    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(23);
-    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3152,7 +3146,7 @@ static void forward(void)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(25);
-    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -3176,13 +3170,13 @@ static void forward(void)
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(27);
-    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, W_l1_ln1_g, W_l1_ln1_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, W_l1_ln1_g, W_l1_ln1_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(28);
     /* with node "l1_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3198,7 +3192,7 @@ static void forward(void)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(31);
     /* with node "l1_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3214,7 +3208,7 @@ static void forward(void)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(34);
     /* with node "l1_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
@@ -3236,10 +3230,7 @@ static void forward(void)
         ao += (rem % 2) * 16;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l1_qk_scale" (Mul)
@@ -3261,7 +3252,7 @@ static void forward(void)
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(40);
-    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -3272,10 +3263,7 @@ static void forward(void)
         ao += (rem % 2) * 256;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l1_ctx_perm" (Transpose)
@@ -3295,7 +3283,7 @@ static void forward(void)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(44);
-    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -3319,12 +3307,12 @@ static void forward(void)
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(46);
-    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(47);
-    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
@@ -3335,7 +3323,7 @@ static void forward(void)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(49);
-    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -3359,12 +3347,12 @@ static void forward(void)
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(51);
-    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_enter(52);
-    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0);
+    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0); /* M, K, N, transB, accumulate */
     rt_step_end();
 }
 

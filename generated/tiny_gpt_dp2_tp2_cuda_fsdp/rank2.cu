@@ -3303,7 +3303,7 @@ static void forward(void)
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(3);
-    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r8_s0, B_l0_ln1_b_r9_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, B_l0_ln1_g_r8_s0, B_l0_ln1_b_r9_s0, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* start reshard 19 of l0_bo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_proj";
@@ -3322,7 +3322,7 @@ static void forward(void)
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(4);
-    k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r12_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_q_mm, B_l0_ln1, B_l0_Wq_r12_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 10 of l0_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_q_bias";
@@ -3375,7 +3375,7 @@ static void forward(void)
     /* node "l0_k_proj" (MatMul)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(7);
-    k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r14_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_k_mm, B_l0_ln1, B_l0_Wk_r14_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 21 of l0_b1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_k_bias";
@@ -3418,7 +3418,7 @@ static void forward(void)
     /* node "l0_v_proj" (MatMul)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(10);
-    k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r16_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l0_v_mm, B_l0_ln1, B_l0_Wv_r16_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 23 of l0_b2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_v_bias";
@@ -3474,7 +3474,7 @@ static void forward(void)
     /* node "l0_qk" (MatMul)
      *   l0_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(16);
-    k_matmul_f32(B_l0_scores_raw, B_l0_q_t, B_l0_k_t, 2, 16, 16, 16, 256, 256);
+    k_matmul_f32(B_l0_scores_raw, B_l0_q_t, B_l0_k_t, 2, 16, 16, 16, 256, 256); /* batch, M, K, N, A's and B's batch strides */
 
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -3519,12 +3519,12 @@ static void forward(void)
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(19);
-    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(20);
-    k_matmul_f32(B_l0_ctx, B_l0_probs, B_l0_v_t, 2, 16, 16, 16, 256, 256);
+    k_matmul_f32(B_l0_ctx, B_l0_probs, B_l0_v_t, 2, 16, 16, 16, 256, 256); /* batch, M, K, N, A's and B's batch strides */
 
     /* node "l0_ctx_perm" (Transpose)
      *   l0_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3557,7 +3557,7 @@ static void forward(void)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(23);
-    k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, B_l0_Wo_r18_s0, 1, 16, 32, 64, 0, 0);
+    k_matmul_f32(B_l0_o_mm, B_l0_ctx_m, B_l0_Wo_r18_s0, 1, 16, 32, 64, 0, 0); /* batch, M, K, N */
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -3614,7 +3614,7 @@ static void forward(void)
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(25);
-    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r10_s0, B_l0_ln2_b_r11_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, B_l0_ln2_g_r10_s0, B_l0_ln2_b_r11_s0, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* start reshard 31 of l1_bk: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1";
@@ -3633,7 +3633,7 @@ static void forward(void)
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(26);
-    k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r20_s0, 1, 16, 64, 128, 0, 0);
+    k_matmul_f32(B_l0_fc1, B_l0_ln2, B_l0_W1_r20_s0, 1, 16, 64, 128, 0, 0); /* batch, M, K, N */
 
     /* start reshard 32 of l1_Wv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc1_bias";
@@ -3672,7 +3672,7 @@ static void forward(void)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(28);
-    k_matmul_f32(B_l0_fc2, B_l0_act, B_l0_W2_r22_s0, 1, 16, 128, 64, 0, 0);
+    k_matmul_f32(B_l0_fc2, B_l0_act, B_l0_W2_r22_s0, 1, 16, 128, 64, 0, 0); /* batch, M, K, N */
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -3729,7 +3729,7 @@ static void forward(void)
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(30);
-    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r24_s0, B_l1_ln1_b_r25_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln1, NULL, NULL, B_l0_out, B_l1_ln1_g_r24_s0, B_l1_ln1_b_r25_s0, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* start reshard 26 of l1_ln2_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_proj";
@@ -3758,7 +3758,7 @@ static void forward(void)
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(31);
-    k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r28_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_q_mm, B_l1_ln1, B_l1_Wq_r28_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 36 of l1_W1: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_q_bias";
@@ -3801,7 +3801,7 @@ static void forward(void)
     /* node "l1_k_proj" (MatMul)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(34);
-    k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r30_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_k_mm, B_l1_ln1, B_l1_Wk_r30_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 38 of l1_W2: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_k_bias";
@@ -3844,7 +3844,7 @@ static void forward(void)
     /* node "l1_v_proj" (MatMul)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(37);
-    k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r32_s0, 1, 16, 64, 32, 0, 0);
+    k_matmul_f32(B_l1_v_mm, B_l1_ln1, B_l1_Wv_r32_s0, 1, 16, 64, 32, 0, 0); /* batch, M, K, N */
 
     /* start reshard 40 of lnf_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l1_v_bias";
@@ -3910,7 +3910,7 @@ static void forward(void)
     /* node "l1_qk" (MatMul)
      *   l1_scores_raw: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(43);
-    k_matmul_f32(B_l1_scores_raw, B_l1_q_t, B_l1_k_t, 2, 16, 16, 16, 256, 256);
+    k_matmul_f32(B_l1_scores_raw, B_l1_q_t, B_l1_k_t, 2, 16, 16, 16, 256, 256); /* batch, M, K, N, A's and B's batch strides */
 
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -3931,12 +3931,12 @@ static void forward(void)
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(46);
-    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(47);
-    k_matmul_f32(B_l1_ctx, B_l1_probs, B_l1_v_t, 2, 16, 16, 16, 256, 256);
+    k_matmul_f32(B_l1_ctx, B_l1_probs, B_l1_v_t, 2, 16, 16, 16, 256, 256); /* batch, M, K, N, A's and B's batch strides */
 
     /* node "l1_ctx_perm" (Transpose)
      *   l1_ctx_t: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -3969,7 +3969,7 @@ static void forward(void)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(50);
-    k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, B_l1_Wo_r34_s0, 1, 16, 32, 64, 0, 0);
+    k_matmul_f32(B_l1_o_mm, B_l1_ctx_m, B_l1_Wo_r34_s0, 1, 16, 32, 64, 0, 0); /* batch, M, K, N */
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -4006,7 +4006,7 @@ static void forward(void)
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(52);
-    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r26_s0, B_l1_ln2_b_r27_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, B_l1_ln2_g_r26_s0, B_l1_ln2_b_r27_s0, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* wait for reshard 36 of l1_W1 here: l1_fc1 is its first reader */
     rt_node = "l1_fc1";
@@ -4015,7 +4015,7 @@ static void forward(void)
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(53);
-    k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r36_s0, 1, 16, 64, 128, 0, 0);
+    k_matmul_f32(B_l1_fc1, B_l1_ln2, B_l1_W1_r36_s0, 1, 16, 64, 128, 0, 0); /* batch, M, K, N */
 
     /* wait for reshard 37 of l1_b1 here: l1_fc1_bias is its first reader */
     rt_node = "l1_fc1_bias";
@@ -4034,7 +4034,7 @@ static void forward(void)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
     rt_enter(55);
-    k_matmul_f32(B_l1_fc2, B_l1_act, B_l1_W2_r38_s0, 1, 16, 128, 64, 0, 0);
+    k_matmul_f32(B_l1_fc2, B_l1_act, B_l1_W2_r38_s0, 1, 16, 128, 64, 0, 0); /* batch, M, K, N */
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -4071,7 +4071,7 @@ static void forward(void)
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(57);
-    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, B_lnf_g_r40_s0, B_lnf_b_r41_s0, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, B_lnf_g_r40_s0, B_lnf_b_r41_s0, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* wait for reshard 42 of lm_head here: lm_head is its first reader */
     rt_node = "lm_head";
@@ -4080,7 +4080,7 @@ static void forward(void)
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [dp,_,_] */
     rt_enter(58);
-    k_matmul_f32(B_logits, B_lnf, B_lm_head_r42_s0, 1, 16, 64, 256, 0, 0);
+    k_matmul_f32(B_logits, B_lnf, B_lm_head_r42_s0, 1, 16, 64, 256, 0, 0); /* batch, M, K, N */
     rt_step_end();
 }
 

@@ -2927,13 +2927,13 @@ static void step(int mb, int slot)
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(3);
-    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, W_l0_ln1_g, W_l0_ln1_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln1, NULL, NULL, B_h0, W_l0_ln1_g, W_l0_ln1_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l0_q_proj" (MatMul)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(4);
     /* with node "l0_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2949,7 +2949,7 @@ static void step(int mb, int slot)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(7);
     /* with node "l0_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2965,7 +2965,7 @@ static void step(int mb, int slot)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(10);
     /* with node "l0_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2987,10 +2987,7 @@ static void step(int mb, int slot)
         ao += (rem % 2) * 16;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l0_scores_raw + bi * 256, B_l0_q_h + ao, 0, 32, B_l0_k_h + bo, 1, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l0_qk_scale" (Mul)
@@ -3012,7 +3009,7 @@ static void step(int mb, int slot)
     /* node "l0_softmax" (Softmax)
      *   l0_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
     rt_enter(16);
-    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l0_probs, B_l0_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l0_pv" (MatMul)
      *   l0_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
@@ -3023,10 +3020,7 @@ static void step(int mb, int slot)
         ao += (rem % 2) * 256;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l0_ctx + bi * 256, B_l0_probs + ao, 0, 16, B_l0_v_h + bo, 0, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l0_ctx_perm" (Transpose)
@@ -3046,7 +3040,7 @@ static void step(int mb, int slot)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(20);
-    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -3070,12 +3064,12 @@ static void step(int mb, int slot)
     /* node "l0_ln2" (LayerNormalization)
      *   l0_ln2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(22);
-    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l0_ln2, NULL, NULL, B_l0_res1, W_l0_ln2_g, W_l0_ln2_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(23);
-    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
@@ -3086,7 +3080,7 @@ static void step(int mb, int slot)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(25);
-    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";

@@ -2910,13 +2910,13 @@ static void step(int mb, int slot)
     /* node "l1_ln1" (LayerNormalization)
      *   l1_ln1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(0);
-    k_layernorm_f32(B_l1_ln1, NULL, NULL, R_l0_out, W_l1_ln1_g, W_l1_ln1_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln1, NULL, NULL, R_l0_out, W_l1_ln1_g, W_l1_ln1_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l1_q_proj" (MatMul)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(1);
     /* with node "l1_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2932,7 +2932,7 @@ static void step(int mb, int slot)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(4);
     /* with node "l1_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2948,7 +2948,7 @@ static void step(int mb, int slot)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(7);
     /* with node "l1_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0);
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -2970,10 +2970,7 @@ static void step(int mb, int slot)
         ao += (rem % 2) * 16;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l1_scores_raw + bi * 256, B_l1_q_h + ao, 0, 32, B_l1_k_h + bo, 1, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l1_qk_scale" (Mul)
@@ -2995,7 +2992,7 @@ static void step(int mb, int slot)
     /* node "l1_softmax" (Softmax)
      *   l1_probs: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
     rt_enter(13);
-    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1);
+    k_softmax_f32(B_l1_probs, B_l1_scores_m, 32, 16, 1); /* outer, n, inner */
 
     /* node "l1_pv" (MatMul)
      *   l1_ctx: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
@@ -3006,10 +3003,7 @@ static void step(int mb, int slot)
         ao += (rem % 2) * 256;
         bo += (rem % 2) * 16;
         rem /= 2;
-        ao += (rem % 1) * 512;
-        bo += (rem % 1) * 512;
-        rem /= 1;
-        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16);
+        k_matmul_view_f32(B_l1_ctx + bi * 256, B_l1_probs + ao, 0, 16, B_l1_v_h + bo, 0, 32, 16, 16, 16); /* lda, ldb, M, K, N */
     }
 
     /* node "l1_ctx_perm" (Transpose)
@@ -3029,7 +3023,7 @@ static void step(int mb, int slot)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(17);
-    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -3053,12 +3047,12 @@ static void step(int mb, int slot)
     /* node "l1_ln2" (LayerNormalization)
      *   l1_ln2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(19);
-    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_l1_ln2, NULL, NULL, B_l1_res1, W_l1_ln2_g, W_l1_ln2_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(20);
-    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0);
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
@@ -3069,7 +3063,7 @@ static void step(int mb, int slot)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(22);
-    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0);
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -3093,12 +3087,12 @@ static void step(int mb, int slot)
     /* node "ln_f" (LayerNormalization)
      *   lnf: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(24);
-    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f);
+    k_layernorm_f32(B_lnf, NULL, NULL, B_l1_out, W_lnf_g, W_lnf_b, 16, 64, 64, 64, 9.99999975e-06f); /* rows, n, scale and bias lengths, epsilon */
 
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [mb,_,_] */
     rt_enter(25);
-    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0);
+    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0); /* M, K, N, transB, accumulate */
 
     /* keep this microbatch's block of every graph output */
     memcpy(out0 + (size_t)mb * 16384, B_logits, 16384);
