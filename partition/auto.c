@@ -82,9 +82,7 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
     s->rep->best_s = res.objective / US;
     s->rep->bytes_pass = 0;
     if (res.status == MIP_OPTIMAL && pr.ncols <= AUTO_BYTES_PASS_MAX_COLS) {
-        double lim = first_s / 2 > AUTO_BYTES_PASS_MIN_S ? first_s / 2 : AUTO_BYTES_PASS_MIN_S;
-        if (lim > opt->time_limit_s - first_s)
-            lim = opt->time_limit_s - first_s;
+        double lim = opt->time_limit_s - first_s; /* a cap only: the node limit binds first */
         if (lim > 0)
             ilp_bytes_pass(s, pr.lp, solver, pr.obj, pr.sent, pr.ncols, lim, &res);
     }

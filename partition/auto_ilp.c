@@ -48,13 +48,24 @@ static void mat_add(Matrix *mx, int row, int col, double v)
     mx->ar[mx->n] = v;
 }
 
-/* Branch-and-cut callback: keeps the relative gap between the incumbent
- * and the best bound, to report when the time limit stops the search. */
+/* What the branch-and-cut callback keeps and obeys: the relative gap
+ * between the incumbent and the best bound (reported when a limit stops
+ * the search), and the node limit (0: none). */
+typedef struct TreeWatch {
+    double gap;
+    int max_nodes, nodes;
+} TreeWatch;
+
 static void on_tree(glp_tree *tree, void *info)
 {
-    double *gap = info;
+    TreeWatch *w = info;
     if (glp_ios_reason(tree) == GLP_IBINGO || glp_ios_reason(tree) == GLP_ISELECT)
-        *gap = glp_ios_mip_gap(tree);
+        w->gap = glp_ios_mip_gap(tree);
+    if (glp_ios_reason(tree) == GLP_ISELECT) {
+        glp_ios_tree_size(tree, NULL, NULL, &w->nodes);
+        if (w->max_nodes && w->nodes > w->max_nodes)
+            glp_ios_terminate(tree);
+    }
 }
 
 /* A reshard's buffers in the memory rows: bytes held at a program step
@@ -82,8 +93,9 @@ static void term_add(MemTerms *m, int col, int step, int64_t bytes)
     m->t[m->n++] = (MemTerm){col, step, (double)bytes};
 }
 
-/* GLPK: dual simplex for the root relaxation, then branch and cut. */
-static void solve_glpk(Search *s, glp_prob *lp, double time_limit_s, MipResult *res)
+/* GLPK: dual simplex for the root relaxation, then branch and cut, for
+ * at most time_limit_s and (when max_nodes > 0) max_nodes nodes. */
+static void solve_glpk(Search *s, glp_prob *lp, double time_limit_s, int max_nodes, MipResult *res)
 {
     glp_iocp parm;
     glp_init_iocp(&parm);
@@ -96,9 +108,9 @@ static void solve_glpk(Search *s, glp_prob *lp, double time_limit_s, MipResult *
      * on tp=2: optimal in 7 s, against no proof in 60 s); cuts and the
      * feasibility pump did not help there. */
     parm.br_tech = GLP_BR_PCH;
-    double gap = 0;
+    TreeWatch watch = {0, max_nodes, 0};
     parm.cb_func = on_tree;
-    parm.cb_info = &gap;
+    parm.cb_info = &watch;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     glp_smcp sp;
@@ -121,6 +133,8 @@ static void solve_glpk(Search *s, glp_prob *lp, double time_limit_s, MipResult *
         parm.tm_lim = 1;
     if (lp_st == GLP_OPT)
         ret = glp_intopt(lp, &parm);
+    if (getenv("O2S_AUTO_VERBOSE"))
+        fprintf(stderr, "glpk: %d nodes\n", watch.nodes);
     int st = lp_st == GLP_OPT ? glp_mip_status(lp) : GLP_UNDEF;
     if (lp_st == GLP_NOFEAS || ret == GLP_ENOPFS || ret == GLP_ENODFS || st == GLP_NOFEAS) {
         res->status = MIP_INFEASIBLE;
@@ -129,7 +143,7 @@ static void solve_glpk(Search *s, glp_prob *lp, double time_limit_s, MipResult *
     } else {
         res->status = st == GLP_OPT ? MIP_OPTIMAL : MIP_FEASIBLE;
         res->objective = glp_mip_obj_val(lp);
-        res->bound = st == GLP_OPT ? res->objective : res->objective * (1 - gap);
+        res->bound = st == GLP_OPT ? res->objective : res->objective * (1 - watch.gap);
         int nc = glp_get_num_cols(lp);
         res->x = auto_alloc(s, (size_t)(nc ? nc : 1), sizeof(double));
         for (int j = 0; j < nc; j++)
@@ -147,7 +161,7 @@ static void glpk_bounds(int type, double lb, double ub, double *lo, double *hi)
 /* CBC (cbc.c) on the same program, copied out of GLPK's problem object
  * into CBC's column-major arrays. CBC's malloc'd solution is copied into
  * the arena, so that every solution here is the search's. */
-static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, MipResult *res)
+static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, int max_nodes, MipResult *res)
 {
     if (!cbc_available())
         return -1;
@@ -189,7 +203,7 @@ static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, MipResult *re
     mp.rowlb = rowlb;
     mp.rowub = rowub;
     mp.is_int = is_int;
-    int rc = cbc_solve(&mp, time_limit_s, res);
+    int rc = cbc_solve(&mp, time_limit_s, max_nodes, res);
     if (rc == 0 && res->status != MIP_NONE && res->status != MIP_INFEASIBLE) {
         res->objective += glp_get_obj_coef(lp, 0);
         res->bound += glp_get_obj_coef(lp, 0);
@@ -211,10 +225,12 @@ static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, MipResult *re
  * turns a plan 0.2% faster on paper that all-gathers the residual stream
  * (92 MB per rank) into Megatron's all-reduces (84 MB). It runs after an
  * optimal first pass only, on programs of at most AUTO_BYTES_PASS_MAX_COLS
- * columns, for half the first pass's time (at least AUTO_BYTES_PASS_MIN_S),
- * and its plan is taken only if proven optimal:
- * otherwise the first pass's stands and the report says so. Knapsack-like
- * programs under a tight --mem-limit are where it runs out of time. */
+ * columns, for at most AUTO_BYTES_PASS_MAX_NODES branch-and-bound nodes
+ * (a count, not seconds, so that the same model and flags give the same
+ * plan and report on a loaded machine too; the rest of --auto-time-limit
+ * only caps it), and its plan is taken only if proven optimal: otherwise
+ * the first pass's stands and the report says so. Knapsack-like programs
+ * under a tight --mem-limit are where it runs out of nodes. */
 #define AUTO_TIME_SLACK 0.01
 
 void ilp_bytes_pass(Search *s, glp_prob *lp, const char *solver, const double *obj, const double *sent,
@@ -241,10 +257,10 @@ void ilp_bytes_pass(Search *s, glp_prob *lp, const char *solver, const double *o
     glp_set_obj_coef(lp, 0, 0.0);
     MipResult two = {MIP_NONE, 0, 0, NULL};
     if (strcmp(solver, "cbc") == 0)
-        solve_cbc(s, lp, time_limit_s, &two);
+        solve_cbc(s, lp, time_limit_s, AUTO_BYTES_PASS_MAX_NODES, &two);
     else
-        solve_glpk(s, lp, time_limit_s, &two);
-    s->rep->bytes_pass = two.status == MIP_OPTIMAL ? 2 : -1; /* 2: ran, nothing better; -1: out of time */
+        solve_glpk(s, lp, time_limit_s, AUTO_BYTES_PASS_MAX_NODES, &two);
+    s->rep->bytes_pass = two.status == MIP_OPTIMAL ? 2 : -1; /* 2: ran, nothing better; -1: out of effort */
     if (two.status == MIP_OPTIMAL && two.objective < first_sent * (1 - 1e-9)) {
         double t = c0;
         for (int j = 1; j <= ncols; j++)
@@ -528,8 +544,8 @@ void ilp_build(Search *s, const Tie *tie, int64_t mem_limit, Ilp *pr)
 int ilp_solve(Search *s, Ilp *pr, const char *solver, double time_limit_s, MipResult *res)
 {
     if (strcmp(solver, "cbc") == 0)
-        return solve_cbc(s, pr->lp, time_limit_s, res);
-    solve_glpk(s, pr->lp, time_limit_s, res);
+        return solve_cbc(s, pr->lp, time_limit_s, 0, res);
+    solve_glpk(s, pr->lp, time_limit_s, 0, res);
     return 0;
 }
 

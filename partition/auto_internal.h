@@ -159,10 +159,11 @@ void ilp_build(Search *s, const Tie *tie, int64_t mem_limit, Ilp *pr);
 int ilp_solve(Search *s, Ilp *pr, const char *solver, double time_limit_s, MipResult *res);
 void ilp_free(Ilp *pr);
 /* The second pass: the fewest bytes within AUTO_TIME_SLACK of res's time,
- * for at least AUTO_BYTES_PASS_MIN_S. Larger programs than
+ * for at most AUTO_BYTES_PASS_MAX_NODES nodes (an effort limit, so the
+ * result does not depend on the machine's load). Larger programs than
  * AUTO_BYTES_PASS_MAX_COLS skip it: on the 64-rank Llama one (134,706
  * columns) it did not finish in twice the first pass's 4 s. */
-#define AUTO_BYTES_PASS_MIN_S 0.25
+#define AUTO_BYTES_PASS_MAX_NODES 2000 /* the test models need at most ~300 (GLPK) */
 #define AUTO_BYTES_PASS_MAX_COLS 20000
 void ilp_bytes_pass(Search *s, glp_prob *lp, const char *solver, const double *obj, const double *sent,
                     int ncols, double time_limit_s, MipResult *res);

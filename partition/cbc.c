@@ -20,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef void Cbc_Model;
@@ -34,6 +35,8 @@ static struct {
     void (*setInteger)(Cbc_Model *, int);
     void (*setLogLevel)(Cbc_Model *, int);
     void (*setMaximumSeconds)(Cbc_Model *, double);
+    void (*setMaximumNodes)(Cbc_Model *, int);
+    int (*getNodeCount)(Cbc_Model *);
     int (*solve)(Cbc_Model *);
     int (*isProvenOptimal)(Cbc_Model *);
     int (*isProvenInfeasible)(Cbc_Model *);
@@ -56,6 +59,7 @@ int cbc_available(void)
     cbc.ok = SYM(newModel, "Cbc_newModel") && SYM(deleteModel, "Cbc_deleteModel") &&
              SYM(loadProblem, "Cbc_loadProblem") && SYM(setInteger, "Cbc_setInteger") &&
              SYM(setLogLevel, "Cbc_setLogLevel") && SYM(setMaximumSeconds, "Cbc_setMaximumSeconds") &&
+             SYM(setMaximumNodes, "Cbc_setMaximumNodes") && SYM(getNodeCount, "Cbc_getNodeCount") &&
              SYM(solve, "Cbc_solve") && SYM(isProvenOptimal, "Cbc_isProvenOptimal") &&
              SYM(isProvenInfeasible, "Cbc_isProvenInfeasible") && SYM(bestSolution, "Cbc_bestSolution") &&
              SYM(getObjValue, "Cbc_getObjValue") && SYM(getBestPossibleObjValue, "Cbc_getBestPossibleObjValue");
@@ -63,7 +67,7 @@ int cbc_available(void)
     return cbc.ok;
 }
 
-int cbc_solve(const MipProblem *mp, double time_limit_s, MipResult *res)
+int cbc_solve(const MipProblem *mp, double time_limit_s, int max_nodes, MipResult *res)
 {
     if (!cbc_available())
         return -1;
@@ -77,7 +81,11 @@ int cbc_solve(const MipProblem *mp, double time_limit_s, MipResult *res)
             cbc.setInteger(model, j);
     cbc.setLogLevel(model, getenv("O2S_AUTO_VERBOSE") ? 1 : 0);
     cbc.setMaximumSeconds(model, time_limit_s);
+    if (max_nodes > 0)
+        cbc.setMaximumNodes(model, max_nodes);
     cbc.solve(model);
+    if (getenv("O2S_AUTO_VERBOSE"))
+        fprintf(stderr, "cbc: %d nodes\n", cbc.getNodeCount(model));
     const double *x = cbc.bestSolution(model);
     res->x = NULL;
     if (cbc.isProvenInfeasible(model)) {

@@ -312,7 +312,7 @@ typedef struct AutoReport {
     double objective_s;             /* estimated seconds: compute + reshards, no overlap */
     double best_s;                  /* the fastest plan's (the first pass) */
     int bytes_pass;                 /* the fewest-bytes pass (auto_ilp.c): 0 not run, 1 took its plan,
-                                       2 found none better, -1 ran out of time */
+                                       2 found none better, -1 ran out of nodes */
     int layers, layer_choices;      /* identical layers found (0: none) and the choices in each */
     int tied;                       /* TiedStatus: were they solved once? */
     double tied_s, bound_s;         /* then: the tied program's optimum and its relaxation's bound */
@@ -435,7 +435,9 @@ typedef struct MipResult {
 
 int cbc_available(void);
 /* -1 if CBC cannot be loaded; else 0 with *res filled. */
-int cbc_solve(const MipProblem *mp, double time_limit_s, MipResult *res);
+/* CBC on mp for at most time_limit_s and (max_nodes > 0) max_nodes
+ * branch-and-bound nodes. */
+int cbc_solve(const MipProblem *mp, double time_limit_s, int max_nodes, MipResult *res);
 
 /* ---- pipeline.c --------------------------------------------------------- */
 

@@ -268,7 +268,7 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
         else if (ar->bytes_pass == 2)
             fprintf(f, "         no plan within 1%% of that time sends fewer bytes\n");
         else if (ar->bytes_pass == -1)
-            fprintf(f, "         the fewest-bytes pass (within 1%% of that time) ran out of time: the fastest plan stands\n");
+            fprintf(f, "         the fewest-bytes pass (within 1%% of that time) ran out of nodes: the fastest plan stands\n");
     }
     int npadded = 0;
     fprintf(f, "\ntensors\n  %-22s %-16s %-22s %-16s %s\n", "name", "global", "sharding", "local", "origin");
@@ -463,7 +463,7 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
                    "\"bound_s\": %.9g}}",
                 ar->nchoices, ar->noptions, ar->nedges, ar->rows, ar->cols, ar->nonzeros, ar->solver,
                 ar->optimal ? "true" : "false", ar->gap, ar->objective_s, ar->best_s,
-                ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of time"
+                ar->bytes_pass == 1 ? "taken" : ar->bytes_pass == 2 ? "none fewer" : ar->bytes_pass == -1 ? "out of nodes"
                                                                                                    : "not run",
                 ar->layers, ar->layer_choices, tied_name(ar->tied), ar->tied_s, ar->bound_s);
     }
