@@ -78,13 +78,13 @@ static int solve(Search *s, const AutoOptions *opt, Diag *d)
         glp_free_env();
         return -1;
     }
-    double first_s = auto_seconds_since(&t0);
     s->rep->best_s = res.objective / US;
     s->rep->bytes_pass = 0;
     if (res.status == MIP_OPTIMAL && pr.ncols <= AUTO_BYTES_PASS_MAX_COLS) {
-        double lim = opt->time_limit_s - first_s; /* a cap only: the node limit binds first */
-        if (lim > 0)
-            ilp_bytes_pass(s, pr.lp, solver, pr.obj, pr.sent, pr.ncols, lim, &res);
+        /* Whether it runs, and how far, must not depend on how long the
+         * first pass took (a loaded machine): the node limit binds, and
+         * --auto-time-limit is only a cap. */
+        ilp_bytes_pass(s, pr.lp, solver, pr.obj, pr.sent, pr.ncols, opt->time_limit_s, &res);
     }
     s->rep->solve_s = auto_seconds_since(&t0);
     int rc = 0;

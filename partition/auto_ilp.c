@@ -227,8 +227,8 @@ static int solve_cbc(Search *s, glp_prob *lp, double time_limit_s, int max_nodes
  * optimal first pass only, on programs of at most AUTO_BYTES_PASS_MAX_COLS
  * columns, for at most AUTO_BYTES_PASS_MAX_NODES branch-and-bound nodes
  * (a count, not seconds, so that the same model and flags give the same
- * plan and report on a loaded machine too; the rest of --auto-time-limit
- * only caps it), and its plan is taken only if proven optimal: otherwise
+ * plan and report on a loaded machine too; --auto-time-limit only caps
+ * it, whatever the first pass took), and its plan is taken only if proven optimal: otherwise
  * the first pass's stands and the report says so. Knapsack-like programs
  * under a tight --mem-limit are where it runs out of nodes. */
 #define AUTO_TIME_SLACK 0.01
