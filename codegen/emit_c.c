@@ -192,31 +192,20 @@ static void emit_comms(Emitter *e)
             for (int k = 0; k < n; k++)
                 seen |= strcmp(groups[k].name, buf) == 0;
             if (!seen && n < 64) {
-                snprintf(groups[n++].name, sizeof groups[0].name, "%s", buf);
+                CommGroup *cg = &groups[n++];
+                unsigned mask = 0;
+                for (int k = 0; k < na; k++)
+                    mask |= 1u << axes[k];
+                snprintf(cg->name, sizeof cg->name, "%s", buf);
+                cg->color = program_group_color(pr, mask);
+                cg->key = program_group_key(pr, axes, na);
                 fprintf(f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n",
-                        e->t->comm_type, buf, buf + 5, program_group_key(pr, axes, na), mesh_group_size(m, s->axes));
+                        e->t->comm_type, buf, buf + 5, cg->key, mesh_group_size(m, s->axes));
             }
         }
     for (int r = 0; r < p->nreshards; r++)
         if (emit_reshard_calls(pr, r) && !pr->blocking[r]) /* (a blocking call needs no request) */
             e->t->reshard_decl(e, r);
-    for (int k = 0; k < n; k++) {
-        /* Recover the ordered axes from the name. */
-        unsigned char axes[MESH_MAX_AXES];
-        int na = 0;
-        unsigned mask = 0;
-        char copy[96];
-        snprintf(copy, sizeof copy, "%s", groups[k].name + 5);
-        for (char *save = NULL, *tok = strtok_r(copy, "_", &save); tok; tok = strtok_r(NULL, "_", &save)) {
-            int a = mesh_axis_find(m, tok);
-            if (a >= 0 && na < MESH_MAX_AXES) {
-                axes[na++] = (unsigned char)a;
-                mask |= 1u << a;
-            }
-        }
-        groups[k].color = program_group_color(pr, mask);
-        groups[k].key = program_group_key(pr, axes, na);
-    }
     fprintf(f, "\nstatic void init_comms(void)\n{\n");
     e->t->init_comms(e, groups, n);
     fprintf(f, "}\n");
