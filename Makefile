@@ -34,7 +34,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-.PHONY: all deps test unit cli asan fuzz demo models bench clean e2e generated conformance cuda-build fuzz-plans
+.PHONY: all deps test unit cli lint asan fuzz demo models bench clean e2e generated conformance cuda-build fuzz-plans
 .DEFAULT_GOAL := all
 
 all: build/onnx2spmd
@@ -101,6 +101,11 @@ $(ASAN_DIR)/tests/kernels/kernels_blocks: $(KERNEL_DEPS) | deps
 unit: $(TESTS) $(KERNEL_BINS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 	@set -e; for t in $(KERNEL_BINS); do echo "== $$t"; OPENBLAS_NUM_THREADS=1 $$t; done
+
+# No circle among a folder's source files (#includes, and calls or uses of
+# what another file defines): each pass depends only on the ones below it.
+lint:
+	@python3 tools/check_cycles.py codegen partition ir frontend driver
 
 cli: build/onnx2spmd
 	@bash tests/cli/test_cli.sh build/onnx2spmd
@@ -210,7 +215,7 @@ bench: deps all
 	@build/venv-xla/bin/python bench/xla_bench.py
 
 # ---- top-level ----------------------------------------------------------
-test: deps all unit cli
+test: deps lint all unit cli
 	@$(MAKE) --no-print-directory e2e
 	@$(MAKE) --no-print-directory conformance
 	@$(MAKE) --no-print-directory cuda-build

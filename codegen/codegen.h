@@ -1,10 +1,15 @@
 /* codegen.h: from a Plan to per-rank programs and the files that run them.
  *
  * Sections: program.c (one Program per rank: buffers with local shapes,
- * the overlap schedule, the liveness-based arena plan), emit_c.c and
- * emit_ops.c (the C/MPI emitter), weights.c (per-rank weight shards),
- * output.c (the output folder: sources, Makefile, run.sh, plan files,
- * written completely or not at all).
+ * the overlap schedule, the liveness-based arena plan), the rank-file
+ * emitter (emit_c.c drives it section by section; emit_reshard.c writes
+ * the collectives, emit_pipe.c a pipeline stage, emit_main.c what both
+ * main()s share, emit_trace.c the trace tables; what differs by target is
+ * a table of functions, emit_target_mpi.c and emit_target_cuda.c),
+ * emit_ops.c and emit_<family>.c (the kernel call per node, one for both
+ * targets), weights.c (per-rank weight shards), output.c (the output
+ * folder: sources, Makefile, run.sh, plan files, written completely or not
+ * at all).
  */
 #ifndef ONNX2SPMD_CODEGEN_H
 #define ONNX2SPMD_CODEGEN_H
@@ -156,67 +161,183 @@ int program_group_key(const Program *prog, const unsigned char *axes, int naxes)
 /* Identifies the group (the coordinates outside it), for MPI_Comm_split. */
 int program_group_color(const Program *prog, unsigned axes);
 
-/* ---- emit_c.c ----------------------------------------------------------- */
+/* ---- emit_c.c: the rank-file driver ------------------------------------- */
+
+/* A target's table (emit_target_mpi.c, emit_target_cuda.c), below. */
+typedef struct EmitTarget EmitTarget;
+extern const EmitTarget emit_target_mpi;   /* rank<k>.c: C kernels, MPI */
+extern const EmitTarget emit_target_cuda;  /* rank<k>.cu: CUDA kernels, NCCL, cuBLAS */
 
 typedef struct EmitOptions {
     const char *command_line;
     const char *model;
-    int cuda;              /* 1: rank<k>.cu for CUDA + NCCL + cuBLAS */
-    int tf32;              /* CUDA: let cuBLAS use TF32 */
+    const EmitTarget *target;
+    int tf32;                  /* CUDA: let cuBLAS use TF32 */
+    /* This rank's weights.rank<k>.bin, packed once by output.c: main()
+     * checks the file against both at load. */
+    int64_t weight_bytes;
+    uint64_t weight_checksum;
 } EmitOptions;
 
-/* model_inputs[] and model_outputs[]: the exact names rt_parse_args checks. */
-void emit_model_names(const Program *pr, FILE *f);
-/* main()'s writing of graph output i for --out from `data` (its whole
- * value on a replicated layout; else this rank's block, which
- * rt_gather_output assembles on rank 0). */
-void emit_output_write(const Program *pr, int i, const char *data, FILE *f);
-/* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
-void emit_trace_init(const Program *pr, FILE *f);
-/* `rt_node = "...";`: the node the runtime names in its errors. */
-void emit_rt_node(FILE *f, const char *label);
-/* main()'s reading (and, for CUDA, uploading) of this rank's input blocks
- * (in a pipeline, stage 0's block of every microbatch). */
-void emit_inputs(const Program *pr, FILE *f, int cuda);
-/* Writes rank<k>.c (or .cu) for one program. */
-int emit_c(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
-
-/* One instruction of forward() (emit_c.c), for emit_pipe.c's loop. */
-void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc);
+/* Writes rank<k>.c (or .cu) for one program, section by section: front
+ * matter, templates, buffers, communicators, the trace tables, forward(),
+ * main(). Returns -1 (with diagnostics) when an instruction cannot be
+ * written for this target. */
+int emit_rank(const Program *prog, const EmitOptions *opt, FILE *f, Diag *d);
 
 /* ---- emit_trace.c ------------------------------------------------------- */
 
 /* The rt_nodes[] and rt_comms[] tables, filled while forward() is emitted
  * (each call returns the entry's index) and written before it. */
-void trace_tables_begin(void);
-int trace_node(const Node *n, const int64_t *dims, int rank);
-int trace_comm(const char *what, const char *kind, const char *tensor, const char *axes, const char *overlaps,
-               long long bytes);
+typedef struct TraceTables {
+    FILE *nodes, *comms;       /* memstreams over the texts below */
+    char *nodes_text, *comms_text;
+    size_t nodes_len, comms_len;
+    int nnodes, ncomms;
+} TraceTables;
+
+void trace_tables_begin(TraceTables *tt);
+int trace_node(TraceTables *tt, const Node *n, const int64_t *dims, int rank);
+int trace_comm(TraceTables *tt, const char *what, const char *kind, const char *tensor, const char *axes,
+               const char *overlaps, long long bytes);
 /* The nodes the schedule runs between start instruction `from` and its wait. */
 void trace_overlaps(const Program *pr, int from, char *buf, size_t cap);
-void trace_tables_write(FILE *f);
+/* Writes both tables and frees them. */
+void trace_tables_write(TraceTables *tt, FILE *f);
+
+/* ---- the emitter's state, shared by the emit_*.c files below ----------- */
+
+/* One rank file being written: what emit_rank() and the files it calls
+ * share, passed along instead of kept in file-level variables. */
+typedef struct Emitter {
+    const Program *pr;
+    const EmitTarget *t;
+    const EmitOptions *opt;
+    FILE *f;                /* the section being written (forward() goes to memory first) */
+    Diag *d;
+    int rc;                 /* -1 once an instruction could not be written */
+    int *comm_of;           /* reshard -> rt_comms[] entry of its start (or fused call), -1 before it */
+    int *fused_next;        /* reshard -> next member of its fused call, -1 after the last */
+    TraceTables trace;
+} Emitter;
+
+/* One collective call (a reshard step, or a fused all-reduce), as the
+ * target writes it. */
+typedef struct CollCall {
+    CollKind kind;          /* all-reduce, all-gather, reduce-scatter or all-to-all */
+    int r;                  /* the reshard (a fused call's leader): names its request or events */
+    int comm_id;            /* its rt_comms[] entry */
+    const char *comm;       /* its communicator, comm_<axes> */
+    const char *send, *recv;
+    int64_t count;          /* elements: all-reduce all, all-gather sent per rank,
+                             * reduce-scatter received, all-to-all per peer */
+    DType dtype;
+    int peers;              /* all-to-all: the group's size */
+    int blocking;           /* all-reduce called blocking (Program.blocking) */
+} CollCall;
+
+/* A communicator for one ordered group of mesh axes, as init_comms()
+ * splits it: this rank's color (the coordinates outside the group) and key
+ * (its place inside). */
+typedef struct CommGroup {
+    char name[256];         /* comm_<axes> */
+    int color, key;
+} CommGroup;
+
+/* A value that crosses pipeline stages (emit_pipe.c). */
+typedef struct PipeLink {
+    const Tensor *t;
+    int buf;                      /* this program's buffer of the value */
+    int tag;
+    int npeer;
+    int peer[PIPE_MAX_STAGES];    /* world ranks: the receivers (a send) or the sender (a receive) */
+    int peer_stage[PIPE_MAX_STAGES];
+    int comm;                     /* its rt_comms[] entry (emit_pipe_forward) */
+} PipeLink;
+
+/* What differs between the targets, one table each. Every hook writes to
+ * e->f; the driver and emit_reshard.c / emit_pipe.c write what the two
+ * share around the calls. */
+struct EmitTarget {
+    const char *ext;              /* rank<k>.<ext> */
+    int kernels;                  /* which file of each template pair it pastes: 0 C, 1 CUDA */
+    const char *comm_type;        /* a communicator's C type */
+    int traces_copies;            /* local steps and (un)packing show in traces (rt_copy) */
+    /* front matter: #defines after RANK and WORLD */
+    void (*defines)(Emitter *e);
+    /* communicators: reshard r's request or events; init_comms()'s body */
+    void (*reshard_decl)(Emitter *e, int r);
+    void (*init_comms)(Emitter *e, const CommGroup *groups, int n);
+    /* collectives: NULL, or refuses a reshard the target cannot run (-1
+     * and a diagnostic); the call with its start ritual; the wait */
+    int (*reshard_check)(Emitter *e, int r);
+    void (*collective)(Emitter *e, const CollCall *c);
+    void (*wait)(Emitter *e, int r, int comm_id, int blocking);
+    /* pipeline: a link's slot declarations and pipe_init() part, an
+     * output's buffer; a microbatch's receives; waiting for one; a send
+     * (after its comment); a slot read; the last sends; keeping an output */
+    void (*pipe_decl)(Emitter *e, const PipeLink *k, int sending);
+    void (*pipe_init)(Emitter *e, const PipeLink *k, int sending);
+    void (*pipe_init_output)(Emitter *e, int i, const Buffer *b);
+    void (*pipe_recvs)(Emitter *e, const PipeLink *rcv, int nr, const char *mb, const char *slot,
+                       const char *indent);
+    void (*pipe_wait_recv)(Emitter *e, const PipeLink *k);
+    void (*pipe_send)(Emitter *e, const PipeLink *k);
+    void (*pipe_read_done)(Emitter *e, const PipeLink *k);
+    void (*pipe_wait_sends)(Emitter *e, const PipeLink *k);
+    void (*pipe_keep_output)(Emitter *e, int i, const Buffer *b);
+    /* main(): where an input block goes once read; main() itself, after
+     * WEIGHT_BYTES, WEIGHT_CHECKSUM and the model's names */
+    void (*input_block)(Emitter *e, const char *indent, const char *dst, const Buffer *b);
+    void (*main)(Emitter *e);
+};
+
+/* ---- emit_reshard.c ----------------------------------------------------- */
+
+/* Allocates (and frees) the emitter's per-reshard tables. */
+void emit_reshards_begin(Emitter *e);
+void emit_reshards_end(Emitter *e);
+/* One instruction of forward(): a node, or a reshard's start or wait. */
+void emit_inst(Emitter *e, int i);
+/* Step j of reshard r: the ordered mesh axes it works over (the group's
+ * order is the blocks' order), and the communicator of those axes. */
+int emit_step_axes(const Program *pr, int r, int j, unsigned char *out);
+void emit_comm_name(const Program *pr, const unsigned char *axes, int n, char *buf, size_t cap);
+/* Does this rank call a collective of its own for reshard r (a step that
+ * is not local, and not a member of another reshard's fused call)? */
+int emit_reshard_calls(const Program *pr, int r);
 
 /* ---- emit_pipe.c -------------------------------------------------------- */
 
 /* A pipeline stage's send and receive slots, per-microbatch inputs and
  * outputs, and pipe_init() that allocates them. */
-void emit_pipe_decls(const Program *pr, FILE *f, int cuda);
+void emit_pipe_decls(Emitter *e);
 /* forward(): the stage once per microbatch, with its sends and receives. */
-int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc);
+int emit_pipe_forward(Emitter *e);
+/* The comment before each receive (the targets' pipe_recvs). */
+void emit_pipe_recv_comment(Emitter *e, const PipeLink *k, const char *mb, const char *indent);
 /* main()'s --out: the last stage assembles the outputs on its first rank. */
-void emit_pipe_outputs(const Program *pr, FILE *f);
+void emit_pipe_outputs(Emitter *e);
 
-/* ---- emit_cuda.c -------------------------------------------------------- */
+/* ---- emit_main.c -------------------------------------------------------- */
 
-/* main() of a CUDA rank program: device, streams, cuBLAS, NCCL, weights and
- * inputs uploaded, timed runs with CUDA events, outputs downloaded. */
-void emit_cuda_main(const Program *pr, int64_t weight_bytes, uint64_t checksum, FILE *f);
+/* model_inputs[] and model_outputs[]: the exact names rt_parse_args checks. */
+void emit_model_names(Emitter *e);
+/* main()'s writing of graph output i for --out from `data` (its whole
+ * value on a replicated layout; else this rank's block, which
+ * rt_gather_output assembles on rank 0). */
+void emit_output_write(Emitter *e, int i, const char *data);
+/* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
+void emit_trace_init(Emitter *e);
+/* main()'s reading of this rank's input blocks (in a pipeline, stage 0's
+ * block of every microbatch), each stored by the target's input_block. */
+void emit_inputs(Emitter *e);
 
 /* ---- emit_ops.c (and the emit_<family>.c files) ------------------------ */
 
-/* Emits the kernel call(s) for one node: its comment block, then the
- * emitter named in the emit column of ir/ops.def. */
-int emit_c_node(const Program *prog, const Node *n, FILE *f, Diag *d);
+/* Emits the kernel call(s) for one node: its comment block and trace
+ * entry, then the emitter named in the emit column of ir/ops.def. */
+int emit_node(const Program *prog, const Node *n, TraceTables *trace, FILE *f, Diag *d);
 const char *emit_ctype(DType t);
 void emit_dims(FILE *f, const int64_t *dims, int rank);
 

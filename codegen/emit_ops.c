@@ -804,7 +804,7 @@ static void emit_pad_mask(const EmitCtx *c)
     }
 }
 
-int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
+int emit_node(const Program *pr, const Node *n, TraceTables *trace, FILE *f, Diag *d)
 {
     EmitCtx c = {pr, n, f};
     char g[128], l[128], s[128], nm[ESC_NAME_CAP];
@@ -819,9 +819,9 @@ int emit_c_node(const Program *pr, const Node *n, FILE *f, Diag *d)
     fprintf(f, " */\n");
     const Buffer *y0 = n->noutputs ? emit_out(&c, 0) : NULL;
     if (y0)
-        fprintf(f, "    rt_enter(%d);\n", trace_node(n, y0->dims, y0->rank));
+        fprintf(f, "    rt_enter(%d);\n", trace_node(trace, n, y0->dims, y0->rank));
     else
-        fprintf(f, "    rt_enter(%d);\n", trace_node(n, NULL, 0));
+        fprintf(f, "    rt_enter(%d);\n", trace_node(trace, n, NULL, 0));
     const int *w = pr->wide[n->id];
     for (int k = 0; w && k < n->ninputs; k++)
         if (w[k] >= 0) {

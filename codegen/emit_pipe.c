@@ -18,7 +18,9 @@
  * shard to shard, sub-rank r of one stage to sub-rank r of another, with
  * MPI_Isend/MPI_Irecv (C) or ncclSend/ncclRecv on the communication stream
  * (CUDA; a microbatch's receives in one group, so their order never
- * matters). Each message's tag is the value's place among the values that
+ * matters): the target's pipe_* functions write those calls, their slots'
+ * requests or events, and their waits; this file writes the loop around
+ * them. Each message's tag is the value's place among the values that
  * cross stages, the same on both sides. After the run the last stage's
  * first rank assembles each output from every microbatch's blocks.
  */
@@ -26,16 +28,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct PipeLink {
-    const Tensor *t;
-    int buf;                      /* this program's buffer of the value */
-    int tag;
-    int npeer;
-    int peer[PIPE_MAX_STAGES];    /* world ranks: the receivers (a send) or the sender (a receive) */
-    int peer_stage[PIPE_MAX_STAGES];
-    int comm;                     /* its rt_comms[] entry (emit_pipe_forward) */
-} PipeLink;
 
 /* The values this rank sends (produced here, read by another stage) or
  * receives; *n gets the count. */
@@ -79,8 +71,10 @@ static int is_last(const Program *pr)
     return pr->stage == pr->plan->pipe->nstages - 1;
 }
 
-void emit_pipe_decls(const Program *pr, FILE *f, int cuda)
+void emit_pipe_decls(Emitter *e)
 {
+    const Program *pr = e->pr;
+    FILE *f = e->f;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
     char nm[ESC_NAME_CAP];
@@ -95,19 +89,13 @@ void emit_pipe_decls(const Program *pr, FILE *f, int cuda)
         for (int k = 0; k < snd[i].npeer; k++)
             fprintf(f, " %d (rank %d)", snd[i].peer_stage[k], snd[i].peer[k]);
         fprintf(f, " */\n");
-        if (cuda)
-            fprintf(f, "static cudaEvent_t ready_%s[2], sent_%s[2];\n", b->name, b->name);
-        else
-            fprintf(f, "static MPI_Request sreq_%s[2][%d];\n", b->name, snd[i].npeer);
+        e->t->pipe_decl(e, &snd[i], 1);
     }
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
         fprintf(f, "static unsigned char *slot_%s[2]; /* %s, %lld bytes, from stage %d (rank %d) */\n", b->name,
                 CMT(rcv[i].t->name, nm), (long long)b->bytes, rcv[i].peer_stage[0], rcv[i].peer[0]);
-        if (cuda)
-            fprintf(f, "static cudaEvent_t landed_%s[2], read_%s[2];\n", b->name, b->name);
-        else
-            fprintf(f, "static MPI_Request rreq_%s[2];\n", b->name);
+        e->t->pipe_decl(e, &rcv[i], 0);
     }
     if (pr->stage == 0)
         for (int i = 0; i < g->ninputs; i++) {
@@ -123,120 +111,43 @@ void emit_pipe_decls(const Program *pr, FILE *f, int cuda)
         }
     /* Slots and requests, once. */
     fprintf(f, "\nstatic void pipe_init(void)\n{\n");
-    for (int i = 0; i < ns; i++) {
-        const Buffer *b = &pr->bufs[snd[i].buf];
+    for (int i = 0; i < ns + nr; i++) {
         fprintf(f, "    for (int s = 0; s < 2; s++) {\n");
-        if (cuda)
-            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&send_%s[s], %lld));\n"
-                       "        CHECK_CUDA(cudaEventCreateWithFlags(&ready_%s[s], cudaEventDisableTiming));\n"
-                       "        CHECK_CUDA(cudaEventCreateWithFlags(&sent_%s[s], cudaEventDisableTiming));\n"
-                       "        CHECK_CUDA(cudaEventRecord(sent_%s[s], g_comm));\n",
-                    b->name, (long long)(b->bytes ? b->bytes : 64), b->name, b->name, b->name);
-        else
-            fprintf(f, "        send_%s[s] = rt_alloc(%lld);\n"
-                       "        for (int k = 0; k < %d; k++)\n            sreq_%s[s][k] = MPI_REQUEST_NULL;\n",
-                    b->name, (long long)b->bytes, snd[i].npeer, b->name);
-        fprintf(f, "    }\n");
-    }
-    for (int i = 0; i < nr; i++) {
-        const Buffer *b = &pr->bufs[rcv[i].buf];
-        fprintf(f, "    for (int s = 0; s < 2; s++) {\n");
-        if (cuda)
-            fprintf(f, "        CHECK_CUDA(cudaMalloc((void **)&slot_%s[s], %lld));\n"
-                       "        CHECK_CUDA(cudaEventCreateWithFlags(&landed_%s[s], cudaEventDisableTiming));\n"
-                       "        CHECK_CUDA(cudaEventCreateWithFlags(&read_%s[s], cudaEventDisableTiming));\n"
-                       "        CHECK_CUDA(cudaEventRecord(read_%s[s], g_stream));\n",
-                    b->name, (long long)(b->bytes ? b->bytes : 64), b->name, b->name, b->name);
-        else
-            fprintf(f, "        slot_%s[s] = rt_alloc(%lld);\n        rreq_%s[s] = MPI_REQUEST_NULL;\n", b->name,
-                    (long long)b->bytes, b->name);
+        e->t->pipe_init(e, i < ns ? &snd[i] : &rcv[i - ns], i < ns);
         fprintf(f, "    }\n");
     }
     if (is_last(pr))
-        for (int i = 0; i < g->noutputs; i++) {
-            const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-            if (cuda)
-                fprintf(f, "    CHECK_CUDA(cudaMalloc((void **)&out%d, %lld));\n", i,
-                        (long long)(b->bytes > 0 ? b->bytes * pp->microbatches : 64));
-            else
-                fprintf(f, "    out%d = rt_alloc(%lld);\n", i, (long long)(b->bytes * pp->microbatches));
-        }
+        for (int i = 0; i < g->noutputs; i++)
+            e->t->pipe_init_output(e, i, &pr->bufs[program_output_buf(pr, i)]);
     fprintf(f, "}\n");
     free(snd);
     free(rcv);
 }
 
-/* Posts (C) or enqueues (CUDA) the receives of microbatch `mb` (a C
- * expression) into slot `slot`. */
-static void emit_recvs(const Program *pr, const PipeLink *rcv, int nr, const char *mb, const char *slot, FILE *f,
-                       int cuda, const char *indent)
+void emit_pipe_recv_comment(Emitter *e, const PipeLink *k, const char *mb, const char *indent)
 {
     char nm[ESC_NAME_CAP];
-    if (!nr)
-        return;
-    if (cuda) {
-        for (int i = 0; i < nr; i++) /* the slot's last reader is done */
-            fprintf(f, "%sCHECK_CUDA(cudaStreamWaitEvent(g_comm, read_%s[%s], 0));\n", indent,
-                    pr->bufs[rcv[i].buf].name, slot);
-        fprintf(f, "%srt_comm_begin(%d); /* traced as the first receive */\n%sCHECK_NCCL(ncclGroupStart());\n", indent,
-                rcv[0].comm, indent);
-    }
-    for (int i = 0; i < nr; i++) {
-        const Buffer *b = &pr->bufs[rcv[i].buf];
-        fprintf(f, "%s/* receive %s of microbatch %s from stage %d (rank %d) */\n", indent, CMT(rcv[i].t->name, nm), mb,
-                rcv[i].peer_stage[0], rcv[i].peer[0]);
-        if (cuda)
-            fprintf(f, "%sCHECK_NCCL(ncclRecv(slot_%s[%s], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", indent, b->name,
-                    slot, (long long)b->bytes, rcv[i].peer[0]);
-        else
-            fprintf(f, "%sCHECK_MPI(MPI_Irecv(slot_%s[%s], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &rreq_%s[%s]));\n"
-                       "%srt_started(%d, &rreq_%s[%s]);\n",
-                    indent, b->name, slot, (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, slot, indent,
-                    rcv[i].comm, b->name, slot);
-    }
-    if (cuda) {
-        fprintf(f, "%sCHECK_NCCL(ncclGroupEnd());\n%srt_comm_end();\n", indent, indent);
-        for (int i = 0; i < nr; i++)
-            fprintf(f, "%sCHECK_CUDA(cudaEventRecord(landed_%s[%s], g_comm));\n", indent, pr->bufs[rcv[i].buf].name,
-                    slot);
-    }
+    fprintf(e->f, "%s/* receive %s of microbatch %s from stage %d (rank %d) */\n", indent, CMT(k->t->name, nm), mb,
+            k->peer_stage[0], k->peer[0]);
 }
 
 /* Sends value k of microbatch mb (in the loop: `mb`, `slot`). */
-static void emit_send(const Program *pr, const PipeLink *k, FILE *f, int cuda)
+static void emit_send(Emitter *e, const PipeLink *k)
 {
-    const Buffer *b = &pr->bufs[k->buf];
+    const Buffer *b = &e->pr->bufs[k->buf];
     char nm[ESC_NAME_CAP];
-    fprintf(f, "\n    /* send %s (%lld bytes) of this microbatch to stage", CMT(k->t->name, nm), (long long)b->bytes);
+    fprintf(e->f, "\n    /* send %s (%lld bytes) of this microbatch to stage", CMT(k->t->name, nm), (long long)b->bytes);
     for (int j = 0; j < k->npeer; j++)
-        fprintf(f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
-    fprintf(f, ": copied to its slot, the copy sent while the rest computes */\n");
-    if (cuda) {
-        fprintf(f, "    rt_cuda_wait(sent_%s[slot], %d); /* the slot's last send is done */\n"
-                   "    CHECK_CUDA(cudaMemcpyAsync(send_%s[slot], %s, %lld, cudaMemcpyDeviceToDevice, g_stream));\n"
-                   "    CHECK_CUDA(cudaEventRecord(ready_%s[slot], g_stream));\n"
-                   "    CHECK_CUDA(cudaStreamWaitEvent(g_comm, ready_%s[slot], 0));\n"
-                   "    rt_comm_begin(%d);\n    CHECK_NCCL(ncclGroupStart());\n",
-                b->name, k->comm, b->name, b->name, (long long)b->bytes, b->name, b->name, k->comm);
-        for (int j = 0; j < k->npeer; j++)
-            fprintf(f, "    CHECK_NCCL(ncclSend(send_%s[slot], %lld, ncclChar, %d, g_nccl[0], g_comm));\n", b->name,
-                    (long long)b->bytes, k->peer[j]);
-        fprintf(f, "    CHECK_NCCL(ncclGroupEnd());\n    rt_comm_end();\n"
-                   "    CHECK_CUDA(cudaEventRecord(sent_%s[slot], g_comm));\n", b->name);
-        return;
-    }
-    fprintf(f, "    for (int k = 0; k < %d; k++) /* the slot's send two microbatches ago is done */\n"
-               "        rt_wait(&sreq_%s[slot][k], %d);\n"
-               "    memcpy(send_%s[slot], %s, %lld);\n",
-            k->npeer, b->name, k->comm, b->name, b->name, (long long)b->bytes);
-    for (int j = 0; j < k->npeer; j++)
-        fprintf(f, "    CHECK_MPI(MPI_Isend(send_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[slot][%d]));\n"
-                   "    rt_started(%d, &sreq_%s[slot][%d]);\n",
-                b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j, k->comm, b->name, j);
+        fprintf(e->f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
+    fprintf(e->f, ": copied to its slot, the copy sent while the rest computes */\n");
+    e->t->pipe_send(e, k);
 }
 
-int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
+int emit_pipe_forward(Emitter *e)
 {
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    Diag *d = e->d;
     const Graph *g = pr->g;
     int ns, nr;
     PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
@@ -267,7 +178,7 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
                                   k->peer[j]);
         snprintf(what, sizeof what, "%s of %s %s %s", i < ns ? "send" : "receive", k->t->label, i < ns ? "to" : "from",
                  peer);
-        k->comm = trace_comm(what, i < ns ? "send" : "receive", k->t->label, peer,
+        k->comm = trace_comm(&e->trace, what, i < ns ? "send" : "receive", k->t->label, peer,
                              i < ns ? "the rest of the microbatch and the next one (two slots)"
                                     : "the microbatch before it (two slots)",
                              (long long)pr->bufs[k->buf].bytes);
@@ -288,61 +199,45 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
         }
     for (int i = 0; i < ns; i++)
         if (after[i] < 0)
-            emit_send(pr, &snd[i], f, cuda);
+            emit_send(e, &snd[i]);
     for (int i = 0; i < pr->ninsts; i++) {
-        emit_c_inst(pr, i, f, d, rc);
+        emit_inst(e, i);
         const Inst *in = &pr->insts[i];
         if (in->kind != INST_COMPUTE)
             continue;
         for (int k = 0; k < ns; k++)
             if (after[k] == in->node->id)
-                emit_send(pr, &snd[k], f, cuda);
+                emit_send(e, &snd[k]);
     }
     if (is_last(pr)) {
         fprintf(f, "\n    /* keep this microbatch's block of every graph output */\n");
         for (int i = 0; i < g->noutputs; i++) {
-            const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-            if (cuda)
-                fprintf(f, "    CHECK_CUDA(cudaMemcpyAsync(out%d + (size_t)mb * %lld, %s, %lld, "
-                           "cudaMemcpyDeviceToDevice, g_stream));\n",
-                        i, (long long)b->bytes, b->name, (long long)b->bytes);
-            else
-                fprintf(f, "    memcpy(out%d + (size_t)mb * %lld, %s, %lld);\n", i, (long long)b->bytes, b->name,
-                        (long long)b->bytes);
+            e->t->pipe_keep_output(e, i, &pr->bufs[program_output_buf(pr, i)]);
         }
     }
     fprintf(f, "}\n");
     /* forward(): GPipe's schedule on this stage. */
     fprintf(f, "\n/* ---- one forward pass: stage %d, every microbatch in turn ---- */\n\nstatic void forward(void)\n{\n"
                "    rt_step_begin();\n", pr->stage);
-    emit_recvs(pr, rcv, nr, "0", "0", f, cuda, "    ");
+    if (nr)
+        e->t->pipe_recvs(e, rcv, nr, "0", "0", "    ");
     fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        const int slot = mb & 1; /* of the send and receive slots */\n");
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
-        if (cuda)
-            fprintf(f, "        rt_cuda_wait(landed_%s[slot], %d);\n", b->name, rcv[i].comm);
-        else
-            fprintf(f, "        rt_wait(&rreq_%s[slot], %d);\n", b->name, rcv[i].comm);
+        e->t->pipe_wait_recv(e, &rcv[i]);
         fprintf(f, "        %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
     }
     if (nr) {
         fprintf(f, "        if (mb + 1 < MICROBATCHES) { /* the next microbatch lands while this one computes */\n");
-        emit_recvs(pr, rcv, nr, "mb + 1", "slot ^ 1", f, cuda, "            ");
+        e->t->pipe_recvs(e, rcv, nr, "mb + 1", "slot ^ 1", "            ");
         fprintf(f, "        }\n");
     }
     fprintf(f, "        step(mb, slot);\n");
-    for (int i = 0; cuda && i < nr; i++) /* the slot may be received into again */
-        fprintf(f, "        CHECK_CUDA(cudaEventRecord(read_%s[slot], g_stream));\n", pr->bufs[rcv[i].buf].name);
+    for (int i = 0; i < nr; i++) /* the slot may be received into again */
+        e->t->pipe_read_done(e, &rcv[i]);
     fprintf(f, "    }\n");
-    for (int i = 0; i < ns; i++) {
-        const Buffer *b = &pr->bufs[snd[i].buf];
-        if (cuda)
-            fprintf(f, "    for (int s = 0; s < 2; s++)\n        rt_cuda_wait(sent_%s[s], %d);\n", b->name, snd[i].comm);
-        else
-            fprintf(f, "    for (int s = 0; s < 2; s++)\n        for (int k = 0; k < %d; k++)\n"
-                       "            rt_wait(&sreq_%s[s][k], %d);\n",
-                    snd[i].npeer, b->name, snd[i].comm);
-    }
+    for (int i = 0; i < ns; i++)
+        e->t->pipe_wait_sends(e, &snd[i]);
     fprintf(f, "    rt_step_end();\n}\n");
     free(after);
     free(snd);
@@ -352,8 +247,10 @@ int emit_pipe_forward(const Program *pr, FILE *f, int cuda, Diag *d, int *rc)
 
 /* main()'s --out on the last stage: its first rank assembles each output
  * from every microbatch's blocks. Other stages write nothing. */
-void emit_pipe_outputs(const Program *pr, FILE *f)
+void emit_pipe_outputs(Emitter *e)
 {
+    const Program *pr = e->pr;
+    FILE *f = e->f;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
     const Mesh *m = &pr->plan->mesh;

@@ -3,53 +3,49 @@
  * While forward() is emitted, every node gets an entry in rt_nodes[]
  * (rt_enter(k) before its kernels) and every collective one in
  * rt_comms[] (rt_started(k, &req) after its start, rt_wait(&req, k) at
- * its wait). The tables are written before forward(), so emit_c writes
+ * its wait). The tables are written before forward(), so emit_rank writes
  * forward() to memory first. Every model string reaches the tables as an
- * escaped C literal (esc_c_string); the indices are generated.
+ * escaped C literal (esc_c_string); the indices are generated. The tables
+ * being filled live in the rank file's Emitter (TraceTables).
  */
 #include "codegen.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static FILE *g_nodes, *g_comms;
-static char *g_nodes_text, *g_comms_text;
-static size_t g_nodes_len, g_comms_len;
-static int g_nnodes, g_ncomms;
-
-void trace_tables_begin(void)
+void trace_tables_begin(TraceTables *tt)
 {
-    g_nodes = open_memstream(&g_nodes_text, &g_nodes_len);
-    g_comms = open_memstream(&g_comms_text, &g_comms_len);
-    if (!g_nodes || !g_comms)
+    memset(tt, 0, sizeof *tt);
+    tt->nodes = open_memstream(&tt->nodes_text, &tt->nodes_len);
+    tt->comms = open_memstream(&tt->comms_text, &tt->comms_len);
+    if (!tt->nodes || !tt->comms)
         abort();
-    g_nnodes = g_ncomms = 0;
 }
 
-int trace_node(const Node *n, const int64_t *dims, int rank)
+int trace_node(TraceTables *tt, const Node *n, const int64_t *dims, int rank)
 {
     char shape[128];
-    fprintf(g_nodes, "    {");
-    esc_c_string(g_nodes, n->label);
-    fprintf(g_nodes, ", ");
-    esc_c_string(g_nodes, node_op_name(n));
-    fprintf(g_nodes, ", \"%s\"}, /* %d */\n", shape_str(dims, rank, shape, sizeof shape), g_nnodes);
-    return g_nnodes++;
+    fprintf(tt->nodes, "    {");
+    esc_c_string(tt->nodes, n->label);
+    fprintf(tt->nodes, ", ");
+    esc_c_string(tt->nodes, node_op_name(n));
+    fprintf(tt->nodes, ", \"%s\"}, /* %d */\n", shape_str(dims, rank, shape, sizeof shape), tt->nnodes);
+    return tt->nnodes++;
 }
 
-int trace_comm(const char *what, const char *kind, const char *tensor, const char *axes, const char *overlaps,
-               long long bytes)
+int trace_comm(TraceTables *tt, const char *what, const char *kind, const char *tensor, const char *axes,
+               const char *overlaps, long long bytes)
 {
-    fprintf(g_comms, "    {");
-    esc_c_string(g_comms, what);
-    fprintf(g_comms, ", \"%s\", ", kind);
-    esc_c_string(g_comms, tensor);
-    fprintf(g_comms, ", ");
-    esc_c_string(g_comms, axes);
-    fprintf(g_comms, ",\n     ");
-    esc_c_string(g_comms, overlaps);
-    fprintf(g_comms, ", %lld}, /* %d */\n", bytes, g_ncomms);
-    return g_ncomms++;
+    fprintf(tt->comms, "    {");
+    esc_c_string(tt->comms, what);
+    fprintf(tt->comms, ", \"%s\", ", kind);
+    esc_c_string(tt->comms, tensor);
+    fprintf(tt->comms, ", ");
+    esc_c_string(tt->comms, axes);
+    fprintf(tt->comms, ",\n     ");
+    esc_c_string(tt->comms, overlaps);
+    fprintf(tt->comms, ", %lld}, /* %d */\n", bytes, tt->ncomms);
+    return tt->ncomms++;
 }
 
 /* What the schedule runs between instruction `from` (a start) and the
@@ -83,24 +79,23 @@ void trace_overlaps(const Program *pr, int from, char *buf, size_t cap)
     snprintf(buf, cap, "%s .. %s (%d nodes)", pr->insts[first].node->label, pr->insts[last].node->label, count);
 }
 
-void trace_tables_write(FILE *f)
+void trace_tables_write(TraceTables *tt, FILE *f)
 {
-    fclose(g_nodes);
-    fclose(g_comms);
+    fclose(tt->nodes);
+    fclose(tt->comms);
     fprintf(f, "\n/* ---- what traces name (--trace FILE): rt_enter(k) is rt_nodes[k], a collective's k rt_comms[k] ---- */\n\n"
                "static const RtNodeInfo rt_nodes[] = { /* name, op, local shape */\n");
-    if (g_nnodes)
-        fwrite(g_nodes_text, 1, g_nodes_len, f);
+    if (tt->nnodes)
+        fwrite(tt->nodes_text, 1, tt->nodes_len, f);
     else
         fprintf(f, "    {\"(none)\", \"\", \"\"},\n");
     fprintf(f, "};\n\nstatic const RtCommInfo rt_comms[] = { /* what, kind, tensor, axes or peer, overlaps, bytes */\n");
-    if (g_ncomms)
-        fwrite(g_comms_text, 1, g_comms_len, f);
+    if (tt->ncomms)
+        fwrite(tt->comms_text, 1, tt->comms_len, f);
     else
         fprintf(f, "    {\"(none)\", \"\", \"\", \"\", \"\", 0}, /* this program runs no collectives */\n");
     fprintf(f, "};\n");
-    free(g_nodes_text);
-    free(g_comms_text);
-    g_nodes_text = g_comms_text = NULL;
-    g_nodes = g_comms = NULL;
+    free(tt->nodes_text);
+    free(tt->comms_text);
+    memset(tt, 0, sizeof *tt);
 }

@@ -203,16 +203,16 @@ static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const 
     if (opt->weight_bytes)
         opt->weight_bytes[rank] = pr->weight_bytes;
     int cuda = strcmp(opt->target, "cuda") == 0;
+    int64_t bytes;
+    uint64_t sum;
+    if (!(blob = weights_pack(pr, &bytes, &sum, d))) /* once: main() checks its size and checksum */
+        goto cleanup;
     snprintf(name, sizeof name, "rank%d.%s", rank, cuda ? "cu" : "c");
     if (!(f = open_in(dir, name, d)))
         goto cleanup;
-    EmitOptions eo = {opt->command_line, opt->model, cuda, opt->tf32};
-    int erc = emit_c(pr, &eo, f, d);
+    EmitOptions eo = {opt->command_line, opt->model, cuda ? &emit_target_cuda : &emit_target_mpi, opt->tf32, bytes, sum};
+    int erc = emit_rank(pr, &eo, f, d);
     if (close_checked(f, name, d) || erc)
-        goto cleanup;
-    int64_t bytes;
-    uint64_t sum;
-    if (!(blob = weights_pack(pr, &bytes, &sum, d)))
         goto cleanup;
     snprintf(name, sizeof name, "weights.rank%d.bin", rank);
     if (!(f = open_in(dir, name, d)))

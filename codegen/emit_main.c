@@ -1,0 +1,165 @@
+/* emit_main.c: the parts of main() both targets write alike.
+ *
+ * Each target writes its own main() (emit_target_mpi.c, emit_target_cuda.c:
+ * start-up, weights, timed runs, shut-down); these are the pieces they
+ * share: the model's exact input and output names, the reading of this
+ * rank's input blocks, the trace's start, and the writing of an output
+ * (gathered to rank 0 when it is split). Names from the model reach the
+ * source only as escaped string literals.
+ */
+#include "codegen.h"
+
+#include <string.h>
+
+void emit_model_names(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Graph *g = pr->g;
+    fprintf(f, "/* The model's input and output names, exactly, for --in and --out. */\n"
+               "static const char *const model_inputs[] = {");
+    for (int i = 0; i < g->ninputs; i++) {
+        esc_c_string(f, g->inputs[i]->name);
+        fputs(", ", f);
+    }
+    fprintf(f, "NULL};\nstatic const char *const model_outputs[] = {");
+    for (int i = 0; i < g->noutputs; i++) {
+        esc_c_string(f, g->outputs[i]->name);
+        fputs(", ", f);
+    }
+    fprintf(f, "NULL};\n\n");
+}
+
+void emit_output_write(Emitter *e, int i, const char *data)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Tensor *t = pr->g->outputs[i];
+    const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+    const Mesh *m = &pr->plan->mesh;
+    fprintf(f, "            static const int64_t dims[] = ");
+    emit_dims(f, t->dims, t->rank);
+    fprintf(f, ";\n");
+    if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
+        fprintf(f, "            if (RANK == 0) /* every rank holds the whole output */\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n",
+                (int)t->dtype, t->rank, data);
+        return;
+    }
+    /* Split: per rank, its block index along each dim (mixed radix over
+     * the dim's axes, major first) and whether it sends (coordinate 0 on
+     * every axis the layout does not use). */
+    char sb[128];
+    unsigned used = sharding_used_axes(&b->layout);
+    fprintf(f, "            /* it stays %s over the mesh: rank 0 gathers one copy of each block */\n"
+               "            static const int64_t blocks[] = ",
+            sharding_str(&b->layout, m, sb, sizeof sb));
+    emit_dims(f, b->dims, t->rank);
+    fprintf(f, ";\n            static const int64_t index[] = {");
+    for (int r = 0; r < m->nranks; r++) {
+        for (int d = 0; d < t->rank; d++)
+            fprintf(f, "%s%d", r || d ? ", " : "", mesh_block_index(m, r, b->layout.axes[d], b->layout.naxes[d]));
+    }
+    fprintf(f, "};\n            static const unsigned char sender[] = {");
+    for (int r = 0; r < m->nranks; r++) {
+        int sends = 1;
+        for (int a = 0; a < m->naxes; a++)
+            if (!(used & (1u << a)) && mesh_coord(m, r, a) != 0)
+                sends = 0;
+        fprintf(f, "%s%d", r ? ", " : "", sends);
+    }
+    fprintf(f, "};\n            void *whole = rt_gather_output(%s, 1, %d, dims, blocks, index, sender, %zu, ", b->name,
+            t->rank, dtype_size(t->dtype));
+    esc_c_string(f, t->label);
+    fprintf(f, ", 0);\n            if (RANK == 0)\n"
+               "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n",
+            (int)t->dtype, t->rank);
+}
+
+/* rt_trace_init(): the tables, and this rank's place for the trace's
+ * process names ("dp=0 tp=1", with its stage in a pipeline). */
+void emit_trace_init(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Mesh *m = &pr->plan->mesh;
+    char where[256];
+    size_t n = 0;
+    where[0] = 0;
+    if (pr->plan->pipe)
+        n += (size_t)snprintf(where, sizeof where, "stage %d", pr->stage);
+    for (int a = 0; a < m->naxes && n < sizeof where; a++)
+        if (!m->axes[a].loop)
+            n += (size_t)snprintf(where + n, sizeof where - n, "%s%s=%d", n ? " " : "", m->axes[a].name, pr->coords[a]);
+    fprintf(f, "    rt_trace_init(args.trace, rt_nodes, rt_comms, ");
+    esc_c_string(f, where);
+    fprintf(f, "); /* --trace FILE: record from here */\n");
+}
+
+/* main()'s input handling: refuse unknown --in names, then read each
+ * graph input, check its dtype and shape, and keep this rank's block
+ * where the target's input_block puts it (the CUDA target uploads it to
+ * the device). A pipeline's stage 0 keeps its block of every microbatch
+ * (mb_<buffer>[mb]); later stages read none. */
+void emit_inputs(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    const Mesh *m = &pr->plan->mesh;
+    char buf[256], nm[ESC_NAME_CAP], dst[ESC_NAME_CAP + 16];
+    if (pp && pr->stage != 0)
+        return;
+    const char *in = pp ? "    " : ""; /* inside the loop over microbatches */
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        fprintf(f, "    { /* graph input %s: %s %s; this rank reads its block %s%s */\n", CMT(t->name, nm),
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf),
+                sharding_str(&b->layout, m, buf + 128, 128), pp ? " of every microbatch" : "");
+        fprintf(f, "        static const int64_t gdims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
+        if (pp) {
+            /* Microbatch mb is the plan mesh's rank mb * nsub + this rank's
+             * place in its stage: the loop axis is outermost. */
+            int sub = pipeline_sub_rank(pp, pr->rank);
+            fprintf(f, ";\n        static const int64_t index[MICROBATCHES][%d] = {", t->rank ? t->rank : 1);
+            for (int mb = 0; mb < pp->microbatches; mb++) {
+                int64_t idx[IR_MAX_RANK];
+                for (int d = 0; d < t->rank; d++)
+                    idx[d] = mesh_block_index(m, mb * pp->nsub + sub, b->layout.axes[d], b->layout.naxes[d]);
+                fprintf(f, "%s", mb ? ", " : "");
+                emit_dims(f, idx, t->rank);
+            }
+            fprintf(f, "}");
+        } else {
+            int64_t idx[IR_MAX_RANK];
+            for (int k = 0; k < t->rank; k++)
+                idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+            fprintf(f, ", index[] = ");
+            emit_dims(f, idx, t->rank);
+        }
+        /* The exact name is matched against --in; the label (terminal-safe)
+         * is what errors print. Neither is ever a format string. */
+        fprintf(f, ";\n        static const char name[] = ");
+        esc_c_string(f, t->name);
+        fprintf(f, ", label[] = ");
+        esc_c_string(f, t->label);
+        fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
+                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
+                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n",
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), (int)t->dtype, t->rank);
+        if (pp)
+            fprintf(f, "        for (int mb = 0; mb < MICROBATCHES; mb++) {\n");
+        fprintf(f, "%s        void *block = rt_alloc(%lld);\n"
+                   "%s        rt_take_block(block, t.data, %d, gdims, blocks, index%s, %zu);\n",
+                in, (long long)b->bytes, in, t->rank, pp ? "[mb]" : "", dtype_size(t->dtype));
+        snprintf(dst, sizeof dst, pp ? "mb_%s[mb]" : "%s", b->name);
+        e->t->input_block(e, in, dst, b);
+        fprintf(f, "%s    }\n", pp ? "        }\n" : "");
+    }
+}
