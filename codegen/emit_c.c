@@ -260,7 +260,7 @@ static int step_comm(const Program *pr, int r, int j, const char *overlaps)
 /* Step j of reshard r is a blocking all-reduce (pr->blocking). */
 static int blocking_all_reduce(const Program *pr, int r, int j)
 {
-    return j == 0 && pr->blocking[r];
+    return j == 0 && pr->reshards[r].blocking;
 }
 
 /* Starts step j of reshard r (a local step runs to completion here);
@@ -269,7 +269,7 @@ static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *
 {
     const PlanReshard *rr = &pr->plan->reshards[r];
     const ReshardStep *s = &rr->r.steps[j];
-    const StepBufs *sb = &pr->steps[r][j];
+    const StepBufs *sb = &pr->reshards[r].steps[j];
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
     const Sharding *before = step_before(pr, r, j);
     unsigned char axes[MESH_MAX_AXES];
@@ -291,7 +291,7 @@ static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *
         fprintf(f, "    rt_copy(RT_EV_PACK, %d);\n", comm_id);
     switch (s->kind) {
     case COLL_SLICE: {
-        int key = program_group_key(pr, axes, na);
+        int key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na);
         if (padded) { /* from the whole dim: the block's valid part, then zeros */
             int64_t len = out->dims[s->dim], valid = sharding_block_valid(gn, len, key), dims[IR_MAX_RANK];
             memcpy(dims, out->dims, sizeof dims);
@@ -324,7 +324,7 @@ static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *
         break;
     }
     case COLL_PARTIALIZE: {
-        int key = program_group_key(pr, axes, na);
+        int key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na);
         if (key == 0)
             fprintf(f, "    k_copy(%s, %s, %lld); /* this rank keeps the value */\n", out->name, in->name,
                     (long long)in->bytes);
@@ -428,7 +428,7 @@ static void emit_step_start(const Program *pr, int r, int j, int comm_id, FILE *
 static void emit_step_finish(const Program *pr, int r, int j, int comm_id, FILE *f)
 {
     const ReshardStep *s = &pr->plan->reshards[r].r.steps[j];
-    const StepBufs *sb = &pr->steps[r][j];
+    const StepBufs *sb = &pr->reshards[r].steps[j];
     if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
         return;
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
@@ -494,7 +494,7 @@ static void fused_index(const Program *pr)
     for (int m = 0; m < n; m++)
         g_fused_next[m] = last[m] = -1;
     for (int m = 0; m < n; m++) {
-        int l = pr->fused_leader[m];
+        int l = pr->reshards[m].fused_leader;
         if (l < 0 || l == m)
             continue;
         g_fused_next[last[l] >= 0 ? last[l] : l] = m;
@@ -506,7 +506,7 @@ static void fused_index(const Program *pr)
 static void emit_fused(const Program *pr, int leader, int start, int at, FILE *f)
 {
     const Plan *p = pr->plan;
-    const Buffer *send = &pr->bufs[pr->fused_send[leader]], *recv = &pr->bufs[pr->fused_recv[leader]];
+    const Buffer *send = &pr->bufs[pr->reshards[leader].fused_send], *recv = &pr->bufs[pr->reshards[leader].fused_recv];
     unsigned char axes[MESH_MAX_AXES];
     const ReshardStep *s0 = &p->reshards[leader].r.steps[0];
     int na = step_axes(pr, s0, &p->reshards[leader].src, axes);
@@ -541,7 +541,7 @@ static void emit_fused(const Program *pr, int leader, int start, int at, FILE *f
         fprintf(f, "    rt_copy(%s, %d);\n", start ? "RT_EV_PACK" : "RT_EV_UNPACK", g_comm_of[leader]);
     int64_t off = 0;
     for (int m = leader; m >= 0; m = g_fused_next[m]) {
-        const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];
+        const Buffer *in = &pr->bufs[pr->reshards[m].steps[0].in], *out = &pr->bufs[pr->reshards[m].steps[0].out];
         if (start)
             fprintf(f, "    k_copy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
                     (long long)in->bytes);
@@ -575,7 +575,7 @@ void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
         char nm[ESC_NAME_CAP];
         fprintf(f, "\n    /* reshard %d of %s: %s in the fused call of reshard %d */\n", m,
                 CMT(pr->plan->reshards[m].tensor->name, nm), in->kind == INST_START ? "started" : "completed",
-                pr->fused_leader[m]);
+                pr->reshards[m].fused_leader);
         return;
     }
     const PlanReshard *rr = &pr->plan->reshards[in->reshard];
@@ -590,7 +590,7 @@ void emit_c_inst(const Program *pr, int i, FILE *f, Diag *d, int *rc)
             return;
         }
     }
-    if (pr->fused_leader[r] == r) {
+    if (pr->reshards[r].fused_leader == r) {
         emit_fused(pr, r, in->kind == INST_START, i, f);
         return;
     }
@@ -740,7 +740,7 @@ void emit_inputs(const Program *pr, FILE *f, int cuda)
         } else {
             int64_t idx[IR_MAX_RANK];
             for (int k = 0; k < t->rank; k++)
-                idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+                idx[k] = mesh_block_index(&pr->plan->mesh, pr->vrank, b->layout.axes[k], b->layout.naxes[k]);
             fprintf(f, ", index[] = ");
             emit_dims(f, idx, t->rank);
         }
@@ -848,7 +848,7 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     int nnames = 0;
     fprintf(f, "\n/* ---- communicators and requests ---- */\n\n");
     for (int r = 0; r < p->nreshards; r++)
-        for (int j = 0; pr->here[r] && j < p->reshards[r].r.nsteps; j++) {
+        for (int j = 0; pr->reshards[r].here && j < p->reshards[r].r.nsteps; j++) {
             const ReshardStep *s = &p->reshards[r].r.steps[j];
             if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
                 continue;
@@ -861,16 +861,16 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
             if (!seen && nnames < 64) {
                 snprintf(names[nnames++], sizeof names[0], "%s", buf);
                 fprintf(f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n",
-                        g_cuda ? "ncclComm_t" : "MPI_Comm", buf, buf + 5, program_group_key(pr, axes, na),
+                        g_cuda ? "ncclComm_t" : "MPI_Comm", buf, buf + 5, mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na),
                         mesh_group_size(m, s->axes));
             }
         }
     for (int r = 0; r < p->nreshards; r++) {
         int comm_steps = 0;
-        for (int j = 0; pr->here[r] && j < p->reshards[r].r.nsteps; j++)
+        for (int j = 0; pr->reshards[r].here && j < p->reshards[r].r.nsteps; j++)
             comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
-        if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r) &&
-            !(pr->here[r] && blocking_all_reduce(pr, r, 0))) { /* (a blocking call needs no request) */
+        if (comm_steps && (pr->reshards[r].fused_leader < 0 || pr->reshards[r].fused_leader == r) &&
+            !(pr->reshards[r].here && blocking_all_reduce(pr, r, 0))) { /* (a blocking call needs no request) */
             char nm[ESC_NAME_CAP];
             if (g_cuda)
                 fprintf(f, "static cudaEvent_t ev_ready_r%d, ev_done_r%d; /* reshard %d: %s */\n", r, r, r,
@@ -891,9 +891,9 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
                        "    CHECK_NCCL(ncclCommInitRank(&world, WORLD, id, RANK));\n    g_nccl[g_nnccl++] = world;\n");
         for (int r = 0; r < p->nreshards; r++) {
             int comm_steps = 0;
-            for (int j = 0; pr->here[r] && j < p->reshards[r].r.nsteps; j++)
+            for (int j = 0; pr->reshards[r].here && j < p->reshards[r].r.nsteps; j++)
                 comm_steps += p->reshards[r].r.steps[j].kind != COLL_SLICE && p->reshards[r].r.steps[j].kind != COLL_PARTIALIZE;
-            if (comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r))
+            if (comm_steps && (pr->reshards[r].fused_leader < 0 || pr->reshards[r].fused_leader == r))
                 fprintf(f, "    CHECK_CUDA(cudaEventCreateWithFlags(&ev_ready_r%d, cudaEventDisableTiming));\n"
                            "    CHECK_CUDA(cudaEventCreateWithFlags(&ev_done_r%d, cudaEventDisableTiming));\n", r, r);
         }
@@ -930,10 +930,10 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
         }
         if (g_cuda)
             fprintf(f, "    CHECK_NCCL(ncclCommSplit(%s, %d, %d, &%s, NULL));\n    g_nccl[g_nnccl++] = %s;\n", parent,
-                    program_group_color(pr, mask), program_group_key(pr, axes, na), names[k], names[k]);
+                    program_group_color(pr, mask), mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na), names[k], names[k]);
         else
             fprintf(f, "    %s = rt_comm_split_from(%s, %d, %d);\n", names[k], parent, program_group_color(pr, mask),
-                    program_group_key(pr, axes, na));
+                    mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na));
     }
     if (g_cuda && plan_world_ranks(p) > 1)
         fprintf(f, "    rt_unwatch();\n");
