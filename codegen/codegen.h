@@ -1,15 +1,17 @@
 /* codegen.h: from a Plan to per-rank programs and the files that run them.
  *
- * Sections: program.c (one Program per rank: buffers with local shapes,
- * the overlap schedule, the liveness-based arena plan), the rank-file
- * emitter (emit_c.c drives it section by section; emit_reshard.c writes
- * the collectives, emit_pipe.c a pipeline stage, emit_main.c what both
- * main()s share, emit_trace.c the trace tables; what differs by target is
- * a table of functions, emit_target_mpi.c and emit_target_cuda.c),
- * emit_ops.c and emit_<family>.c (the kernel call per node, one for both
- * targets), weights.c (per-rank weight shards), output.c (the output
- * folder: sources, Makefile, run.sh, plan files, written completely or not
- * at all).
+ * Sections: the per-rank Program, lowered by lower.c through program.c
+ * (records and buffers with local shapes), views.c (fusions and views),
+ * schedule.c (the overlap schedule) and memplan.c (the liveness-based
+ * arena plan); the rank-file emitter (emit_c.c drives it section by
+ * section; emit_reshard.c writes the collectives, emit_pipe.c a pipeline
+ * stage, emit_main.c what both main()s share, emit_trace.c the trace
+ * tables; what differs by target is a table of functions,
+ * emit_target_mpi.c and emit_target_cuda.c), emit_ops.c and
+ * emit_<family>.c (the kernel call per node, one for both targets),
+ * weights.c (per-rank weight shards), output.c (the output folder:
+ * sources, Makefile, run.sh, plan files, written completely or not at
+ * all).
  */
 #ifndef ONNX2SPMD_CODEGEN_H
 #define ONNX2SPMD_CODEGEN_H
@@ -25,7 +27,7 @@
 #define ESC_TEXT_CAP 1024
 #define CMT(s, buf) esc_c_comment((s), (buf), sizeof(buf))
 
-/* ---- program.c ---------------------------------------------------------- */
+/* ---- program.c, lower.c, views.c, schedule.c, memplan.c ------------------ */
 
 typedef enum BufKind {
     BUF_WEIGHT,   /* initializer or Constant value: this rank's shard, loaded once */
@@ -47,6 +49,10 @@ typedef struct Buffer {
     int64_t bytes;
     int64_t offset;         /* in the arena (values) or weight blob (weights) */
     int first, last;        /* instruction range it must live over */
+    /* The buffer whose storage it shares (a Reshape, Squeeze, Unsqueeze,
+     * Flatten or Identity result: same bytes, new shape), or -1 (views.c
+     * find_aliases). */
+    int alias_of;
 } Buffer;
 
 typedef enum InstKind {
@@ -73,93 +79,119 @@ typedef struct StepBufs {
     int in, out, pack, unpack; /* buffer indices, -1 if unused */
 } StepBufs;
 
+/* What this rank's program decided for one node (Program.nodes[i], by
+ * node index). */
+typedef struct ProgramNode {
+    int scratch;            /* scratch buffer (Conv's im2col columns), or -1 */
+    /* NULL, or per operand then per output: the buffer in the compute type
+     * (float32/int64) the kernel reads or writes instead of a
+     * float16/bfloat16/int32... one, or -1 (program.c widen_to). */
+    int *wide;
+    int fused_from;         /* the bias Add fused into this activation, or -1 */
+    int fused_bias;         /* that Add's operand that is the bias (0 or 1) */
+    /* A MatMul's operand k -> the Transpose whose input it reads as a
+     * strided matrix view (CblasTrans or a leading dimension), so the
+     * transposed copy is never made, or -1; view_into: a Transpose -> that
+     * MatMul, or -1 (views.c find_views). */
+    int mm_view[2];
+    int view_into;
+    /* The packed weight its GEMM reads B from, or -1: on the C target a
+     * float32 weight matrix a MatMul or Gemm multiplies by is packed once
+     * at start-up into the GEMM kernel's column panels (k_pack_b_f32,
+     * templates/kernels.c) (views.c find_packs). */
+    int packed_b;
+    /* The bias row its packed GEMM starts its accumulators from, or -1: a
+     * bias Add that is the MatMul result's only reader is folded in, its
+     * output a view of the MatMul's (views.c find_aliases). */
+    int gemm_bias;
+    char alias;             /* 1: its output is a view of its input's storage; it copies nothing */
+} ProgramNode;
+
+/* What this rank's program decided for one reshard of the plan
+ * (Program.reshards[r], by the plan's reshard index). */
+typedef struct ProgramReshard {
+    char here;              /* held by this program (its stage's) */
+    int buf;                /* buffer of its result */
+    StepBufs steps[RESHARD_MAX_STEPS];
+    int start_at, wait_at;  /* instruction indices */
+    int fused_leader;       /* first member of its fused call, or -1 */
+    int fused_send, fused_recv; /* for a leader: its packed buffers */
+    /* 1 when the C target calls its all-reduce blocking: one step, not
+     * fused, and waited for before any compute runs (a Megatron partial
+     * sum read by the next node). Nothing could overlap it, and MPI's
+     * blocking collectives (coll/tuned) beat the non-blocking schedule of
+     * the same one (libnbc; 1 MiB over two ranks: 155-190 against 180-220
+     * us). Decided once, after fusion (schedule.c). */
+    char blocking;
+} ProgramReshard;
+
 typedef struct Program {
     Arena arena;
     const Plan *plan;
     const Graph *g;
     int rank;               /* the MPI rank (with a pipeline, in the world mesh) */
     int stage;              /* pipeline stage, or -1 without a pipeline */
-    int coords[MESH_MAX_AXES]; /* in the plan's mesh (a pipeline's: microbatch 0) */
-    char *here;             /* reshard -> held by this program (its stage's) */
+    int vrank;              /* its place in the plan's mesh (a pipeline's: microbatch 0) */
+    int coords[MESH_MAX_AXES]; /* of vrank in the plan's mesh */
+    int cuda;               /* ProgramOptions.cuda */
     Buffer *bufs;
     int nbufs, bufs_cap;
     int *name_set;          /* hash set of buffer names (index + 1), for uniqueness */
     int name_cap;
     int *tensor_buf;        /* Tensor id -> buffer of its produced layout */
-    int *reshard_buf;       /* reshard -> buffer of its result */
-    StepBufs (*steps)[RESHARD_MAX_STEPS];
-    int *node_scratch;      /* node index -> scratch buffer or -1 */
-    /* node index -> NULL, or per operand then per output: the buffer in
-     * the compute type (float32/int64) the kernel reads or writes instead
-     * of a float16/bfloat16/int32... one, or -1 (program.c widen_to). */
-    int **wide;
-    int cuda;               /* ProgramOptions.cuda */
-    int *fused_from;        /* node index -> bias Add fused into this activation, or -1 */
-    int *fused_bias;        /* node index -> the operand of that Add that is the bias (0 or 1) */
-    /* MatMul node index * 2 + operand -> the Transpose whose input it reads
-     * as a strided matrix view (CblasTrans or a leading dimension), so the
-     * transposed copy is never made, or -1; view_into: Transpose -> that
-     * MatMul, or -1 (program.c find_views). */
-    int *mm_view, *view_into;
-    /* node index -> the packed weight its GEMM reads B from, or -1: on
-     * the C target a float32 weight matrix a MatMul or Gemm multiplies by
-     * is packed once at start-up into the GEMM kernel's column panels
-     * (k_pack_b_f32, templates/kernels.c), as (k x n, stored transposed or
-     * not); packed_bytes: their size at the widest panels (program.c
-     * find_packs). */
-    int *packed_b;
-    /* node index -> the bias row its packed GEMM starts its accumulators
-     * from, or -1: a bias Add that is the MatMul result's only reader is
-     * folded in, its output a view of the MatMul's (program.c
-     * find_aliases). */
-    int *gemm_bias;
+    ProgramNode *nodes;     /* by node index */
+    ProgramReshard *reshards; /* by the plan's reshard index */
     struct PackedWeight {
         int buf, trans;
         int64_t k, n;
-    } *packs;
+    } *packs;               /* weights packed for the GEMM kernel, as (k x n, stored transposed or not) */
     int npacks;
-    int64_t packed_bytes;
-    /* buffer -> the buffer whose storage it shares (a Reshape, Squeeze,
-     * Unsqueeze, Flatten or Identity result: same bytes, new shape), or -1
-     * (program.c find_aliases); alias_node: node index -> 1 when its
-     * output is such a view and the node copies nothing. */
-    int *alias_of;
-    char *alias_node;
+    int64_t packed_bytes;   /* their size at the widest panels */
     Inst *insts;
     int ninsts, insts_cap;
-    int *start_at, *wait_at; /* reshard -> instruction index */
-    int *fused_leader;      /* reshard -> first member of its fused call, or -1 */
-    int *fused_send, *fused_recv; /* leader -> packed buffers */
-    /* reshard -> 1 when the C target calls its all-reduce blocking: one
-     * step, not fused, and waited for before any compute runs (a Megatron
-     * partial sum read by the next node). Nothing could overlap it, and
-     * MPI's blocking collectives (coll/tuned) beat the non-blocking
-     * schedule of the same one (libnbc; 1 MiB over two ranks: 155-190
-     * against 180-220 us). Decided once, after fusion (program.c). */
-    char *blocking;
     int prefetch_used;      /* prefetch depth that fit the memory limit */
     int64_t arena_bytes, weight_bytes, input_bytes;
 } Program;
 
+/* lower.c: this rank's program (the passes below, in order), or NULL with
+ * a diagnostic (over --mem-limit, sizes past 64 bits). */
 Program *program_build(const Plan *p, int rank, const ProgramOptions *opt, Diag *d);
 void program_free(Program *prog);
 
-/* The cost model over this program's schedule (its starts and waits, as
- * the generated code runs them), per pass. */
-typedef struct ProgramEstimate {
-    double compute_s, comm_s, exposed_s, step_s;
-} ProgramEstimate;
-void program_estimate(const Program *pr, ProgramEstimate *e);
+/* program.c: a new Program for `rank` with its buffers. */
+Program *program_new(const Plan *p, int rank, const ProgramOptions *opt);
+/* A new buffer (name made unique from base), its index. */
+int program_buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind, DType dt, int rank,
+                    const int64_t *dims, const Sharding *layout);
+void program_inst_add(Program *pr, InstKind k, const Node *n, int reshard);
 /* Does this rank's program run node n (its pipeline stage's)? */
 int program_runs(const Program *pr, const Node *n);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
 int program_operand_buf(const Program *prog, const Node *n, int k);
 /* Buffer holding graph output i, gathered (the reshard result when it has one). */
 int program_output_buf(const Program *prog, int i);
-/* Coordinate of this rank within a group of axes ordered as listed. */
-int program_group_key(const Program *prog, const unsigned char *axes, int naxes);
 /* Identifies the group (the coordinates outside it), for MPI_Comm_split. */
 int program_group_color(const Program *prog, unsigned axes);
+
+/* views.c: bias fusions, transposes read as views and packed GEMM weights
+ * (before the schedule; packs 0: none); folded GEMM biases and
+ * shape-only aliases (after it). */
+void program_fold_views(Program *pr, int packs);
+void program_fold_aliases(Program *pr);
+
+/* schedule.c: the instruction list, fused all-reduces (fuse_bytes 0: none)
+ * and the C target's blocking all-reduces. */
+void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes);
+/* The cost model over this program's schedule (its starts and waits, as
+ * the generated code runs them), per pass. */
+typedef struct ProgramEstimate {
+    double compute_s, comm_s, exposed_s, step_s;
+} ProgramEstimate;
+void program_estimate(const Program *pr, ProgramEstimate *e);
+
+/* memplan.c: buffer lifetimes, weight offsets and the arena layout; -1
+ * with a diagnostic when a size overflows. */
+int program_plan_memory(Program *pr, Diag *d);
 
 /* ---- emit_c.c: the rank-file driver ------------------------------------- */
 

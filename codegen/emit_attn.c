@@ -33,7 +33,7 @@ static void bhs_strides(const int64_t *dims, int rank, int64_t hs, int64_t *st)
 /* Global index of the first head this rank holds of b (heads in dim hd). */
 static int64_t head0(const EmitCtx *c, const Buffer *b, int hd, int64_t local_heads)
 {
-    return program_group_key(c->pr, b->layout.axes[hd], b->layout.naxes[hd]) * local_heads;
+    return mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, b->layout.axes[hd], b->layout.naxes[hd]) * local_heads;
 }
 
 static const char *name_or_null(const Buffer *b)

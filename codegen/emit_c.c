@@ -181,7 +181,7 @@ static void emit_comms(Emitter *e)
     char buf[256];
     fprintf(f, "\n/* ---- communicators and requests ---- */\n\n");
     for (int r = 0; r < p->nreshards; r++)
-        for (int j = 0; pr->here[r] && j < p->reshards[r].r.nsteps; j++) {
+        for (int j = 0; pr->reshards[r].here && j < p->reshards[r].r.nsteps; j++) {
             const ReshardStep *s = &p->reshards[r].r.steps[j];
             if (s->kind == COLL_SLICE || s->kind == COLL_PARTIALIZE)
                 continue;
@@ -198,13 +198,13 @@ static void emit_comms(Emitter *e)
                     mask |= 1u << axes[k];
                 snprintf(cg->name, sizeof cg->name, "%s", buf);
                 cg->color = program_group_color(pr, mask);
-                cg->key = program_group_key(pr, axes, na);
+                cg->key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na);
                 fprintf(f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n",
                         e->t->comm_type, buf, buf + 5, cg->key, mesh_group_size(m, s->axes));
             }
         }
     for (int r = 0; r < p->nreshards; r++)
-        if (emit_reshard_calls(pr, r) && !pr->blocking[r]) /* (a blocking call needs no request) */
+        if (emit_reshard_calls(pr, r) && !pr->reshards[r].blocking) /* (a blocking call needs no request) */
             e->t->reshard_decl(e, r);
     fprintf(f, "\nstatic void init_comms(void)\n{\n");
     e->t->init_comms(e, groups, n);

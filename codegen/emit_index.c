@@ -86,8 +86,8 @@ int emit_trilu(const EmitCtx *c, Diag *d)
     const Tensor *kt = c->n->ninputs > 1 ? c->n->inputs[1] : NULL;
     int r = y->rank, upper = node_attr_int(c->n, "upper", 1) != 0;
     int64_t rows = y->dims[r - 2], cols = y->dims[r - 1], k = kt && kt->data ? fold_get_i64(kt, 0) : 0;
-    int64_t row_off = program_group_key(c->pr, y->layout.axes[r - 2], y->layout.naxes[r - 2]) * rows;
-    int64_t col_off = program_group_key(c->pr, y->layout.axes[r - 1], y->layout.naxes[r - 1]) * cols;
+    int64_t row_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, y->layout.axes[r - 2], y->layout.naxes[r - 2]) * rows;
+    int64_t col_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, y->layout.axes[r - 1], y->layout.naxes[r - 1]) * cols;
     fprintf(c->f, "    k_trilu(%s, %s, %zu, %lld, %lld, %lld, %lld, %lld, %lld, %s, %d);%s\n", y->name, x->name,
             dtype_size(y->dtype), (long long)emit_prod(y->dims, 0, r - 2), (long long)rows, (long long)cols,
             (long long)row_off, (long long)col_off, (long long)k, kt && !kt->data ? kb->name : "NULL", upper,

@@ -138,7 +138,7 @@ void emit_inputs(Emitter *e)
         } else {
             int64_t idx[IR_MAX_RANK];
             for (int k = 0; k < t->rank; k++)
-                idx[k] = program_group_key(pr, b->layout.axes[k], b->layout.naxes[k]);
+                idx[k] = mesh_block_index(&pr->plan->mesh, pr->vrank, b->layout.axes[k], b->layout.naxes[k]);
             fprintf(f, ", index[] = ");
             emit_dims(f, idx, t->rank);
         }

@@ -185,8 +185,8 @@ int emit_max_unpool(const EmitCtx *c, Diag *d)
                ints_at(c->n, "pads", ns + i, 0) + ints_at(c->n, "kernel_shape", i, 1);
         g[ns + i] = y->dims[2 + i];
     }
-    int64_t n_off = program_group_key(c->pr, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
-    int64_t c_off = program_group_key(c->pr, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
+    int64_t n_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
+    int64_t c_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
     fprintf(c->f, "    {\n");
     emit_arr(c, "unpool", g, 2 * ns);
     fprintf(c->f, "        k_max_unpool_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, unpool);\n    }\n",

@@ -73,7 +73,7 @@ const Buffer *emit_in(const EmitCtx *c, int k)
 {
     if (k >= c->n->ninputs || !c->n->inputs[k])
         return NULL;
-    const int *w = c->pr->wide[c->n->id];
+    const int *w = c->pr->nodes[c->n->id].wide;
     return &c->pr->bufs[w && w[k] >= 0 ? w[k] : program_operand_buf(c->pr, c->n, k)];
 }
 
@@ -81,7 +81,7 @@ const Buffer *emit_out(const EmitCtx *c, int k)
 {
     if (k >= c->n->noutputs || !c->n->outputs[k])
         return NULL;
-    const int *w = c->pr->wide[c->n->id];
+    const int *w = c->pr->nodes[c->n->id].wide;
     int s = c->n->ninputs + k;
     return &c->pr->bufs[w && w[s] >= 0 ? w[s] : c->pr->tensor_buf[c->n->outputs[k]->id]];
 }
@@ -116,12 +116,12 @@ int emit_skip_bias(const EmitCtx *c)
 }
 
 /* The fused bias Add before this node: its input (*a) and its bias (*b),
- * in the order find_fusions (program.c) took them: bias + x is the same
+ * in the order find_fusions (views.c) took them: bias + x is the same
  * sum as x + bias. */
 static const Node *fused_bias_add(const EmitCtx *c, const Buffer **a, const Buffer **b)
 {
-    const Node *add = c->pr->g->nodes[c->pr->fused_from[c->n->id]];
-    int bias = c->pr->fused_bias[c->n->id];
+    const Node *add = c->pr->g->nodes[c->pr->nodes[c->n->id].fused_from];
+    int bias = c->pr->nodes[c->n->id].fused_bias;
     *a = &c->pr->bufs[program_operand_buf(c->pr, add, 1 - bias)];
     *b = &c->pr->bufs[program_operand_buf(c->pr, add, bias)];
     return add;
@@ -147,9 +147,9 @@ int emit_bias_residual(const EmitCtx *c, Diag *d)
 int emit_binary(const EmitCtx *c, Diag *d)
 {
     (void)d;
-    if (c->pr->fused_from[c->n->id] >= 0)
+    if (c->pr->nodes[c->n->id].fused_from >= 0)
         return emit_bias_residual(c, d);
-    if (c->pr->alias_node[c->n->id]) {
+    if (c->pr->nodes[c->n->id].alias) {
         const Node *mm = c->n->inputs[0]->producer && c->n->inputs[0]->producer->op == OP_MATMUL
                              ? c->n->inputs[0]->producer : c->n->inputs[1]->producer;
         char nm[ESC_NAME_CAP];
@@ -244,12 +244,12 @@ int emit_unary(const EmitCtx *c, Diag *d)
 {
     (void)d;
     const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
-    if (c->pr->fused_from[c->n->id] >= 0)
+    if (c->pr->nodes[c->n->id].fused_from >= 0)
         return emit_bias_act(c, d);
     int64_t n = y->bytes / (int64_t)dtype_size(y->dtype);
     switch (c->n->op) {
     case OP_IDENTITY: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN: case OP_BITCAST:
-        if (c->pr->alias_node[c->n->id]) {
+        if (c->pr->nodes[c->n->id].alias) {
             fprintf(c->f, "    /* %s is %s's storage, new shape: nothing to copy */\n", y->name, x->name);
             return 0;
         }
@@ -273,7 +273,7 @@ int emit_unary(const EmitCtx *c, Diag *d)
 }
 
 /* Operand k of a MatMul read through the Transpose that made it
- * (program.c find_views): the Transpose's input, its matrices stored
+ * (views.c find_views): the Transpose's input, its matrices stored
  * transposed or not with leading dimension ld, and the view's strides. */
 typedef struct MatView {
     const Buffer *buf;
@@ -285,7 +285,7 @@ typedef struct MatView {
 static MatView mat_view(const EmitCtx *c, int k)
 {
     MatView v = {emit_in(c, k), 0, 0, {0}};
-    int tr = c->pr->mm_view[2 * c->n->id + k], r = v.buf->rank;
+    int tr = c->pr->nodes[c->n->id].mm_view[k], r = v.buf->rank;
     if (tr < 0) {
         emit_strides(v.buf->dims, r, v.st);
         v.ld = v.st[r - 2];
@@ -328,7 +328,7 @@ static int emit_matmul_view(const EmitCtx *c)
     int64_t m = y->dims[r - 2], n = y->dims[r - 1], k = emit_in(c, 0)->dims[emit_in(c, 0)->rank - 1];
     char nm[ESC_NAME_CAP];
     for (int q = 0; q < 2; q++) {
-        int tr = c->pr->mm_view[2 * c->n->id + q];
+        int tr = c->pr->nodes[c->n->id].mm_view[q];
         if (tr >= 0)
             fprintf(c->f, "    /* %s read in place through node \"%s\" (Transpose), whose copy is never made */\n",
                     q ? "B" : "A", CMT(c->pr->g->nodes[tr]->name, nm));
@@ -361,12 +361,12 @@ static int emit_matmul_view(const EmitCtx *c)
     return 0;
 }
 
-/* A GEMM whose weight B was packed at start-up (program.c find_packs):
+/* A GEMM whose weight B was packed at start-up (views.c find_packs):
  * A's leading dims fold into M. acc: y already holds Gemm's beta * C. */
 static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a, const Buffer *b, const Buffer *bias,
                              int acc)
 {
-    const struct PackedWeight *pw = &c->pr->packs[c->pr->packed_b[c->n->id]];
+    const struct PackedWeight *pw = &c->pr->packs[c->pr->nodes[c->n->id].packed_b];
     fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %s, %lld, %lld, %lld, %d, %d); /* M, K, N, transB, accumulate */\n",
             y->name, a->name, b->name,
             b->name + 1, bias ? bias->name : "NULL", (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k,
@@ -376,11 +376,11 @@ static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a,
 int emit_matmul(const EmitCtx *c, Diag *d)
 {
     (void)d;
-    if (c->pr->mm_view[2 * c->n->id] >= 0 || c->pr->mm_view[2 * c->n->id + 1] >= 0)
+    if (c->pr->nodes[c->n->id].mm_view[0] >= 0 || c->pr->nodes[c->n->id].mm_view[1] >= 0)
         return emit_matmul_view(c);
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
-    if (c->pr->packed_b[c->n->id] >= 0) {
-        int bias = c->pr->gemm_bias[c->n->id];
+    if (c->pr->nodes[c->n->id].packed_b >= 0) {
+        int bias = c->pr->nodes[c->n->id].gemm_bias;
         char nm[ESC_NAME_CAP];
         if (bias >= 0)
             fprintf(c->f, "    /* with node \"%s\" (Add) folded in: the GEMM starts from its bias */\n",
@@ -450,7 +450,7 @@ int emit_gemm(const EmitCtx *c, Diag *d)
     }
     int skip = cc && emit_skip_bias(c);
     char al[48], be[48];
-    if (c->pr->packed_b[c->n->id] >= 0) {
+    if (c->pr->nodes[c->n->id].packed_b >= 0) {
         if (cc && !skip && crs == 0 && ccs == 1 && node_attr_float(c->n, "beta", 1.0f) == 1.0f) {
             emit_packed_gemm(c, y, a, b, cc, 0); /* C a row: the GEMM starts from it */
             return 0;
@@ -620,7 +620,7 @@ int emit_gather(const EmitCtx *c, Diag *d)
     const Buffer *x = emit_in(c, 0), *idx = emit_in(c, 1), *y = emit_out(c, 0);
     const Tensor *xt = c->n->inputs[0];
     int ax = emit_norm_axis(node_attr_int(c->n, "axis", 0), x->rank);
-    int shard = program_group_key(c->pr, x->layout.axes[ax], x->layout.naxes[ax]);
+    int shard = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[ax], x->layout.naxes[ax]);
     int64_t len = x->dims[ax];
     fprintf(c->f, "    k_gather(%s, %s, %s, %lld, %zu, %lld, %lld, %lld, %lld, %lld);%s\n", y->name, x->name, idx->name,
             (long long)(idx->bytes / 8), dtype_size(x->dtype), (long long)emit_prod(x->dims, 0, ax), (long long)len,
@@ -686,7 +686,7 @@ int emit_conv(const EmitCtx *c, Diag *d)
             (long long)p[0], (long long)p[1], (long long)y->dims[1], (long long)p[2], (long long)p[3], (long long)p[4],
             (long long)p[5], (long long)p[6], (long long)p[7], (long long)p[8], (long long)p[9], (long long)p[10],
             (long long)p[11], (long long)node_attr_int(c->n, "group", 1),
-            c->pr->bufs[c->pr->node_scratch[c->n->id]].name);
+            c->pr->bufs[c->pr->nodes[c->n->id].scratch].name);
     return 0;
 }
 
@@ -701,8 +701,8 @@ int emit_maxpool(const EmitCtx *c, Diag *d)
     int64_t p[12];
     spatial2(c, x, y, ks->ints, p);
     const Tensor *xt = c->n->inputs[0];
-    int64_t n_off = program_group_key(c->pr, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
-    int64_t c_off = program_group_key(c->pr, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
+    int64_t n_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
+    int64_t c_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
     fprintf(c->f, "    /* N, C, H, W, kernel h w, output h w, stride h w, dilation h w, pads h w, this shard's N and C "
                   "offsets, global C */\n"
                   "    k_maxpool2d_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
@@ -783,7 +783,7 @@ static void emit_pad_mask(const EmitCtx *c)
             int sums = df->n == 1 && r->kind[df->f[0]] == FK_REDUCTION;
             if (!lay->naxes[i] || !(sums || ints))
                 continue;
-            int64_t blk = program_group_key(pr, lay->axes[i], lay->naxes[i]);
+            int64_t blk = mesh_block_index(&pr->plan->mesh, pr->vrank, lay->axes[i], lay->naxes[i]);
             int64_t len = b->dims[i], valid = sharding_block_valid(n->inputs[t]->dims[i], len, blk);
             if (valid == len)
                 continue;
@@ -822,7 +822,7 @@ int emit_node(const Program *pr, const Node *n, TraceTables *trace, FILE *f, Dia
         fprintf(f, "    rt_enter(%d);\n", trace_node(trace, n, y0->dims, y0->rank));
     else
         fprintf(f, "    rt_enter(%d);\n", trace_node(trace, n, NULL, 0));
-    const int *w = pr->wide[n->id];
+    const int *w = pr->nodes[n->id].wide;
     for (int k = 0; w && k < n->ninputs; k++)
         if (w[k] >= 0) {
             const Buffer *s = &pr->bufs[program_operand_buf(pr, n, k)], *b = &pr->bufs[w[k]];

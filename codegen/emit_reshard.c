@@ -57,9 +57,9 @@ static int is_local(CollKind k)
 int emit_reshard_calls(const Program *pr, int r)
 {
     int comm_steps = 0;
-    for (int j = 0; pr->here[r] && j < pr->plan->reshards[r].r.nsteps; j++)
+    for (int j = 0; pr->reshards[r].here && j < pr->plan->reshards[r].r.nsteps; j++)
         comm_steps += !is_local(pr->plan->reshards[r].r.steps[j].kind);
-    return comm_steps && (pr->fused_leader[r] < 0 || pr->fused_leader[r] == r);
+    return comm_steps && (pr->reshards[r].fused_leader < 0 || pr->reshards[r].fused_leader == r);
 }
 
 static const Sharding *step_before(const Program *pr, int r, int j)
@@ -152,7 +152,7 @@ static int step_comm(Emitter *e, int r, int j, const char *overlaps)
 /* Step j of reshard r is a blocking all-reduce (pr->blocking). */
 static int blocking_all_reduce(const Program *pr, int r, int j)
 {
-    return j == 0 && pr->blocking[r];
+    return j == 0 && pr->reshards[r].blocking;
 }
 
 /* A local step: this rank's block of the whole dim (a slice), or the
@@ -163,8 +163,8 @@ static void emit_local_step(Emitter *e, int r, int j, const unsigned char *axes,
     FILE *f = e->f;
     const PlanReshard *rr = &pr->plan->reshards[r];
     const ReshardStep *s = &rr->r.steps[j];
-    const Buffer *in = &pr->bufs[pr->steps[r][j].in], *out = &pr->bufs[pr->steps[r][j].out];
-    int key = program_group_key(pr, axes, na), p = mesh_group_size(&pr->plan->mesh, s->axes);
+    const Buffer *in = &pr->bufs[pr->reshards[r].steps[j].in], *out = &pr->bufs[pr->reshards[r].steps[j].out];
+    int key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na), p = mesh_group_size(&pr->plan->mesh, s->axes);
     size_t es = dtype_size(in->dtype);
     int64_t sin[IR_MAX_RANK], sout[IR_MAX_RANK];
     emit_strides(in->dims, in->rank, sin);
@@ -218,7 +218,7 @@ static void emit_step_start(Emitter *e, int r, int j, int comm_id)
     FILE *f = e->f;
     const PlanReshard *rr = &pr->plan->reshards[r];
     const ReshardStep *s = &rr->r.steps[j];
-    const StepBufs *sb = &pr->steps[r][j];
+    const StepBufs *sb = &pr->reshards[r].steps[j];
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
     unsigned char axes[MESH_MAX_AXES];
     int na = emit_step_axes(pr, r, j, axes), p = mesh_group_size(&pr->plan->mesh, s->axes);
@@ -293,7 +293,7 @@ static void emit_step_finish(Emitter *e, int r, int j, int comm_id)
     const Program *pr = e->pr;
     FILE *f = e->f;
     const ReshardStep *s = &pr->plan->reshards[r].r.steps[j];
-    const StepBufs *sb = &pr->steps[r][j];
+    const StepBufs *sb = &pr->reshards[r].steps[j];
     if (is_local(s->kind))
         return;
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
@@ -350,7 +350,7 @@ void emit_reshards_begin(Emitter *e)
     for (int m = 0; m <= n; m++)
         e->fused_next[m] = last[m] = e->comm_of[m] = -1;
     for (int m = 0; m < n; m++) {
-        int l = pr->fused_leader[m];
+        int l = pr->reshards[m].fused_leader;
         if (l < 0 || l == m)
             continue;
         e->fused_next[last[l] >= 0 ? last[l] : l] = m;
@@ -373,7 +373,7 @@ static void emit_fused(Emitter *e, int leader, int start, int at)
     const Program *pr = e->pr;
     const Plan *p = pr->plan;
     FILE *f = e->f;
-    const Buffer *send = &pr->bufs[pr->fused_send[leader]], *recv = &pr->bufs[pr->fused_recv[leader]];
+    const Buffer *send = &pr->bufs[pr->reshards[leader].fused_send], *recv = &pr->bufs[pr->reshards[leader].fused_recv];
     unsigned char axes[MESH_MAX_AXES];
     int na = emit_step_axes(pr, leader, 0, axes);
     char comm[96], nm[ESC_NAME_CAP];
@@ -403,7 +403,7 @@ static void emit_fused(Emitter *e, int leader, int start, int at)
     trace_copy(e, start ? "RT_EV_PACK" : "RT_EV_UNPACK", e->comm_of[leader]);
     int64_t off = 0;
     for (int m = leader; m >= 0; m = e->fused_next[m]) {
-        const Buffer *in = &pr->bufs[pr->steps[m][0].in], *out = &pr->bufs[pr->steps[m][0].out];
+        const Buffer *in = &pr->bufs[pr->reshards[m].steps[0].in], *out = &pr->bufs[pr->reshards[m].steps[0].out];
         if (start)
             fprintf(f, "    k_copy((char *)%s + %lld, %s, %lld);\n", send->name, (long long)off, in->name,
                     (long long)in->bytes);
@@ -442,7 +442,7 @@ void emit_inst(Emitter *e, int i)
         char nm[ESC_NAME_CAP];
         fprintf(f, "\n    /* reshard %d of %s: %s in the fused call of reshard %d */\n", m,
                 CMT(pr->plan->reshards[m].tensor->name, nm), in->kind == INST_START ? "started" : "completed",
-                pr->fused_leader[m]);
+                pr->reshards[m].fused_leader);
         return;
     }
     const PlanReshard *rr = &pr->plan->reshards[in->reshard];
@@ -451,7 +451,7 @@ void emit_inst(Emitter *e, int i)
         e->rc = -1;
         return;
     }
-    if (pr->fused_leader[r] == r) {
+    if (pr->reshards[r].fused_leader == r) {
         emit_fused(e, r, in->kind == INST_START, i);
         return;
     }

@@ -443,14 +443,14 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
                 goto fail;
             }
             for (int r = 0; r < p->nreshards; r++) {
-                if (!pr0->here[r])
+                if (!pr0->reshards[r].here)
                     continue;
-                const Inst *s0 = &pr0->insts[pr0->start_at[r]], *w0 = &pr0->insts[pr0->wait_at[r]];
+                const Inst *s0 = &pr0->insts[pr0->reshards[r].start_at], *w0 = &pr0->insts[pr0->reshards[r].wait_at];
                 /* A start placed before a node's compute is "at" that node; one
                  * placed after its producer is at the producer. */
                 sa[r] = s0->node ? s0->node->label : NULL;
                 wb[r] = w0->node ? w0->node->label : NULL;
-                fw[r] = pr0->fused_leader[r];
+                fw[r] = pr0->reshards[r].fused_leader;
             }
             if (st == 0)
                 program_estimate(pr0, &est);

@@ -29,7 +29,7 @@ static void take_block(unsigned char *dst, const unsigned char *src, const Tenso
     int64_t ldims[IR_MAX_RANK], index[IR_MAX_RANK], gstride[IR_MAX_RANK];
     sharding_local_dims(s, &pr->plan->mesh, t, ldims);
     for (int i = 0; i < rank; i++)
-        index[i] = program_group_key(pr, s->axes[i], s->naxes[i]);
+        index[i] = mesh_block_index(&pr->plan->mesh, pr->vrank, s->axes[i], s->naxes[i]);
     if (rank == 0) {
         memcpy(dst, src, es);
         return;

@@ -6,7 +6,7 @@
  * spelling the exporter chose (Div by 1.4142135 or Mul by 0.70710677, Pow
  * or x*x*x, the 0.5 first or last). Run as written that is five to eight
  * passes over the activation; as one Gelu node it is one, and the bias Add
- * before it then fuses into it too (codegen/program.c).
+ * before it then fuses into it too (codegen/views.c).
  *
  * Rather than match operand orders one by one, the pass takes each
  * candidate subgraph — elementwise float32 nodes whose intermediate values

@@ -52,7 +52,7 @@ static int inst_of(const Program *pr, InstKind k, const char *node)
 /* The buffer whose storage b uses: itself, or the one a reshape aliases. */
 static int storage_of(const Program *pr, int b)
 {
-    return pr->alias_of[b] >= 0 ? pr->alias_of[b] : b;
+    return pr->bufs[b].alias_of >= 0 ? pr->bufs[b].alias_of : b;
 }
 
 /* No two buffers live at once share memory, unless one is a view (an
@@ -128,8 +128,8 @@ static void test_program_build_waits_late_in_gpt(void **st)
         /* Every reshard starts before it is waited on, and the wait sits
          * directly before the first compute that reads the result. */
         for (int k = 0; k < b.p->nreshards; k++) {
-            assert_true(pr->start_at[k] < pr->wait_at[k]);
-            int w = pr->wait_at[k];
+            assert_true(pr->reshards[k].start_at < pr->reshards[k].wait_at);
+            int w = pr->reshards[k].wait_at;
             if (w + 1 < pr->ninsts && pr->insts[w].node) {
                 const Inst *next = &pr->insts[w + 1];
                 assert_true(next->kind == INST_COMPUTE || next->kind == INST_WAIT);
@@ -167,19 +167,19 @@ static void test_program_build_fuses_ready_all_reduces(void **st)
     assert_int_equal(starts, 1);
     assert_int_equal(waits, 1);
     for (int r = 0; r < 3; r++)
-        assert_int_equal(pr->fused_leader[r], 0);
+        assert_int_equal(pr->reshards[r].fused_leader, 0);
     /* The fused call starts after the last projection, waits before the first Relu. */
-    assert_true(pr->start_at[0] > inst_of(pr, INST_COMPUTE, "proj_c"));
-    assert_true(pr->wait_at[0] < inst_of(pr, INST_COMPUTE, "relu_a"));
+    assert_true(pr->reshards[0].start_at > inst_of(pr, INST_COMPUTE, "proj_c"));
+    assert_true(pr->reshards[0].wait_at < inst_of(pr, INST_COMPUTE, "relu_a"));
     check_arena(pr);
     program_free(pr);
     pr = program_build(b.p, 0, &off, &d);
     for (int r = 0; r < 3; r++)
-        assert_int_equal(pr->fused_leader[r], -1);
+        assert_int_equal(pr->reshards[r].fused_leader, -1);
     program_free(pr);
     /* Each all-reduce moves 1 KiB: a 512-byte threshold fuses nothing. */
     pr = program_build(b.p, 0, &tiny, &d);
-    assert_int_equal(pr->fused_leader[1], -1);
+    assert_int_equal(pr->reshards[1].fused_leader, -1);
     program_free(pr);
     diag_free(&d);
     built_free(&b);
@@ -202,7 +202,7 @@ static void check_prefetch(Built *b, int k)
             continue;
         int reads = 0;
         for (int r = 0; r < b->p->nreshards; r++) {
-            int use = pr->wait_at[r];
+            int use = pr->reshards[r].wait_at;
             while (use < pr->ninsts && pr->insts[use].kind != INST_COMPUTE)
                 use++;
             reads |= b->p->reshards[r].weight_gather && use == i;
@@ -214,7 +214,7 @@ static void check_prefetch(Built *b, int k)
     for (int r = 0; r < b->p->nreshards; r++) {
         if (!b->p->reshards[r].weight_gather)
             continue;
-        int w = pr->wait_at[r], j = 0;
+        int w = pr->reshards[r].wait_at, j = 0;
         /* Waited on just before its reader: only other waits in between. */
         int use = w;
         while (pr->insts[use].kind != INST_COMPUTE)
@@ -225,27 +225,27 @@ static void check_prefetch(Built *b, int k)
         assert_true(j < nreaders);
         /* Started before the compute of the reader k places earlier. */
         if (j - k >= 0)
-            assert_true(pr->start_at[r] < readers[j - k]);
+            assert_true(pr->reshards[r].start_at < readers[j - k]);
         if (j >= 1 && k >= 1)
-            assert_true(pr->start_at[r] < readers[j - 1]);
+            assert_true(pr->reshards[r].start_at < readers[j - 1]);
         /* ... and, with prefetch, early enough that the planned compute
          * under it is four times its own time, unless that would take it
          * past 8k readers back (or the program's start). */
         if (k >= 1) {
             double under = 0, need = 0;
-            for (int i = pr->start_at[r] + 1; i < w; i++)
+            for (int i = pr->reshards[r].start_at + 1; i < w; i++)
                 if (pr->insts[i].kind == INST_COMPUTE) {
                     const Node *n = pr->insts[i].node;
                     under += plan_node_planned_seconds(b->p, n);
-                    if (pr->fused_from[n->id] >= 0) /* the bias Add it carries */
-                        under += plan_node_planned_seconds(b->p, b->p->g->nodes[pr->fused_from[n->id]]);
+                    if (pr->nodes[n->id].fused_from >= 0) /* the bias Add it carries */
+                        under += plan_node_planned_seconds(b->p, b->p->g->nodes[pr->nodes[n->id].fused_from]);
                 }
             for (int s = 0; s < b->p->reshards[r].r.nsteps; s++)
                 need += 4 * b->p->reshards[r].r.steps[s].seconds;
             int first_compute = 0;
             while (pr->insts[first_compute].kind != INST_COMPUTE)
                 first_compute++;
-            int at_limit = j - 8 * k >= 0 ? pr->start_at[r] < readers[j - 8 * k] : pr->start_at[r] < first_compute;
+            int at_limit = j - 8 * k >= 0 ? pr->reshards[r].start_at < readers[j - 8 * k] : pr->reshards[r].start_at < first_compute;
             assert_true(under >= need * (1 - 1e-9) || at_limit);
         }
         checked++;
@@ -352,13 +352,13 @@ static void test_program_build_packs_gemm_weights(void **st)
     diag_init(&d, NULL);
     Program *pr = program_build(b.p, 0, NULL, &d);
     int q = node_id(b.g, "l0_q_proj"), qb = node_id(b.g, "l0_q_bias"), fc1 = node_id(b.g, "l0_fc1");
-    assert_true(pr->packed_b[q] >= 0 && pr->packed_b[fc1] >= 0);
-    assert_int_equal(pr->packs[pr->packed_b[q]].buf, pr->tensor_buf[graph_tensor_find(b.g, "l0_Wq")->id]);
-    assert_int_equal(pr->gemm_bias[q], pr->tensor_buf[graph_tensor_find(b.g, "l0_bq")->id]);
-    assert_true(pr->alias_node[qb]);
+    assert_true(pr->nodes[q].packed_b >= 0 && pr->nodes[fc1].packed_b >= 0);
+    assert_int_equal(pr->packs[pr->nodes[q].packed_b].buf, pr->tensor_buf[graph_tensor_find(b.g, "l0_Wq")->id]);
+    assert_int_equal(pr->nodes[q].gemm_bias, pr->tensor_buf[graph_tensor_find(b.g, "l0_bq")->id]);
+    assert_true(pr->nodes[qb].alias);
     assert_int_equal(storage_of(pr, pr->tensor_buf[graph_tensor_find(b.g, "l0_q")->id]),
                      pr->tensor_buf[graph_tensor_find(b.g, "l0_q_mm")->id]);
-    assert_int_equal(pr->gemm_bias[fc1], -1); /* its bias goes with the Gelu (k_bias_act) */
+    assert_int_equal(pr->nodes[fc1].gemm_bias, -1); /* its bias goes with the Gelu (k_bias_act) */
     assert_true(pr->packed_bytes > 0);
     check_arena(pr);
     int64_t need = pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes;
@@ -366,13 +366,13 @@ static void test_program_build_packs_gemm_weights(void **st)
     ProgramOptions cuda = {.cuda = 1}, tight = {.mem_limit = need - 1};
     pr = program_build(b.p, 0, &cuda, &d);
     assert_int_equal(pr->npacks, 0);
-    assert_int_equal(pr->packed_b[q], -1);
+    assert_int_equal(pr->nodes[q].packed_b, -1);
     program_free(pr);
     pr = program_build(b.p, 0, &tight, &d);
     assert_int_equal(pr->npacks, 0);
-    assert_int_equal(pr->packed_b[q], -1);
-    assert_int_equal(pr->gemm_bias[q], -1); /* no packed GEMM: the bias Add runs on its own */
-    assert_false(pr->alias_node[qb]);
+    assert_int_equal(pr->nodes[q].packed_b, -1);
+    assert_int_equal(pr->nodes[q].gemm_bias, -1); /* no packed GEMM: the bias Add runs on its own */
+    assert_false(pr->nodes[qb].alias);
     program_free(pr);
     built_free(&b);
 
@@ -380,9 +380,9 @@ static void test_program_build_packs_gemm_weights(void **st)
     build(&b, "tests/models/mlp.onnx", "tp=2", NULL, shards);
     pr = program_build(b.p, 0, NULL, &d);
     int fc2 = node_id(b.g, "fc2");
-    assert_true(pr->packed_b[fc2] >= 0);
-    assert_int_equal(pr->gemm_bias[fc2], -1); /* bias2 reads the all-reduced sum */
-    assert_false(pr->alias_node[node_id(b.g, "bias2")]);
+    assert_true(pr->nodes[fc2].packed_b >= 0);
+    assert_int_equal(pr->nodes[fc2].gemm_bias, -1); /* bias2 reads the all-reduced sum */
+    assert_false(pr->nodes[node_id(b.g, "bias2")].alias);
     program_free(pr);
     diag_free(&d);
     built_free(&b);

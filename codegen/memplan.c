@@ -1,0 +1,302 @@
+/* memplan.c: where a rank's buffers live.
+ *
+ * Every value, reshard step and scratch buffer lives in one arena; a
+ * buffer's lifetime runs from its first write to its last read (a
+ * collective's input and output stay live until its wait; a view keeps
+ * the storage it shares alive), and buffers are placed in decreasing
+ * size, each at the lowest offset free over its lifetime, so buffers
+ * whose lifetimes do not overlap share memory. Weights and inputs are
+ * persistent, outside the arena: weights at 64-byte aligned offsets of
+ * the weight blob. n log n in the number of buffers.
+ */
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void live(Program *pr, int b, int at)
+{
+    if (b < 0)
+        return;
+    if (at < pr->bufs[b].first)
+        pr->bufs[b].first = at;
+    if (at > pr->bufs[b].last)
+        pr->bufs[b].last = at;
+}
+
+static void liveness(Program *pr)
+{
+    const Plan *p = pr->plan;
+    const Graph *g = pr->g;
+    int end = pr->ninsts;
+    /* A fused call's members: each one's input is in flight from the
+     * call's start, its output from the call's wait (the leader's). */
+    for (int m = 0; m < p->nreshards; m++) {
+        int r = pr->reshards[m].fused_leader;
+        if (r >= 0) {
+            live(pr, pr->reshards[m].steps[0].in, pr->reshards[r].start_at);
+            live(pr, pr->reshards[m].steps[0].out, pr->reshards[r].wait_at);
+        }
+    }
+    for (int i = 0; i < pr->ninsts; i++) {
+        const Inst *in = &pr->insts[i];
+        if (in->kind == INST_COMPUTE) {
+            const Node *n = in->node;
+            for (int k = 0; k < n->ninputs; k++) {
+                int tr = k < 2 ? pr->nodes[n->id].mm_view[k] : -1; /* read through to the Transpose's input */
+                if (n->inputs[k])
+                    live(pr, tr >= 0 ? program_operand_buf(pr, g->nodes[tr], 0) : program_operand_buf(pr, n, k), i);
+            }
+            for (int k = 0; k < n->noutputs; k++)
+                if (n->outputs[k])
+                    live(pr, pr->tensor_buf[n->outputs[k]->id], i);
+            live(pr, pr->nodes[n->id].scratch, i);
+            for (int s = 0; pr->nodes[n->id].wide && s < n->ninputs + n->noutputs; s++)
+                live(pr, pr->nodes[n->id].wide[s], i);
+            if (pr->nodes[n->id].fused_from >= 0) {
+                const Node *add = g->nodes[pr->nodes[n->id].fused_from];
+                live(pr, program_operand_buf(pr, add, 0), i);
+                live(pr, program_operand_buf(pr, add, 1), i);
+            }
+        } else if (in->reshard < 0) {
+            continue; /* a member of a fused call: nothing happens here */
+        } else {
+            int r = in->reshard, s0 = pr->reshards[r].start_at, w = pr->reshards[r].wait_at;
+            if (pr->reshards[r].fused_leader == r) {
+                live(pr, pr->reshards[r].fused_send, s0);
+                live(pr, pr->reshards[r].fused_send, w);
+                live(pr, pr->reshards[r].fused_recv, s0);
+                live(pr, pr->reshards[r].fused_recv, w);
+                continue; /* the members: above */
+            }
+            /* The first step's buffers are in flight from start to wait;
+             * later steps run at the wait. */
+            for (int j = 0; j < p->reshards[r].r.nsteps; j++) {
+                const StepBufs *sb = &pr->reshards[r].steps[j];
+                int from = j == 0 ? s0 : w;
+                live(pr, sb->in, from);
+                live(pr, sb->in, w);
+                live(pr, sb->out, from);
+                live(pr, sb->out, w);
+                live(pr, sb->pack, from);
+                live(pr, sb->pack, w);
+                live(pr, sb->unpack, from);
+                live(pr, sb->unpack, w);
+            }
+        }
+    }
+    /* Graph outputs (or their gathered form) survive to the end (with a
+     * pipeline, on the last stage, where they are written). */
+    for (int i = 0; (pr->stage < 0 || pr->stage == p->pipe->nstages - 1) && i < g->noutputs; i++)
+        live(pr, program_output_buf(pr, i), end);
+}
+
+/* Memory plan: buffers in decreasing size (ties: creation order), each at
+ * the lowest offset where it meets no placed buffer live at the same time
+ * (sizes rounded up to 64 bytes). The placed buffers whose lifetimes meet
+ * a new one come from a max-tree over all buffers sorted by first use,
+ * holding each placed buffer's last use (-1 until placed): a query enters
+ * only subtrees holding one, so the cost is O(log n) per buffer plus the
+ * number of live buffers met, not a scan of everything placed. */
+typedef struct Pair {
+    int64_t a, b;
+} Pair; /* a span [a, b) of the arena, or a sort key a with buffer index b */
+
+static int pair_cmp(const void *x, const void *y)
+{
+    const Pair *p = x, *q = y;
+    return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
+}
+
+typedef struct Placer {
+    const Buffer *bufs;
+    const Pair *by_first; /* leaf -> (first use, buffer) */
+    const int64_t *end;   /* buffer -> offset + rounded size, once placed */
+    int *tree;            /* max last use over placed buffers, -1: none */
+    int leaves;           /* a power of two */
+    Pair *found;          /* spans of the placed buffers met */
+    int nfound, cap;
+} Placer;
+
+/* Collects the placed buffers among leaves [lo, lo + width) below `node`
+ * and before leaf qhi (first use <= the new buffer's last) that are live
+ * at `first` or later. */
+static void placer_collect(Placer *pl, int node, int lo, int width, int qhi, int first)
+{
+    if (lo >= qhi || pl->tree[node] < first)
+        return;
+    if (width == 1) {
+        if (pl->nfound == pl->cap) {
+            pl->cap = pl->cap ? 2 * pl->cap : 64;
+            if (!(pl->found = realloc(pl->found, sizeof(Pair) * (size_t)pl->cap)))
+                abort();
+        }
+        int b = (int)pl->by_first[lo].b;
+        pl->found[pl->nfound++] = (Pair){pl->bufs[b].offset, pl->end[b]};
+        return;
+    }
+    placer_collect(pl, 2 * node, lo, width / 2, qhi, first);
+    placer_collect(pl, 2 * node + 1, lo + width / 2, width / 2, qhi, first);
+}
+
+/* The lowest offset at which [off, off + size) meets none of the spans.
+ * Moving off past each span it meets, until it meets none, reaches that
+ * offset in any order (it never passes it); a few passes in the order
+ * found are linear and usually settle it (same-size buffers stacked one
+ * above another), else one pass in offset order does. -1: past 64 bits. */
+static int lowest_fit(Pair *s, int n, int64_t size, int64_t *out)
+{
+    int64_t off = 0, top = size;
+    for (int pass = 0, moved = 1; moved; pass++) {
+        moved = 0;
+        if (pass == 4)
+            qsort(s, (size_t)n, sizeof(Pair), pair_cmp);
+        for (int k = 0; k < n && !(pass == 4 && s[k].a >= top); k++)
+            if (s[k].a < top && off < s[k].b) {
+                off = s[k].b;
+                moved = pass < 4;
+                if (ck_add_i64(off, size, &top))
+                    return -1;
+            }
+    }
+    *out = off;
+    return 0;
+}
+
+/* A buffer's arena footprint: its bytes rounded up to 64. */
+static int round64(int64_t bytes, int64_t *out)
+{
+    if (bytes < 0 || ck_add_i64(bytes, 63, out))
+        return -1;
+    *out &= ~(int64_t)63;
+    return 0;
+}
+
+static int place(Program *pr, Diag *d)
+{
+    int n = pr->nbufs, m = 0, rc = -1, *leaf = malloc(sizeof(int) * (size_t)(n + 1));
+    Pair *by_size = malloc(sizeof(Pair) * (size_t)(n + 1)), *by_first = malloc(sizeof(Pair) * (size_t)(n + 1));
+    int64_t *size = malloc(sizeof(int64_t) * (size_t)(n + 1)), *end = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    Placer pl = {pr->bufs, by_first, end, NULL, 1, NULL, 0, 0};
+    if (!by_size || !by_first || !leaf || !size || !end)
+        abort();
+    pr->arena_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &pr->bufs[i];
+        if (b->kind < BUF_VALUE || b->last < 0 || pr->bufs[i].alias_of >= 0)
+            continue;
+        if (round64(b->bytes, &size[i])) {
+            diag_add(d, "rank %d: buffer %s (%lld bytes) is too large for a 64-bit arena", pr->rank, b->name,
+                     (long long)b->bytes);
+            goto cleanup;
+        }
+        by_size[m] = (Pair){-b->bytes, i};
+        by_first[m++] = (Pair){b->first, i};
+    }
+    qsort(by_size, (size_t)m, sizeof(Pair), pair_cmp);
+    qsort(by_first, (size_t)m, sizeof(Pair), pair_cmp);
+    while (pl.leaves < m)
+        pl.leaves *= 2;
+    if (!(pl.tree = malloc(sizeof(int) * 2 * (size_t)pl.leaves)))
+        abort();
+    for (int i = 0; i < 2 * pl.leaves; i++)
+        pl.tree[i] = -1;
+    for (int i = 0; i < m; i++)
+        leaf[by_first[i].b] = i;
+    for (int i = 0; i < m; i++) {
+        int bi = (int)by_size[i].b, lo = 0, hi = m;
+        Buffer *b = &pr->bufs[bi];
+        while (lo < hi) { /* leaves [0, hi) start no later than b ends */
+            int mid = lo + (hi - lo) / 2;
+            if (by_first[mid].a <= b->last)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        pl.nfound = 0;
+        placer_collect(&pl, 1, 0, pl.leaves, hi, b->first);
+        int64_t off, top;
+        if (lowest_fit(pl.found, pl.nfound, size[bi], &off) || ck_add_i64(off, size[bi], &top)) {
+            diag_add(d, "rank %d: the arena outgrows 64-bit offsets placing buffer %s (%lld bytes)", pr->rank,
+                     b->name, (long long)b->bytes);
+            goto cleanup;
+        }
+        b->offset = off;
+        end[bi] = top;
+        if (top > pr->arena_bytes)
+            pr->arena_bytes = top;
+        int t = pl.leaves + leaf[bi];
+        pl.tree[t] = b->last;
+        for (t /= 2; t >= 1; t /= 2)
+            pl.tree[t] = pl.tree[2 * t] > pl.tree[2 * t + 1] ? pl.tree[2 * t] : pl.tree[2 * t + 1];
+    }
+    for (int i = 0; i < n; i++)
+        if (pr->bufs[i].alias_of >= 0)
+            pr->bufs[i].offset = pr->bufs[pr->bufs[i].alias_of].offset;
+    rc = 0;
+cleanup:
+    free(pl.tree);
+    free(pl.found);
+    free(by_size);
+    free(by_first);
+    free(leaf);
+    free(size);
+    free(end);
+    return rc;
+}
+
+int program_plan_memory(Program *pr, Diag *d)
+{
+    const Graph *g = pr->g;
+    const Plan *p = pr->plan;
+    liveness(pr);
+    for (int i = 0; i < pr->nbufs; i++) { /* a view keeps the storage it shares alive */
+        Buffer *b = &pr->bufs[i], *root = b->alias_of >= 0 ? &pr->bufs[b->alias_of] : NULL;
+        if (root && b->last >= 0) {
+            if (root->last < 0 || b->first < root->first)
+                root->first = b->first;
+            if (b->last > root->last)
+                root->last = b->last;
+        }
+    }
+    int64_t woff = 0, sz;
+    for (int i = 0; i < pr->nbufs; i++) {
+        Buffer *b = &pr->bufs[i];
+        if (b->bytes < 0) {
+            diag_add(d, "rank %d: buffer %s: its size overflows 64 bits", pr->rank, b->name);
+            return -1;
+        }
+        if (b->kind == BUF_WEIGHT) {
+            b->offset = woff;
+            if (round64(b->bytes, &sz) || ck_add_i64(woff, sz, &woff)) {
+                diag_add(d, "rank %d: the weights outgrow 64-bit offsets at %s", pr->rank, b->name);
+                return -1;
+            }
+        } else if ((b->kind == BUF_INPUT || b->kind == BUF_RECV) &&
+                   ck_add_i64(pr->input_bytes, b->bytes, &pr->input_bytes)) {
+            diag_add(d, "rank %d: the inputs' total size overflows 64 bits at %s", pr->rank, b->name);
+            return -1;
+        }
+    }
+    pr->weight_bytes = woff;
+    if (p->pipe) {
+        /* A stage holds every microbatch's input blocks (stage 0), two
+         * slots per value it receives or sends, and every microbatch's
+         * output blocks (the last stage). */
+        const Pipeline *pp = p->pipe;
+        int64_t held = 0;
+        for (int i = 0; i < pr->nbufs; i++) {
+            const Buffer *b = &pr->bufs[i];
+            if (b->kind == BUF_INPUT)
+                held += b->bytes * pp->microbatches;
+            else if (b->kind == BUF_RECV)
+                held += 2 * b->bytes;
+            else if (b->kind == BUF_VALUE && b->tensor && pp->readers[b->tensor->id])
+                held += 2 * b->bytes;
+        }
+        for (int i = 0; pr->stage == pp->nstages - 1 && i < g->noutputs; i++)
+            held += pr->bufs[program_output_buf(pr, i)].bytes * pp->microbatches;
+        pr->input_bytes = held;
+    }
+    return place(pr, d);
+}
