@@ -1,8 +1,8 @@
 /* emit_c.c: writes rank<k>.c, a standalone C/MPI program for one rank.
  *
  * Layout of the generated file: front matter (tool, command line, model,
- * mesh, rank), the runtime and kernel templates (embedded in the compiler
- * at build time), buffer definitions (weights in the loaded weight blob,
+ * mesh, rank), the includes of the folder's runtime and kernels headers
+ * (headers.c), buffer definitions (weights in the loaded weight blob,
  * inputs in their own allocations, everything else at fixed offsets in one
  * liveness-planned arena), communicators (one MPI_Comm_split per mesh-axis
  * group used), forward() with one block per instruction, and main().
@@ -14,41 +14,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-extern const char template_runtime_c[];
-extern const char template_kernels_c[];
-extern const char template_cuda_kernels_cu[];
-/* The op families' kernels (templates/kernels_<family>.c, cuda_<family>.cu). */
-extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
-    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[];
-extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
-    template_cuda_loss_cu[], template_cuda_attn_cu[], template_cuda_linalg_cu[];
-
-/* Which kernel family each op belongs to: 0 core (templates/kernels.c),
- * then the families in the order of the table below. */
-static const unsigned char op_family[OP_COUNT] = {
-#define OP(e, ...) [e] = 1,
-#include "../ir/ops_math.def"
-#undef OP
-#define OP(e, ...) [e] = 2,
-#include "../ir/ops_reduce.def"
-#undef OP
-#define OP(e, ...) [e] = 3,
-#include "../ir/ops_index.def"
-#undef OP
-#define OP(e, ...) [e] = 4,
-#include "../ir/ops_nn.def"
-#undef OP
-#define OP(e, ...) [e] = 5,
-#include "../ir/ops_loss.def"
-#undef OP
-#define OP(e, ...) [e] = 6,
-#include "../ir/ops_attn.def"
-#undef OP
-#define OP(e, ...) [e] = 7,
-#include "../ir/ops_linalg.def"
-#undef OP
-};
 
 /* Target of the file being written: 0 C + MPI, 1 CUDA + NCCL. The two
  * share everything but the collective calls, the communicators and main(). */
@@ -807,29 +772,8 @@ int emit_c(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     if (g_cuda)
         fprintf(f, "#define O2S_CUDA 1\n#define O2S_TF32 %d /* 1: cuBLAS may use TF32 tensor cores (--tf32) */\n",
                 opt->tf32);
-    fputs("\n", f);
-    fputs(template_runtime_c, f);
-    fputs("\n", f);
-    fputs(g_cuda ? template_cuda_kernels_cu : template_kernels_c, f);
-    /* A family's kernels only when this program runs one of its ops, so
-     * a reader sees no code the model does not use. */
-    const char *const families[][2] = {{template_kernels_math_c, template_cuda_math_cu},
-                                       {template_kernels_reduce_c, template_cuda_reduce_cu},
-                                       {template_kernels_index_c, template_cuda_index_cu},
-                                       {template_kernels_nn_c, template_cuda_nn_cu},
-                                       {template_kernels_loss_c, template_cuda_loss_cu},
-                                       {template_kernels_attn_c, template_cuda_attn_cu},
-                                       {template_kernels_linalg_c, template_cuda_linalg_cu}};
-    int used[8] = {0};
-    for (int i = 0; i < g->nnodes; i++)
-        if (program_runs(pr, g->nodes[i]))
-            used[op_family[g->nodes[i]->op]] = 1;
-    for (int i = 1; i <= 7; i++)
-        if (used[i]) {
-            fputs("\n", f);
-            fputs(families[i - 1][g_cuda], f);
-        }
-
+    /* The runtime and the kernels stand once in the folder (headers.c). */
+    fprintf(f, "\n#include \"%s\"\n#include \"%s\"\n", HEADER_RUNTIME, g_cuda ? HEADER_KERNELS_CUDA : HEADER_KERNELS_C);
     fprintf(f, "\n/* ---- buffers ---- */\n\nstatic unsigned char *g_arena, *g_weights;\n");
     for (int i = 0; i < pr->nbufs; i++)
         buf_decl(pr, &pr->bufs[i], f);
