@@ -5,8 +5,9 @@
  * lines, so a rank file holds only what is its own (buffers,
  * communicators, forward(), main()) and the runtime and kernels stand once
  * in the folder. The runtime header is templates/runtime.c; the kernels
- * header is the target's core kernels (kernels.c or cuda_kernels.cu), then
- * the families
+ * header is the bodies and selectors both targets share
+ * (templates/bodies.h), the target's core kernels (kernels.c or
+ * cuda_kernels.cu), then the families
  * (kernels_<family>.c or cuda_<family>.cu) that some rank of the plan runs
  * an op of, in a fixed order, so a reader sees no family the model does
  * not use. Every function in them is static inline (or a CUDA kernel,
@@ -20,6 +21,7 @@
 
 /* The templates, embedded in the compiler at build time (tools/embed.c). */
 extern const char template_runtime_c[];
+extern const char template_bodies_h[];
 extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
 extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
@@ -107,6 +109,8 @@ int headers_write(const char *dir, int cuda, unsigned families, Diag *d)
         return -1;
     fputs(cuda ? "#ifndef O2S_KERNELS_CUH\n#define O2S_KERNELS_CUH\n\n" : "#ifndef O2S_KERNELS_H\n#define O2S_KERNELS_H\n\n",
           f);
+    fputs(template_bodies_h, f);
+    fputs("\n", f);
     fputs(cuda ? template_cuda_kernels_cu : template_kernels_c, f);
     const char *const table[][2] = {{template_kernels_math_c, template_cuda_math_cu},
                                     {template_kernels_reduce_c, template_cuda_reduce_cu},

@@ -5,9 +5,9 @@
 __device__ static inline int64_t k_quant_index(int mode, int64_t o, int64_t j, int64_t i, int64_t len, int64_t inner,
                                                int64_t block)
 {
-    if (mode == 0)
+    if (mode == K_QUANT_TENSOR)
         return 0;
-    if (mode == 1)
+    if (mode == K_QUANT_AXIS)
         return j;
     return (o * ((len + block - 1) / block) + j / block) * inner + i;
 }

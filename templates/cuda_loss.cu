@@ -8,9 +8,6 @@
  * block that reduces its threads' sums in a fixed shared-memory tree.
  */
 
-/* Reduction codes of k_nll_f32, as in templates/kernels_loss.c. */
-enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
-
 /* The loss of element e = (b, i) of [n, inner] (see k_nll_f32 in the C
  * kernels) and its weight (0 when ignored). A kernel cannot stop the run
  * on a target outside [0, c), so such an element's loss is NaN, which

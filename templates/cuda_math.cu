@@ -3,22 +3,6 @@
  * the same k_* names and arguments as templates/kernels_math.c.
  */
 
-/* Op codes, shared with the C kernels; the emitter writes them by name. */
-enum {
-    K_MATH_NEG, K_MATH_ABS, K_MATH_EXP, K_MATH_LOG, K_MATH_RECIPROCAL, K_MATH_SIN, K_MATH_COS, K_MATH_FLOOR,
-    K_MATH_CEIL, K_MATH_ROUND, K_MATH_SIGN, K_MATH_LEAKY_RELU, K_MATH_ELU, K_MATH_SELU,
-    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY,
-    K_MATH_ACOS, K_MATH_ACOSH, K_MATH_ASIN, K_MATH_ASINH, K_MATH_ATAN, K_MATH_ATANH, K_MATH_COSH, K_MATH_SINH,
-    K_MATH_TAN, K_MATH_THRESHOLDED_RELU, K_MATH_SHRINK, K_MATH_CELU, K_MATH_SWISH, K_MATH_BITWISE_NOT
-};
-enum { K_MATH_ISNAN, K_MATH_ISINF };
-enum {
-    K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU, K_MATH_BITWISE_AND, K_MATH_BITWISE_OR,
-    K_MATH_BITWISE_XOR
-};
-enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
-enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
-
 /* Unary float ops, exactly as k_math_f32 of the C target. */
 __device__ static inline float k_math_f32(int op, float v, float a, float b)
 {

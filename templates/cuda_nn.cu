@@ -8,9 +8,6 @@
 
 /* ---- pooling: AveragePool, LpPool, GlobalMaxPool ---- */
 
-/* Pool op codes (codegen/emit_nn.c writes the same numbers). */
-enum { K_POOL_AVG = 0, K_POOL_AVG_PAD, K_POOL_LP, K_POOL_MAX };
-
 /* Window geometry per spatial dim, unpacked from the emitter's array
  * g = {x dims, y dims, kernel, strides, dilations, begin pads, end pads},
  * ns entries each. */
@@ -139,10 +136,6 @@ static inline void k_lrn_f32(float *y, const float *x, int64_t n, int64_t c, int
 
 /* ---- Resize ---- */
 
-/* Codes (codegen/emit_nn.c writes the same numbers). */
-enum { K_RS_NEAREST = 0, K_RS_LINEAR, K_RS_CUBIC };
-enum { K_RS_HALF_PIXEL = 0, K_RS_PYTORCH, K_RS_ALIGN, K_RS_ASYM, K_RS_TF_NN, K_RS_CROP, K_RS_SYMMETRIC };
-enum { K_RS_PREFER_FLOOR = 0, K_RS_PREFER_CEIL, K_RS_FLOOR, K_RS_CEIL };
 #define K_RS_TAPS 32
 
 /* One dim: input and output length, scale, the output length the scale

@@ -9,11 +9,6 @@
  * runs give the same bits.
  */
 
-/* Reduction op codes, as in templates/kernels_reduce.c. */
-enum {
-    K_RED_SUM = 0, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE
-};
-
 /* Offset of element i of the sub-block of dims flagged (kept = 1: s.s0 != 0,
  * kept = 0: s.s0 == 0), row-major over those dims. */
 __device__ static inline int64_t k_red_off(const KShape &s, int kept, int64_t i)

@@ -6,8 +6,6 @@
  * All are static inline so a rank that does not use one pays nothing.
  */
 
-#define K_MAX_RANK 8
-
 /* With collectives in flight (rt_nfly), long kernels run in blocks and
  * test them between blocks (rt_poll), so a transfer moves on during a GEMM
  * rather than only at the node's end. A GEMM splits into blocks of about
@@ -247,38 +245,38 @@ static inline void k_zero(void *dst, int64_t bytes)
 static inline void k_binary_run_f32(int op, float *y, const float *a, int64_t as, const float *b, int64_t bs,
                                     int64_t n)
 {
-    if (op == 4) {
+    if (op == K_ARITH_POW) {
         for (int64_t j = 0; j < n; j++)
             y[j] = powf(a[j * as], b[j * bs]);
         return;
     }
     if (as == 1 && bs == 1) {
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / b[j]; break;
         }
     } else if (as == 0 && bs == 1) {
         float x = *a;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = x / b[j]; break;
         }
     } else if (as == 1 && bs == 0) {
         float z = *b;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / z; break;
         }
     } else {
         for (int64_t j = 0; j < n; j++) {
             float x = a[j * as], z = b[j * bs];
-            y[j] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+            y[j] = op == K_ARITH_ADD ? x + z : op == K_ARITH_SUB ? x - z : op == K_ARITH_MUL ? x * z : x / z;
         }
     }
 }
@@ -307,7 +305,7 @@ static inline int k_merge_dims(int rank, const int64_t *dims, int ns, const int6
     return r;
 }
 
-/* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow.
+/* Binary elementwise with broadcasting. op: a K_ARITH_* selector.
  * y is dense; sa and sb are the operands' strides over y's dims (0 where
  * broadcast). Dims that both operands walk as one (a stride equal to the
  * next dim's stride times its size) merge first, so a bias row, a mask
@@ -371,10 +369,10 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
     for (int64_t k = 0; k < n; k++) {
         int64_t x = a[oa], z = b[ob], r;
         switch (op) {
-        case 0: r = x + z; break;
-        case 1: r = x - z; break;
-        case 2: r = x * z; break;
-        case 3: r = k_idiv(x, z); break;
+        case K_ARITH_ADD: r = x + z; break;
+        case K_ARITH_SUB: r = x - z; break;
+        case K_ARITH_MUL: r = x * z; break;
+        case K_ARITH_DIV: r = k_idiv(x, z); break;
         default: r = k_ipow(x, z); break;
         }
         y[k] = r;
@@ -416,9 +414,9 @@ static inline void k_arith_f32(int op, float *y, const float *a, const float *b,
         const float *ap = a + r * a_rs, *bp = b + r * b_rs;
         float *yp = y + r * cols;
         switch (op) {
-        case 0: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
-        case 1: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
-        case 2: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
+        case K_ARITH_ADD: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
+        case K_ARITH_SUB: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
+        case K_ARITH_MUL: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
         default: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] / bp[c * b_cs]; break;
         }
     }
@@ -573,15 +571,15 @@ K_VECTOR_MATH static inline float k_tanh(float x)
     return k_select(x < 0, -r, r);
 }
 
-/* One activation of v (op as k_unary_run_f32: 2 erf, 3 tanh, 4 sigmoid,
- * 5 gelu, 6 gelu (tanh)), inlined into each loop with op a constant. */
+/* One activation of v (op as k_unary_run_f32: K_UNARY_ERF to
+ * K_UNARY_GELU_TANH), inlined into each loop with op a constant. */
 K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, float v)
 {
     switch (op) {
-    case 2: return k_erf(v);
-    case 3: return k_tanh(v);
-    case 4: return 1.0f / (1.0f + k_exp(-v));
-    case 5: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
+    case K_UNARY_ERF: return k_erf(v);
+    case K_UNARY_TANH: return k_tanh(v);
+    case K_UNARY_SIGMOID: return 1.0f / (1.0f + k_exp(-v));
+    case K_UNARY_GELU: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
     default: return 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     }
 }
@@ -599,28 +597,28 @@ K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, f
 K_VECTOR_MATH static void k_act_loop(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    K_ACT_LOOP(2);
-    K_ACT_LOOP(3);
-    K_ACT_LOOP(4);
-    K_ACT_LOOP(5);
-    default: K_ACT_LOOP(6);
+    K_ACT_LOOP(K_UNARY_ERF);
+    K_ACT_LOOP(K_UNARY_TANH);
+    K_ACT_LOOP(K_UNARY_SIGMOID);
+    K_ACT_LOOP(K_UNARY_GELU);
+    default: K_ACT_LOOP(K_UNARY_GELU_TANH);
     }
 }
 #undef K_ACT_LOOP
 
-/* Unary float ops, on x or on x + b (b NULL: none). op: 0 relu, 1 sqrt,
- * 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). Relu and sqrt
+/* Unary float ops, on x or on x + b (b NULL: none). op: a K_UNARY_*
+ * selector (templates/bodies.h). Relu and sqrt
  * are built as written (outside K_VECTOR_MATH: sqrt stays exact). */
 static inline void k_unary_bias_run_f32(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    case 0:
+    case K_UNARY_RELU:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) { float v = x[i] + b[i]; y[i] = v > 0 ? v : 0; }
         else
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
         break;
-    case 1:
+    case K_UNARY_SQRT:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i] + b[i]);
         else

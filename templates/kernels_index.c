@@ -94,14 +94,14 @@ static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui
 {
     if (dt == 1) {
         float *Y = (float *)y, v = ((const float *)u)[ui];
-        Y[yi] = red == 0 ? v : red == 1 ? Y[yi] + v : red == 2 ? Y[yi] * v : red == 3 ? (Y[yi] > v ? Y[yi] : v)
+        Y[yi] = red == K_SCATTER_NONE ? v : red == K_SCATTER_ADD ? Y[yi] + v : red == K_SCATTER_MUL ? Y[yi] * v : red == K_SCATTER_MAX ? (Y[yi] > v ? Y[yi] : v)
                                                                                    : (Y[yi] < v ? Y[yi] : v);
     } else if (dt == 7) {
         int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
-        Y[yi] = red == 0   ? v
-                : red == 1 ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
-                : red == 2 ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
-                : red == 3 ? (Y[yi] > v ? Y[yi] : v)
+        Y[yi] = red == K_SCATTER_NONE   ? v
+                : red == K_SCATTER_ADD ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
+                : red == K_SCATTER_MUL ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
+                : red == K_SCATTER_MAX ? (Y[yi] > v ? Y[yi] : v)
                            : (Y[yi] < v ? Y[yi] : v);
     } else {
         ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
@@ -150,11 +150,11 @@ static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
 {
     if (s >= 0 && s < n)
         return s;
-    if (mode == 0)
+    if (mode == K_PAD_CONSTANT)
         return -1;
-    if (mode == 2)
+    if (mode == K_PAD_EDGE)
         return s < 0 ? 0 : n - 1;
-    if (mode == 3)
+    if (mode == K_PAD_WRAP)
         return ((s % n) + n) % n;
     if (n == 1)
         return 0;

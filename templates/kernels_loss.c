@@ -4,9 +4,6 @@
  * run in double, in element order, so the C and CUDA targets agree.
  */
 
-/* Reduction codes of k_nll_f32; the emitter writes them by name. */
-enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
-
 /* NegativeLogLikelihoodLoss (sce 0) and SoftmaxCrossEntropyLoss (sce 1)
  * over x [n, c, inner] and targets t [n, inner]: loss = -w[t] * x[t]
  * (x[t] the log-softmax for sce, also written to lp unless NULL), 0 where

@@ -8,11 +8,6 @@
  * targets add in the same order. Sums accumulate in double.
  */
 
-/* Reduction op codes (codegen/emit_reduce.c writes the same numbers). */
-enum {
-    K_RED_SUM = 0, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE
-};
-
 /* Splits x's dims into kept ones (sy != 0: they index the output) and
  * reduced ones, with x's strides; returns the reduced element count. */
 typedef struct KRed {

@@ -62,7 +62,7 @@ static void forward(void)
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(1);
-    k_unary_f32(5, B_a, B_h, 1024);
+    k_unary_f32(K_UNARY_GELU, B_a, B_h, 1024);
 
     /* start reshard 0 of a: MatMul "fc2" computes with operand 0 as [_,_] (from its other tensors), not [_,tp] */
     rt_node = "gelu";
@@ -88,7 +88,7 @@ static void forward(void)
     /* node "bias2" (Add)
      *   y: local [8, 32] of [8, 64], [_,tp] */
     rt_enter(3);
-    k_arith_f32(0, B_y, B_o, W_b2, 8, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_y, B_o, W_b2, 8, 32, 32, 0, 1); /* row broadcast */
     rt_step_end();
 }
 

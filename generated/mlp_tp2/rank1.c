@@ -66,7 +66,7 @@ static void forward(void)
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(1);
-    k_unary_f32(5, B_a, B_h, 1024);
+    k_unary_f32(K_UNARY_GELU, B_a, B_h, 1024);
 
     /* node "fc2" (MatMul)
      *   o: local [8, 64] of [8, 64], [_,_] partial(tp) */
@@ -89,7 +89,7 @@ static void forward(void)
     /* node "bias2" (Add)
      *   y: local [8, 64] of [8, 64], [_,_] */
     rt_enter(3);
-    k_arith_f32(0, B_y, B_o_r0_s0, W_b2, 8, 64, 64, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_y, B_o_r0_s0, W_b2, 8, 64, 64, 0, 1); /* row broadcast */
     rt_step_end();
 }
 

@@ -234,7 +234,7 @@ static void forward(void)
     /* node "embed_sum" (Add)
      *   h0: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(2);
-    k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
+    k_arith_f32(K_ARITH_ADD, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
@@ -305,7 +305,7 @@ static void forward(void)
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(14);
-    k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -387,7 +387,7 @@ static void forward(void)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(24);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */
@@ -482,7 +482,7 @@ static void forward(void)
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(38);
-    k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -564,7 +564,7 @@ static void forward(void)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(48);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [dp,_,_] partial(tp) */

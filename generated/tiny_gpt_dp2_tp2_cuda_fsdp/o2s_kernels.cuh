@@ -4,6 +4,72 @@
 #ifndef O2S_KERNELS_CUH
 #define O2S_KERNELS_CUH
 
+/* ---- onnx2spmd kernel bodies, shared by C and CUDA (templates/bodies.h) --
+ * What the C kernels (templates/kernels*.c) and the CUDA kernels
+ * (templates/cuda_*.cu) compute per element or per row, written once:
+ * each target keeps only its loops, launchers and the kernels that
+ * genuinely differ (GEMMs, cross-thread reductions). O2S_HD makes a body a
+ * host and device function under nvcc and a plain static inline one in C.
+ * The op families' own bodies are in templates/bodies_<family>.h, written
+ * into a generated folder's kernels header just before that family.
+ *
+ * The selectors (the K_* codes below) are the one list of the numbers the
+ * emitters (codegen/emit_*.c) pass to a kernel that serves several ops:
+ * the emitters write them by name, so the generated code reads
+ * k_unary_f32(K_UNARY_RELU, ...), never a bare number.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define O2S_HD __host__ __device__
+#else
+#define O2S_HD
+#endif
+
+#define K_MAX_RANK 8
+
+/* ---- selectors ---- */
+
+/* k_unary_f32, k_bias_act_f32: Relu, Sqrt, Erf, Tanh, Sigmoid, Gelu (erf)
+ * and Gelu (approximate="tanh"). */
+enum { K_UNARY_RELU, K_UNARY_SQRT, K_UNARY_ERF, K_UNARY_TANH, K_UNARY_SIGMOID, K_UNARY_GELU, K_UNARY_GELU_TANH };
+/* k_arith_*, k_binary_*: Add, Sub, Mul, Div, Pow. */
+enum { K_ARITH_ADD, K_ARITH_SUB, K_ARITH_MUL, K_ARITH_DIV, K_ARITH_POW };
+/* k_scatter_nd, k_scatter_elements: the reduction attribute. */
+enum { K_SCATTER_NONE, K_SCATTER_ADD, K_SCATTER_MUL, K_SCATTER_MAX, K_SCATTER_MIN };
+/* k_pad: the mode attribute. */
+enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE, K_PAD_WRAP };
+/* k_quantize, k_dequantize: one scale, one per index along the axis, one
+ * per block along it. */
+enum { K_QUANT_TENSOR, K_QUANT_AXIS, K_QUANT_BLOCK };
+/* k_pool_f32: AveragePool (count_include_pad 0, then 1), LpPool, MaxPool. */
+enum { K_POOL_AVG, K_POOL_AVG_PAD, K_POOL_LP, K_POOL_MAX };
+/* k_resize_*: mode, coordinate_transformation_mode, nearest_mode. */
+enum { K_RS_NEAREST, K_RS_LINEAR, K_RS_CUBIC };
+enum { K_RS_HALF_PIXEL, K_RS_PYTORCH, K_RS_ALIGN, K_RS_ASYM, K_RS_TF_NN, K_RS_CROP, K_RS_SYMMETRIC };
+enum { K_RS_PREFER_FLOOR, K_RS_PREFER_CEIL, K_RS_FLOOR, K_RS_CEIL };
+/* k_reduce_op_*: ReduceSum, Max, Min, Prod, SumSquare, L1, L2, LogSumExp. */
+enum { K_RED_SUM, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE };
+/* The loss family's reduction attribute. */
+enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
+/* The math family: unary float ops (k_math_unary_f32), IsNaN/IsInf,
+ * binary ops, comparisons and logic. */
+enum {
+    K_MATH_NEG, K_MATH_ABS, K_MATH_EXP, K_MATH_LOG, K_MATH_RECIPROCAL, K_MATH_SIN, K_MATH_COS, K_MATH_FLOOR,
+    K_MATH_CEIL, K_MATH_ROUND, K_MATH_SIGN, K_MATH_LEAKY_RELU, K_MATH_ELU, K_MATH_SELU,
+    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY,
+    K_MATH_ACOS, K_MATH_ACOSH, K_MATH_ASIN, K_MATH_ASINH, K_MATH_ATAN, K_MATH_ATANH, K_MATH_COSH, K_MATH_SINH,
+    K_MATH_TAN, K_MATH_THRESHOLDED_RELU, K_MATH_SHRINK, K_MATH_CELU, K_MATH_SWISH, K_MATH_BITWISE_NOT
+};
+enum { K_MATH_ISNAN, K_MATH_ISINF };
+enum {
+    K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU, K_MATH_BITWISE_AND, K_MATH_BITWISE_OR,
+    K_MATH_BITWISE_XOR
+};
+enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
+enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
+
 /* ---- onnx2spmd CUDA runtime and kernels (templates/cuda_kernels.cu) -------
  * The same kernel interface as the C target (k_* functions, same
  * arguments), so one emitter writes both; here each launches on the
@@ -23,7 +89,6 @@
 /* Each rank program uses some of these launchers; unused ones are fine. */
 #pragma nv_diag_suppress 177
 
-#define K_MAX_RANK 8
 #define K_THREADS 256
 
 static cudaStream_t g_stream; /* compute */
@@ -485,20 +550,20 @@ template <typename T> __device__ static inline T k_op(int op, T x, T z);
 template <> __device__ inline float k_op<float>(int op, float x, float z)
 {
     switch (op) {
-    case 0: return x + z;
-    case 1: return x - z;
-    case 2: return x * z;
-    case 3: return x / z; /* IEEE: x / 0 is +-inf or NaN, as on the CPU */
+    case K_ARITH_ADD: return x + z;
+    case K_ARITH_SUB: return x - z;
+    case K_ARITH_MUL: return x * z;
+    case K_ARITH_DIV: return x / z; /* IEEE: x / 0 is +-inf or NaN, as on the CPU */
     default: return (float)pow((double)x, (double)z);
     }
 }
 template <> __device__ inline int64_t k_op<int64_t>(int op, int64_t x, int64_t z)
 {
     switch (op) {
-    case 0: return (int64_t)((uint64_t)x + (uint64_t)z);
-    case 1: return (int64_t)((uint64_t)x - (uint64_t)z);
-    case 2: return (int64_t)((uint64_t)x * (uint64_t)z);
-    case 3: return k_idiv(x, z);
+    case K_ARITH_ADD: return (int64_t)((uint64_t)x + (uint64_t)z);
+    case K_ARITH_SUB: return (int64_t)((uint64_t)x - (uint64_t)z);
+    case K_ARITH_MUL: return (int64_t)((uint64_t)x * (uint64_t)z);
+    case K_ARITH_DIV: return k_idiv(x, z);
     default: return k_ipow(x, z);
     }
 }
@@ -536,7 +601,7 @@ __global__ void kk_arith(int op, float *y, const float *a, const float *b, int64
     {
         int64_t r = i / cols, c = i % cols;
         float x = a[r * a_rs + c], z = b[r * b_rs + c * b_cs];
-        y[i] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+        y[i] = op == K_ARITH_ADD ? x + z : op == K_ARITH_SUB ? x - z : op == K_ARITH_MUL ? x * z : x / z;
     }
 }
 
@@ -611,12 +676,12 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
 __device__ static inline float k_act(int op, float v)
 {
     switch (op) {
-    case 0: return v > 0 ? v : 0;
-    case 1: return sqrtf(v);
-    case 2: return erff(v);
-    case 3: return tanhf(v);
-    case 4: return 1.0f / (1.0f + expf(-v));
-    case 5: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case K_UNARY_RELU: return v > 0 ? v : 0;
+    case K_UNARY_SQRT: return sqrtf(v);
+    case K_UNARY_ERF: return erff(v);
+    case K_UNARY_TANH: return tanhf(v);
+    case K_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case K_UNARY_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     default: return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     }
 }
@@ -652,12 +717,12 @@ __global__ void kk_unary(int op, float *y, const float *x, int64_t n)
     {
         float v = x[i];
         switch (op) {
-        case 0: y[i] = v > 0 ? v : 0; break;
-        case 1: y[i] = sqrtf(v); break;
-        case 2: y[i] = erff(v); break;
-        case 3: y[i] = tanhf(v); break;
-        case 4: y[i] = 1.0f / (1.0f + expf(-v)); break;
-        case 5: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        case K_UNARY_RELU: y[i] = v > 0 ? v : 0; break;
+        case K_UNARY_SQRT: y[i] = sqrtf(v); break;
+        case K_UNARY_ERF: y[i] = erff(v); break;
+        case K_UNARY_TANH: y[i] = tanhf(v); break;
+        case K_UNARY_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
+        case K_UNARY_GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
         default: y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
         }
     }

@@ -622,7 +622,7 @@ static void forward(void)
     /* node "embed_sum" (Add)
      *   h0: local [1, 16, 64] of [2, 16, 64], [dp,_,_] */
     rt_enter(2);
-    k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
+    k_arith_f32(K_ARITH_ADD, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
     /* start reshard 18 of l0_Wo: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_ln1";
@@ -693,7 +693,7 @@ static void forward(void)
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(5);
-    k_arith_f32(0, B_l0_q, B_l0_q_mm, B_l0_bq_r13_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l0_q, B_l0_q_mm, B_l0_bq_r13_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_q_split_heads" (Reshape)
      *   l0_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -736,7 +736,7 @@ static void forward(void)
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(8);
-    k_arith_f32(0, B_l0_k, B_l0_k_mm, B_l0_bk_r15_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l0_k, B_l0_k_mm, B_l0_bk_r15_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_k_split_heads" (Reshape)
      *   l0_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -779,7 +779,7 @@ static void forward(void)
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(11);
-    k_arith_f32(0, B_l0_v, B_l0_v_mm, B_l0_bv_r17_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l0_v, B_l0_v_mm, B_l0_bv_r17_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l0_v_split_heads" (Reshape)
      *   l0_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -821,7 +821,7 @@ static void forward(void)
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(17);
-    k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* start reshard 24 of l1_ln1_g: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_causal_mask";
@@ -995,7 +995,7 @@ static void forward(void)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(27);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l0_act, B_l0_fc1, B_l0_b1_r21_s0, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l0_act, B_l0_fc1, B_l0_b1_r21_s0, 16, 128);
 
     /* start reshard 33 of l1_bv: weight stored split over dp (--shard-weights dp), gathered before use */
     rt_node = "l0_fc2";
@@ -1119,7 +1119,7 @@ static void forward(void)
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(32);
-    k_arith_f32(0, B_l1_q, B_l1_q_mm, B_l1_bq_r29_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l1_q, B_l1_q_mm, B_l1_bq_r29_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_q_split_heads" (Reshape)
      *   l1_q_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -1162,7 +1162,7 @@ static void forward(void)
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(35);
-    k_arith_f32(0, B_l1_k, B_l1_k_mm, B_l1_bk_r31_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l1_k, B_l1_k_mm, B_l1_bk_r31_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_k_split_heads" (Reshape)
      *   l1_k_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -1215,7 +1215,7 @@ static void forward(void)
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [dp,_,tp] */
     rt_enter(38);
-    k_arith_f32(0, B_l1_v, B_l1_v_mm, B_l1_bv_r33_s0, 16, 32, 32, 0, 1); /* row broadcast */
+    k_arith_f32(K_ARITH_ADD, B_l1_v, B_l1_v_mm, B_l1_bv_r33_s0, 16, 32, 32, 0, 1); /* row broadcast */
 
     /* node "l1_v_split_heads" (Reshape)
      *   l1_v_h: local [1, 16, 2, 16] of [2, 16, 4, 16], [dp,_,tp,_] */
@@ -1257,7 +1257,7 @@ static void forward(void)
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
     rt_enter(44);
-    k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [dp,tp,_,_] */
@@ -1367,7 +1367,7 @@ static void forward(void)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [dp,_,tp] */
     rt_enter(54);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l1_act, B_l1_fc1, B_l1_b1_r37_s0, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l1_act, B_l1_fc1, B_l1_b1_r37_s0, 16, 128);
 
     /* wait for reshard 38 of l1_W2 here: l1_fc2 is its first reader */
     rt_node = "l1_fc2";

@@ -4,6 +4,72 @@
 #ifndef O2S_KERNELS_H
 #define O2S_KERNELS_H
 
+/* ---- onnx2spmd kernel bodies, shared by C and CUDA (templates/bodies.h) --
+ * What the C kernels (templates/kernels*.c) and the CUDA kernels
+ * (templates/cuda_*.cu) compute per element or per row, written once:
+ * each target keeps only its loops, launchers and the kernels that
+ * genuinely differ (GEMMs, cross-thread reductions). O2S_HD makes a body a
+ * host and device function under nvcc and a plain static inline one in C.
+ * The op families' own bodies are in templates/bodies_<family>.h, written
+ * into a generated folder's kernels header just before that family.
+ *
+ * The selectors (the K_* codes below) are the one list of the numbers the
+ * emitters (codegen/emit_*.c) pass to a kernel that serves several ops:
+ * the emitters write them by name, so the generated code reads
+ * k_unary_f32(K_UNARY_RELU, ...), never a bare number.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define O2S_HD __host__ __device__
+#else
+#define O2S_HD
+#endif
+
+#define K_MAX_RANK 8
+
+/* ---- selectors ---- */
+
+/* k_unary_f32, k_bias_act_f32: Relu, Sqrt, Erf, Tanh, Sigmoid, Gelu (erf)
+ * and Gelu (approximate="tanh"). */
+enum { K_UNARY_RELU, K_UNARY_SQRT, K_UNARY_ERF, K_UNARY_TANH, K_UNARY_SIGMOID, K_UNARY_GELU, K_UNARY_GELU_TANH };
+/* k_arith_*, k_binary_*: Add, Sub, Mul, Div, Pow. */
+enum { K_ARITH_ADD, K_ARITH_SUB, K_ARITH_MUL, K_ARITH_DIV, K_ARITH_POW };
+/* k_scatter_nd, k_scatter_elements: the reduction attribute. */
+enum { K_SCATTER_NONE, K_SCATTER_ADD, K_SCATTER_MUL, K_SCATTER_MAX, K_SCATTER_MIN };
+/* k_pad: the mode attribute. */
+enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE, K_PAD_WRAP };
+/* k_quantize, k_dequantize: one scale, one per index along the axis, one
+ * per block along it. */
+enum { K_QUANT_TENSOR, K_QUANT_AXIS, K_QUANT_BLOCK };
+/* k_pool_f32: AveragePool (count_include_pad 0, then 1), LpPool, MaxPool. */
+enum { K_POOL_AVG, K_POOL_AVG_PAD, K_POOL_LP, K_POOL_MAX };
+/* k_resize_*: mode, coordinate_transformation_mode, nearest_mode. */
+enum { K_RS_NEAREST, K_RS_LINEAR, K_RS_CUBIC };
+enum { K_RS_HALF_PIXEL, K_RS_PYTORCH, K_RS_ALIGN, K_RS_ASYM, K_RS_TF_NN, K_RS_CROP, K_RS_SYMMETRIC };
+enum { K_RS_PREFER_FLOOR, K_RS_PREFER_CEIL, K_RS_FLOOR, K_RS_CEIL };
+/* k_reduce_op_*: ReduceSum, Max, Min, Prod, SumSquare, L1, L2, LogSumExp. */
+enum { K_RED_SUM, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE };
+/* The loss family's reduction attribute. */
+enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
+/* The math family: unary float ops (k_math_unary_f32), IsNaN/IsInf,
+ * binary ops, comparisons and logic. */
+enum {
+    K_MATH_NEG, K_MATH_ABS, K_MATH_EXP, K_MATH_LOG, K_MATH_RECIPROCAL, K_MATH_SIN, K_MATH_COS, K_MATH_FLOOR,
+    K_MATH_CEIL, K_MATH_ROUND, K_MATH_SIGN, K_MATH_LEAKY_RELU, K_MATH_ELU, K_MATH_SELU,
+    K_MATH_HARD_SIGMOID, K_MATH_HARD_SWISH, K_MATH_SOFTPLUS, K_MATH_SOFTSIGN, K_MATH_MISH, K_MATH_DIV_BY,
+    K_MATH_ACOS, K_MATH_ACOSH, K_MATH_ASIN, K_MATH_ASINH, K_MATH_ATAN, K_MATH_ATANH, K_MATH_COSH, K_MATH_SINH,
+    K_MATH_TAN, K_MATH_THRESHOLDED_RELU, K_MATH_SHRINK, K_MATH_CELU, K_MATH_SWISH, K_MATH_BITWISE_NOT
+};
+enum { K_MATH_ISNAN, K_MATH_ISINF };
+enum {
+    K_MATH_ADD, K_MATH_MIN, K_MATH_MAX, K_MATH_MOD, K_MATH_FMOD, K_MATH_PRELU, K_MATH_BITWISE_AND, K_MATH_BITWISE_OR,
+    K_MATH_BITWISE_XOR
+};
+enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
+enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
+
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
  * arrive as constants from the generated call sites; GEMMs go through
@@ -11,8 +77,6 @@
  * per-operand strides (0 on a broadcast dim) over the output's dims.
  * All are static inline so a rank that does not use one pays nothing.
  */
-
-#define K_MAX_RANK 8
 
 /* With collectives in flight (rt_nfly), long kernels run in blocks and
  * test them between blocks (rt_poll), so a transfer moves on during a GEMM
@@ -253,38 +317,38 @@ static inline void k_zero(void *dst, int64_t bytes)
 static inline void k_binary_run_f32(int op, float *y, const float *a, int64_t as, const float *b, int64_t bs,
                                     int64_t n)
 {
-    if (op == 4) {
+    if (op == K_ARITH_POW) {
         for (int64_t j = 0; j < n; j++)
             y[j] = powf(a[j * as], b[j * bs]);
         return;
     }
     if (as == 1 && bs == 1) {
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / b[j]; break;
         }
     } else if (as == 0 && bs == 1) {
         float x = *a;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = x / b[j]; break;
         }
     } else if (as == 1 && bs == 0) {
         float z = *b;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / z; break;
         }
     } else {
         for (int64_t j = 0; j < n; j++) {
             float x = a[j * as], z = b[j * bs];
-            y[j] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+            y[j] = op == K_ARITH_ADD ? x + z : op == K_ARITH_SUB ? x - z : op == K_ARITH_MUL ? x * z : x / z;
         }
     }
 }
@@ -313,7 +377,7 @@ static inline int k_merge_dims(int rank, const int64_t *dims, int ns, const int6
     return r;
 }
 
-/* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow.
+/* Binary elementwise with broadcasting. op: a K_ARITH_* selector.
  * y is dense; sa and sb are the operands' strides over y's dims (0 where
  * broadcast). Dims that both operands walk as one (a stride equal to the
  * next dim's stride times its size) merge first, so a bias row, a mask
@@ -377,10 +441,10 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
     for (int64_t k = 0; k < n; k++) {
         int64_t x = a[oa], z = b[ob], r;
         switch (op) {
-        case 0: r = x + z; break;
-        case 1: r = x - z; break;
-        case 2: r = x * z; break;
-        case 3: r = k_idiv(x, z); break;
+        case K_ARITH_ADD: r = x + z; break;
+        case K_ARITH_SUB: r = x - z; break;
+        case K_ARITH_MUL: r = x * z; break;
+        case K_ARITH_DIV: r = k_idiv(x, z); break;
         default: r = k_ipow(x, z); break;
         }
         y[k] = r;
@@ -422,9 +486,9 @@ static inline void k_arith_f32(int op, float *y, const float *a, const float *b,
         const float *ap = a + r * a_rs, *bp = b + r * b_rs;
         float *yp = y + r * cols;
         switch (op) {
-        case 0: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
-        case 1: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
-        case 2: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
+        case K_ARITH_ADD: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
+        case K_ARITH_SUB: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
+        case K_ARITH_MUL: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
         default: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] / bp[c * b_cs]; break;
         }
     }
@@ -579,15 +643,15 @@ K_VECTOR_MATH static inline float k_tanh(float x)
     return k_select(x < 0, -r, r);
 }
 
-/* One activation of v (op as k_unary_run_f32: 2 erf, 3 tanh, 4 sigmoid,
- * 5 gelu, 6 gelu (tanh)), inlined into each loop with op a constant. */
+/* One activation of v (op as k_unary_run_f32: K_UNARY_ERF to
+ * K_UNARY_GELU_TANH), inlined into each loop with op a constant. */
 K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, float v)
 {
     switch (op) {
-    case 2: return k_erf(v);
-    case 3: return k_tanh(v);
-    case 4: return 1.0f / (1.0f + k_exp(-v));
-    case 5: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
+    case K_UNARY_ERF: return k_erf(v);
+    case K_UNARY_TANH: return k_tanh(v);
+    case K_UNARY_SIGMOID: return 1.0f / (1.0f + k_exp(-v));
+    case K_UNARY_GELU: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
     default: return 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     }
 }
@@ -605,28 +669,28 @@ K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, f
 K_VECTOR_MATH static void k_act_loop(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    K_ACT_LOOP(2);
-    K_ACT_LOOP(3);
-    K_ACT_LOOP(4);
-    K_ACT_LOOP(5);
-    default: K_ACT_LOOP(6);
+    K_ACT_LOOP(K_UNARY_ERF);
+    K_ACT_LOOP(K_UNARY_TANH);
+    K_ACT_LOOP(K_UNARY_SIGMOID);
+    K_ACT_LOOP(K_UNARY_GELU);
+    default: K_ACT_LOOP(K_UNARY_GELU_TANH);
     }
 }
 #undef K_ACT_LOOP
 
-/* Unary float ops, on x or on x + b (b NULL: none). op: 0 relu, 1 sqrt,
- * 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). Relu and sqrt
+/* Unary float ops, on x or on x + b (b NULL: none). op: a K_UNARY_*
+ * selector (templates/bodies.h). Relu and sqrt
  * are built as written (outside K_VECTOR_MATH: sqrt stays exact). */
 static inline void k_unary_bias_run_f32(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    case 0:
+    case K_UNARY_RELU:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) { float v = x[i] + b[i]; y[i] = v > 0 ? v : 0; }
         else
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
         break;
-    case 1:
+    case K_UNARY_SQRT:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i] + b[i]);
         else

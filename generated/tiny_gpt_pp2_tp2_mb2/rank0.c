@@ -168,7 +168,7 @@ static void step(int mb, int slot)
     /* node "embed_sum" (Add)
      *   h0: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
     rt_enter(2);
-    k_arith_f32(0, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
+    k_arith_f32(K_ARITH_ADD, B_h0, B_tok, B_pos, 1, 1024, 0, 0, 1);
 
     /* node "l0_ln1" (LayerNormalization)
      *   l0_ln1: local [1, 16, 64] of [2, 16, 64], [mb,_,_] */
@@ -239,7 +239,7 @@ static void step(int mb, int slot)
     /* node "l0_qk_scale" (Mul)
      *   l0_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
     rt_enter(14);
-    k_arith_f32(2, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l0_scores, B_l0_scores_raw, W_l0_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l0_causal_mask" (Where)
      *   l0_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
@@ -321,7 +321,7 @@ static void step(int mb, int slot)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(24);
     /* with node "l0_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l0_act, B_l0_fc1, W_l0_b1, 16, 128);
 
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */

@@ -222,7 +222,7 @@ static void step(int mb, int slot)
     /* node "l1_qk_scale" (Mul)
      *   l1_scores: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
     rt_enter(11);
-    k_arith_f32(2, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
+    k_arith_f32(K_ARITH_MUL, B_l1_scores, B_l1_scores_raw, W_l1_scale, 1, 512, 0, 0, 0); /* scalar operand */
 
     /* node "l1_causal_mask" (Where)
      *   l1_scores_m: local [1, 2, 16, 16] of [2, 4, 16, 16], [mb,tp,_,_] */
@@ -304,7 +304,7 @@ static void step(int mb, int slot)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(21);
     /* with node "l1_fc1_bias" (Add) fused in: its sum never exists on its own */
-    k_bias_act_f32(5, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
+    k_bias_act_f32(K_UNARY_GELU, B_l1_act, B_l1_fc1, W_l1_b1, 16, 128);
 
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
