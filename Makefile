@@ -22,7 +22,7 @@ LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
 FAMILIES  := math reduce index nn loss attn linalg
 TEMPLATES := templates/runtime.c templates/bodies.h templates/kernels.c templates/cuda_kernels.cu \
-             $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
+             $(FAMILIES:%=templates/bodies_%.h) $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
 TEST_SRC := $(wildcard tests/*/test_*.c)
 
 OBJ_DIR  := build/obj
@@ -58,7 +58,8 @@ build/gen/templates.c: build/tools/embed $(TEMPLATES)
 	build/tools/embed $@ template_runtime_c=templates/runtime.c template_bodies_h=templates/bodies.h \
 	    template_kernels_c=templates/kernels.c \
 	    template_cuda_kernels_cu=templates/cuda_kernels.cu \
-	    $(foreach f,$(FAMILIES),template_kernels_$(f)_c=templates/kernels_$(f).c template_cuda_$(f)_cu=templates/cuda_$(f).cu)
+	    $(foreach f,$(FAMILIES),template_bodies_$(f)_h=templates/bodies_$(f).h \
+	        template_kernels_$(f)_c=templates/kernels_$(f).c template_cuda_$(f)_cu=templates/cuda_$(f).cu)
 $(OBJ_DIR)/gen/templates.o: build/gen/templates.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -c $< -o $@

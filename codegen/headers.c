@@ -7,8 +7,8 @@
  * in the folder. The runtime header is templates/runtime.c; the kernels
  * header is the bodies and selectors both targets share
  * (templates/bodies.h), the target's core kernels (kernels.c or
- * cuda_kernels.cu), then the families
- * (kernels_<family>.c or cuda_<family>.cu) that some rank of the plan runs
+ * cuda_kernels.cu), then the families (each its shared bodies_<family>.h,
+ * then kernels_<family>.c or cuda_<family>.cu) that some rank of the plan runs
  * an op of, in a fixed order, so a reader sees no family the model does
  * not use. Every function in them is static inline (or a CUDA kernel,
  * whose unused-warning the runtime turns off), so a rank that uses few of
@@ -24,6 +24,8 @@ extern const char template_runtime_c[];
 extern const char template_bodies_h[];
 extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
+extern const char template_bodies_math_h[], template_bodies_reduce_h[], template_bodies_index_h[],
+    template_bodies_nn_h[], template_bodies_loss_h[], template_bodies_attn_h[], template_bodies_linalg_h[];
 extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
     template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[];
 extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
@@ -112,17 +114,20 @@ int headers_write(const char *dir, int cuda, unsigned families, Diag *d)
     fputs(template_bodies_h, f);
     fputs("\n", f);
     fputs(cuda ? template_cuda_kernels_cu : template_kernels_c, f);
-    const char *const table[][2] = {{template_kernels_math_c, template_cuda_math_cu},
-                                    {template_kernels_reduce_c, template_cuda_reduce_cu},
-                                    {template_kernels_index_c, template_cuda_index_cu},
-                                    {template_kernels_nn_c, template_cuda_nn_cu},
-                                    {template_kernels_loss_c, template_cuda_loss_cu},
-                                    {template_kernels_attn_c, template_cuda_attn_cu},
-                                    {template_kernels_linalg_c, template_cuda_linalg_cu}};
+    /* Per family: the bodies both targets share, then the C or CUDA kernels. */
+    const char *const table[][3] = {{template_bodies_math_h, template_kernels_math_c, template_cuda_math_cu},
+                                    {template_bodies_reduce_h, template_kernels_reduce_c, template_cuda_reduce_cu},
+                                    {template_bodies_index_h, template_kernels_index_c, template_cuda_index_cu},
+                                    {template_bodies_nn_h, template_kernels_nn_c, template_cuda_nn_cu},
+                                    {template_bodies_loss_h, template_kernels_loss_c, template_cuda_loss_cu},
+                                    {template_bodies_attn_h, template_kernels_attn_c, template_cuda_attn_cu},
+                                    {template_bodies_linalg_h, template_kernels_linalg_c, template_cuda_linalg_cu}};
     for (int i = 1; i <= 7; i++)
         if (families & (1u << i)) {
             fputs("\n", f);
-            fputs(table[i - 1][cuda], f);
+            fputs(table[i - 1][0], f);
+            fputs("\n", f);
+            fputs(table[i - 1][1 + cuda], f);
         }
     fputs(cuda ? "\n#endif /* O2S_KERNELS_CUH */\n" : "\n#endif /* O2S_KERNELS_H */\n", f);
     return close_header(f, name, d);

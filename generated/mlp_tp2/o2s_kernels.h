@@ -20,6 +20,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define O2S_HD __host__ __device__
@@ -69,6 +70,52 @@ enum {
 };
 enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
 enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
+
+/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
+ * std::pow cast back), made total so no input traps: x / 0 is 0,
+ * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
+ * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
+O2S_HD static inline int64_t k_idiv(int64_t x, int64_t z)
+{
+    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
+
+O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
+{
+    if (z < 0)
+        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; z; z >>= 1, b *= b)
+        if (z & 1)
+            r *= b;
+    return (int64_t)r;
+}
+
+/* MaxPool (2-D) output (oy, ox) of one [H, W] plane xp: the largest input
+ * in the window (the first one on ties), in *best; returns its index in
+ * the plane (-1 when the window holds no input). */
+O2S_HD static inline int64_t k_maxpool_one(const float *xp, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t oy,
+                                           int64_t ox, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
+                                           int64_t pw, float *best)
+{
+    int64_t at = -1;
+    *best = -INFINITY;
+    for (int64_t i = 0; i < kh; i++) {
+        int64_t iy = oy * sh - ph + i * dh;
+        if (iy < 0 || iy >= H)
+            continue;
+        for (int64_t j = 0; j < kw; j++) {
+            int64_t ix = ox * sw - pw + j * dw;
+            if (ix < 0 || ix >= W)
+                continue;
+            if (xp[iy * W + ix] > *best || at < 0) {
+                *best = xp[iy * W + ix];
+                at = iy * W + ix;
+            }
+        }
+    }
+    return at;
+}
 
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
@@ -301,6 +348,31 @@ static void rt_abort_comms(void)
 {
 }
 
+/* Steps the row-major multi-index idx over the first n dims (the last
+ * fastest) by one element, moving each offset o_k by its strides s_k and
+ * back when a dim wraps: the odometer of every strided loop below. Up to
+ * three offsets; unused ones are NULL (inlined, the checks fold away). */
+static inline __attribute__((always_inline)) void k_next(int n, const int64_t *dims, int64_t *idx, int64_t *o0,
+                                                         const int64_t *s0, int64_t *o1, const int64_t *s1,
+                                                         int64_t *o2, const int64_t *s2)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        *o0 += s0[i];
+        if (o1)
+            *o1 += s1[i];
+        if (o2)
+            *o2 += s2[i];
+        if (++idx[i] < dims[i])
+            return;
+        *o0 -= s0[i] * dims[i];
+        if (o1)
+            *o1 -= s1[i] * dims[i];
+        if (o2)
+            *o2 -= s2[i] * dims[i];
+        idx[i] = 0;
+    }
+}
+
 /* Copies and clears of whole buffers (device memory on the CUDA target). */
 static inline void k_copy(void *dst, const void *src, int64_t bytes)
 {
@@ -399,36 +471,8 @@ static inline void k_binary_f32(int op, float *y, const float *a, const float *b
     int64_t idx[K_MAX_RANK] = {0}, oa = 0, ob = 0;
     for (int64_t k = 0; k < outer; k++) {
         k_binary_run_f32(op, y + k * n, a + oa, xa[r - 1], b + ob, xb[r - 1], n);
-        for (int i = r - 2; i >= 0; i--) {
-            oa += xa[i];
-            ob += xb[i];
-            if (++idx[i] < d[i])
-                break;
-            oa -= xa[i] * d[i];
-            ob -= xb[i] * d[i];
-            idx[i] = 0;
-        }
+        k_next(r - 1, d, idx, &oa, xa, &ob, xb, NULL, NULL);
     }
-}
-
-/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
- * std::pow cast back), made total so no input traps: x / 0 is 0,
- * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
- * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
-static inline int64_t k_idiv(int64_t x, int64_t z)
-{
-    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
-}
-
-static inline int64_t k_ipow(int64_t x, int64_t z)
-{
-    if (z < 0)
-        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
-    uint64_t r = 1, b = (uint64_t)x;
-    for (; z; z >>= 1, b *= b)
-        if (z & 1)
-            r *= b;
-    return (int64_t)r;
 }
 
 static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
@@ -448,15 +492,7 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
         default: r = k_ipow(x, z); break;
         }
         y[k] = r;
-        for (int i = rank - 1; i >= 0; i--) {
-            oa += sa[i];
-            ob += sb[i];
-            if (++idx[i] < dims[i])
-                break;
-            oa -= sa[i] * dims[i];
-            ob -= sb[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oa, sa, &ob, sb, NULL, NULL);
     }
 }
 
@@ -542,17 +578,7 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
                                       : (const char *)z + (oz + j * zl) * (int64_t)elsize,
                        elsize);
         }
-        for (int i = r - 1; i >= 0; i--) {
-            oc += sc[i];
-            ox += sx[i];
-            oz += sz[i];
-            if (++idx[i] < dims[i])
-                break;
-            oc -= sc[i] * dims[i];
-            ox -= sx[i] * dims[i];
-            oz -= sz[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oc, sc, &ox, sx, &oz, sz);
     }
 }
 
@@ -973,13 +999,7 @@ static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, 
             for (int64_t j = 0; j < n; j++)
                 y[oy + j * inner] += xp[j];
         }
-        for (int i = r - 2; i >= 0; i--) {
-            oy += s[i];
-            if (++idx[i] < d[i])
-                break;
-            oy -= s[i] * d[i];
-            idx[i] = 0;
-        }
+        k_next(r - 1, d, idx, &oy, s, NULL, NULL, NULL, NULL);
     }
     for (int64_t i = 0; i < ny; i++)
         y[i] *= scale;
@@ -995,13 +1015,7 @@ static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int ra
     int64_t idx[K_MAX_RANK] = {0}, oy = 0;
     for (int64_t k = 0; k < n; k++) {
         y[oy] += x[k];
-        for (int i = rank - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1035,13 +1049,7 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
             for (int64_t j = 0; j < run; j++)
                 memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
                        elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            ox += sx[i];
-            if (++idx[i] < dims[i])
-                break;
-            ox -= sx[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &ox, sx, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1059,13 +1067,7 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + k * (int64_t)elsize, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1083,13 +1085,7 @@ static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_
     int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memset((char *)y + oy * (int64_t)elsize, 0, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1109,15 +1105,7 @@ static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, 
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            ox += sx[i];
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            ox -= sx[i] * dims[i];
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &ox, sx, &oy, sy, NULL, NULL);
     }
 }
 
@@ -1200,22 +1188,8 @@ static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64
             const float *xp = x + (n * C + c) * H * W;
             for (int64_t oy = 0; oy < oh; oy++)
                 for (int64_t ox = 0; ox < ow; ox++) {
-                    float best = -INFINITY;
-                    int64_t at = -1;
-                    for (int64_t i = 0; i < kh; i++) {
-                        int64_t iy = oy * sh - ph + i * dh;
-                        if (iy < 0 || iy >= H)
-                            continue;
-                        for (int64_t j = 0; j < kw; j++) {
-                            int64_t ix = ox * sw - pw + j * dw;
-                            if (ix < 0 || ix >= W)
-                                continue;
-                            if (xp[iy * W + ix] > best || at < 0) {
-                                best = xp[iy * W + ix];
-                                at = iy * W + ix;
-                            }
-                        }
-                    }
+                    float best;
+                    int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
                     int64_t o = ((n * C + c) * oh + oy) * ow + ox;
                     y[o] = best;
                     if (ind)
@@ -1267,15 +1241,7 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
             ((float *)y)[k] = (float)r;
         else
             ((int64_t *)y)[k] = (int64_t)r;
-        for (int i = rank - 1; i >= 0; i--) {
-            oa += sa[i];
-            ob += sb[i];
-            if (++idx[i] < dims[i])
-                break;
-            oa -= sa[i] * dims[i];
-            ob -= sb[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oa, sa, &ob, sb, NULL, NULL);
     }
 }
 

@@ -20,6 +20,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define O2S_HD __host__ __device__
@@ -69,6 +70,52 @@ enum {
 };
 enum { K_MATH_EQ, K_MATH_LT, K_MATH_LE, K_MATH_GT, K_MATH_GE };
 enum { K_MATH_AND, K_MATH_OR, K_MATH_XOR, K_MATH_XNOR };
+
+/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
+ * std::pow cast back), made total so no input traps: x / 0 is 0,
+ * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
+ * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
+O2S_HD static inline int64_t k_idiv(int64_t x, int64_t z)
+{
+    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
+}
+
+O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
+{
+    if (z < 0)
+        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (; z; z >>= 1, b *= b)
+        if (z & 1)
+            r *= b;
+    return (int64_t)r;
+}
+
+/* MaxPool (2-D) output (oy, ox) of one [H, W] plane xp: the largest input
+ * in the window (the first one on ties), in *best; returns its index in
+ * the plane (-1 when the window holds no input). */
+O2S_HD static inline int64_t k_maxpool_one(const float *xp, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t oy,
+                                           int64_t ox, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
+                                           int64_t pw, float *best)
+{
+    int64_t at = -1;
+    *best = -INFINITY;
+    for (int64_t i = 0; i < kh; i++) {
+        int64_t iy = oy * sh - ph + i * dh;
+        if (iy < 0 || iy >= H)
+            continue;
+        for (int64_t j = 0; j < kw; j++) {
+            int64_t ix = ox * sw - pw + j * dw;
+            if (ix < 0 || ix >= W)
+                continue;
+            if (xp[iy * W + ix] > *best || at < 0) {
+                *best = xp[iy * W + ix];
+                at = iy * W + ix;
+            }
+        }
+    }
+    return at;
+}
 
 /* ---- onnx2spmd CUDA runtime and kernels (templates/cuda_kernels.cu) -------
  * The same kernel interface as the C target (k_* functions, same
@@ -526,25 +573,6 @@ __device__ static inline void k_offsets(const KShape &s, int64_t i, int64_t *o0,
 }
 
 #define GRID_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
-/* Integer Div and Pow exactly as the C target's k_idiv / k_ipow (ONNX
- * Runtime's results, made total: x / 0 is 0, INT64_MIN / -1 wraps, a
- * negative exponent truncates 1 / x^|z|). */
-__device__ static inline int64_t k_idiv(int64_t x, int64_t z)
-{
-    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
-}
-
-__device__ static inline int64_t k_ipow(int64_t x, int64_t z)
-{
-    if (z < 0)
-        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
-    uint64_t r = 1, b = (uint64_t)x;
-    for (; z; z >>= 1, b *= b)
-        if (z & 1)
-            r *= b;
-    return (int64_t)r;
-}
 
 template <typename T> __device__ static inline T k_op(int op, T x, T z);
 template <> __device__ inline float k_op<float>(int op, float x, float z)
@@ -1144,22 +1172,8 @@ __global__ void kk_maxpool(float *y, int64_t *ind, const float *x, int64_t N, in
     {
         int64_t ox = o % ow, oy = (o / ow) % oh, c = (o / (ow * oh)) % C, n = o / (ow * oh * C);
         const float *xp = x + (n * C + c) * H * W;
-        float best = -INFINITY;
-        int64_t at = -1;
-        for (int64_t i = 0; i < kh; i++) {
-            int64_t iy = oy * sh - ph + i * dh;
-            if (iy < 0 || iy >= H)
-                continue;
-            for (int64_t j = 0; j < kw; j++) {
-                int64_t ix = ox * sw - pw + j * dw;
-                if (ix < 0 || ix >= W)
-                    continue;
-                if (xp[iy * W + ix] > best || at < 0) {
-                    best = xp[iy * W + ix];
-                    at = iy * W + ix;
-                }
-            }
-        }
+        float best;
+        int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
         y[o] = best;
         if (ind)
             ind[o] = ((n + n_off) * Cg + (c + c_off)) * H * W + at;
