@@ -31,7 +31,7 @@ for ex in "${examples[@]}"; do
                 echo "generated/$name/$(basename "$f") differs from a fresh compile"; fail=1
             fi
         done
-        [ "$(ls generated/$name | wc -l)" = "$(ls "$out" | grep -E '^rank[0-9]+\.cu?$|^o2s_[a-z]+\.cuh?$|^plan\.txt$|^Makefile$|^run\.sh$' | wc -l)" ] \
+        [ "$(ls generated/$name | wc -l)" = "$(ls "$out" | grep -E '^rank[0-9]+\.cu?$|^o2s_[a-z]+\.(h|cuh)$|^plan\.txt$|^Makefile$|^run\.sh$' | wc -l)" ] \
             || { echo "generated/$name: file list differs"; fail=1; }
     else
         rm -rf "generated/$name"
