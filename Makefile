@@ -21,8 +21,8 @@ LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c
             $(wildcard driver/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
 FAMILIES  := math reduce index nn loss attn linalg
-TEMPLATES := templates/runtime.c templates/kernels.c templates/cuda_kernels.cu \
-             $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
+TEMPLATES := templates/runtime.c templates/bodies.h templates/kernels.c templates/cuda_kernels.cu \
+             $(FAMILIES:%=templates/bodies_%.h) $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
 TEST_SRC := $(wildcard tests/*/test_*.c)
 
 OBJ_DIR  := build/obj
@@ -55,9 +55,11 @@ build/tools/embed: tools/embed.c
 	$(CC) -std=c11 -O2 -o $@ $<
 build/gen/templates.c: build/tools/embed $(TEMPLATES)
 	@mkdir -p build/gen
-	build/tools/embed $@ template_runtime_c=templates/runtime.c template_kernels_c=templates/kernels.c \
+	build/tools/embed $@ template_runtime_c=templates/runtime.c template_bodies_h=templates/bodies.h \
+	    template_kernels_c=templates/kernels.c \
 	    template_cuda_kernels_cu=templates/cuda_kernels.cu \
-	    $(foreach f,$(FAMILIES),template_kernels_$(f)_c=templates/kernels_$(f).c template_cuda_$(f)_cu=templates/cuda_$(f).cu)
+	    $(foreach f,$(FAMILIES),template_bodies_$(f)_h=templates/bodies_$(f).h \
+	        template_kernels_$(f)_c=templates/kernels_$(f).c template_cuda_$(f)_cu=templates/cuda_$(f).cu)
 $(OBJ_DIR)/gen/templates.o: build/gen/templates.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -c $< -o $@
@@ -84,7 +86,7 @@ build/tests/%: tests/%.c $(LIB_OBJ) tests/test_util.h
 # The C target's kernels, from the templates themselves (built with mpicc:
 # the runtime they sit on includes mpi.h; MPI is never started).
 KERNEL_TEST := tests/kernels/kernels_blocks.c
-KERNEL_DEPS := $(KERNEL_TEST) templates/runtime.c templates/kernels.c
+KERNEL_DEPS := $(KERNEL_TEST) templates/runtime.c templates/bodies.h templates/kernels.c
 # Three builds: for any x86-64 (the packed GEMM is then CBLAS), for AVX2 +
 # FMA (skipped on a CPU without them) and for this CPU (-march=native, as
 # the generated Makefile builds: AVX-512 where there is one).

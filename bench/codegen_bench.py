@@ -170,6 +170,7 @@ GEMM_C = r"""
 #define RANK 0
 #define WORLD 1
 #include "templates/runtime.c"
+#include "templates/bodies.h"
 #include "templates/kernels.c"
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char **argv)

@@ -415,6 +415,19 @@ int emit_norm_axis(int64_t axis, int rank);
 unsigned char *weights_pack(const Program *prog, int64_t *bytes, uint64_t *checksum, Diag *d);
 uint64_t weights_fnv1a(const unsigned char *p, size_t n);
 
+/* ---- headers.c ---------------------------------------------------------- */
+
+/* The output folder's shared headers, which every rank file includes. */
+#define HEADER_RUNTIME "o2s_runtime.h"
+#define HEADER_KERNELS_C "o2s_kernels.h"
+#define HEADER_KERNELS_CUDA "o2s_kernels.cuh"
+
+/* The kernel families (bit 1 math ... bit 7 linalg; bit 0 core) whose ops
+ * this rank runs; the union over ranks goes to headers_write. */
+unsigned headers_families(const Program *prog);
+/* Writes o2s_runtime.h and the target's kernels header into dir. */
+int headers_write(const char *dir, int cuda, unsigned families, Diag *d);
+
 /* ---- output.c ----------------------------------------------------------- */
 
 typedef struct CompileOptions {

@@ -4,9 +4,8 @@
  * emit_rank() is the driver: it writes the file's sections in order,
  *
  *   front matter   tool, command line, model, mesh, rank, memory
- *   templates      the runtime and the kernels (embedded in the compiler at
- *                  build time), a family's only when the program runs one
- *                  of its ops
+ *   includes       the folder's o2s_runtime.h and o2s_kernels.h (.cuh),
+ *                  written once per folder by headers.c
  *   buffers        weights in the loaded weight blob, inputs in their own
  *                  allocations, everything else at fixed offsets in one
  *                  liveness-planned arena
@@ -25,41 +24,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-extern const char template_runtime_c[];
-extern const char template_kernels_c[];
-extern const char template_cuda_kernels_cu[];
-/* The op families' kernels (templates/kernels_<family>.c, cuda_<family>.cu). */
-extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
-    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[];
-extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
-    template_cuda_loss_cu[], template_cuda_attn_cu[], template_cuda_linalg_cu[];
-
-/* Which kernel family each op belongs to: 0 core (templates/kernels.c),
- * then the families in the order of the table below. */
-static const unsigned char op_family[OP_COUNT] = {
-#define OP(e, ...) [e] = 1,
-#include "../ir/ops_math.def"
-#undef OP
-#define OP(e, ...) [e] = 2,
-#include "../ir/ops_reduce.def"
-#undef OP
-#define OP(e, ...) [e] = 3,
-#include "../ir/ops_index.def"
-#undef OP
-#define OP(e, ...) [e] = 4,
-#include "../ir/ops_nn.def"
-#undef OP
-#define OP(e, ...) [e] = 5,
-#include "../ir/ops_loss.def"
-#undef OP
-#define OP(e, ...) [e] = 6,
-#include "../ir/ops_attn.def"
-#undef OP
-#define OP(e, ...) [e] = 7,
-#include "../ir/ops_linalg.def"
-#undef OP
-};
 
 static void emit_front_matter(Emitter *e)
 {
@@ -94,33 +58,11 @@ static void emit_front_matter(Emitter *e)
     e->t->defines(e);
 }
 
-static void emit_templates(Emitter *e)
+/* The runtime and the kernels stand once in the folder (headers.c). */
+static void emit_includes(Emitter *e)
 {
-    const Program *pr = e->pr;
-    const Graph *g = pr->g;
-    FILE *f = e->f;
-    fputs("\n", f);
-    fputs(template_runtime_c, f);
-    fputs("\n", f);
-    fputs(e->t->kernels ? template_cuda_kernels_cu : template_kernels_c, f);
-    /* A family's kernels only when this program runs one of its ops, so
-     * a reader sees no code the model does not use. */
-    const char *const families[][2] = {{template_kernels_math_c, template_cuda_math_cu},
-                                       {template_kernels_reduce_c, template_cuda_reduce_cu},
-                                       {template_kernels_index_c, template_cuda_index_cu},
-                                       {template_kernels_nn_c, template_cuda_nn_cu},
-                                       {template_kernels_loss_c, template_cuda_loss_cu},
-                                       {template_kernels_attn_c, template_cuda_attn_cu},
-                                       {template_kernels_linalg_c, template_cuda_linalg_cu}};
-    int used[8] = {0};
-    for (int i = 0; i < g->nnodes; i++)
-        if (program_runs(pr, g->nodes[i]))
-            used[op_family[g->nodes[i]->op]] = 1;
-    for (int i = 1; i <= 7; i++)
-        if (used[i]) {
-            fputs("\n", f);
-            fputs(families[i - 1][e->t->kernels], f);
-        }
+    fprintf(e->f, "\n#include \"%s\"\n#include \"%s\"\n", HEADER_RUNTIME,
+            e->t->kernels ? HEADER_KERNELS_CUDA : HEADER_KERNELS_C);
 }
 
 static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
@@ -247,7 +189,7 @@ int emit_rank(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
 {
     Emitter e = {.pr = pr, .t = opt->target, .opt = opt, .f = f, .d = d};
     emit_front_matter(&e);
-    emit_templates(&e);
+    emit_includes(&e);
     emit_buffers(&e);
     emit_comms(&e);
     emit_forward(&e);

@@ -128,14 +128,17 @@ int emit_gather_nd(const EmitCtx *c, Diag *d)
     return 0;
 }
 
-static int reduction_code(const Node *n)
+/* The K_SCATTER_* selector (templates/bodies.h) of the reduction attribute. */
+static const char *reduction_code(const Node *n)
 {
     static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    static const char *const codes[] = {"K_SCATTER_NONE", "K_SCATTER_ADD", "K_SCATTER_MUL", "K_SCATTER_MAX",
+                                        "K_SCATTER_MIN"};
     const char *r = node_attr_str(n, "reduction", "none");
     for (int i = 0; i < 5; i++)
         if (strcmp(r, names[i]) == 0)
-            return i;
-    return 0;
+            return codes[i];
+    return codes[0];
 }
 
 int emit_scatter_nd(const EmitCtx *c, Diag *d)
@@ -149,7 +152,7 @@ int emit_scatter_nd(const EmitCtx *c, Diag *d)
     fprintf(c->f, "    {\n");
     emit_arr(c, "dims", y->dims, m);
     emit_arr(c, "sy", sy, m);
-    fprintf(c->f, "        k_scatter_nd(%s, %s, %s, %d, %d, %lld, %d, dims, sy, %lld);\n    }\n", y->name, idx->name,
+    fprintf(c->f, "        k_scatter_nd(%s, %s, %s, %d, %s, %lld, %d, dims, sy, %lld);\n    }\n", y->name, idx->name,
             u->name, (int)y->dtype, reduction_code(c->n), (long long)emit_prod(idx->dims, 0, q - 1), m,
             (long long)emit_prod(y->dims, m, y->rank));
     return 0;
@@ -166,7 +169,7 @@ int emit_scatter_elements(const EmitCtx *c, Diag *d)
     fprintf(c->f, "    {\n");
     emit_arr(c, "dims", idx->dims, idx->rank);
     emit_arr(c, "sy", sy, y->rank);
-    fprintf(c->f, "        k_scatter_elements(%s, %s, %s, %d, %d, %d, dims, sy, %d, %lld);\n    }\n", y->name,
+    fprintf(c->f, "        k_scatter_elements(%s, %s, %s, %d, %s, %d, dims, sy, %d, %lld);\n    }\n", y->name,
             idx->name, u->name, (int)y->dtype, reduction_code(c->n), y->rank, axis, (long long)y->dims[axis]);
     return 0;
 }
@@ -179,6 +182,7 @@ int emit_pad(const EmitCtx *c, Diag *d)
     const Attr *p = node_attr(c->n, "pads");
     const char *mode = node_attr_str(c->n, "mode", "constant");
     static const char *const modes[] = {"constant", "reflect", "edge", "wrap"};
+    static const char *const codes[] = {"K_PAD_CONSTANT", "K_PAD_REFLECT", "K_PAD_EDGE", "K_PAD_WRAP"};
     int code = 0;
     for (int i = 1; i < 4; i++)
         if (!strcmp(mode, modes[i]))
@@ -189,8 +193,8 @@ int emit_pad(const EmitCtx *c, Diag *d)
     emit_arr(c, "ydims", y->dims, y->rank);
     emit_arr(c, "xdims", x->dims, x->rank);
     emit_arr(c, "begin", p->ints, y->rank);
-    fprintf(c->f, "        k_pad(%s, %s, %d, %d, %d, ydims, xdims, begin, %s); /* mode %s */\n    }\n", y->name,
-            x->name, (int)y->dtype, code, y->rank, emit_double(value, vb), modes[code]);
+    fprintf(c->f, "        k_pad(%s, %s, %d, %s, %d, ydims, xdims, begin, %s);\n    }\n", y->name, x->name,
+            (int)y->dtype, codes[code], y->rank, emit_double(value, vb));
     return 0;
 }
 

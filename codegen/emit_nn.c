@@ -12,8 +12,9 @@
 
 #include <string.h>
 
-/* Same numbers as the K_POOL_* and K_RS_* codes of the kernel templates. */
-enum { POOL_AVG = 0, POOL_AVG_PAD, POOL_LP, POOL_MAX };
+/* The K_POOL_* selectors of k_pool_f32 (templates/bodies.h), by kind. */
+enum { POOL_AVG, POOL_AVG_PAD, POOL_LP, POOL_MAX };
+static const char *const pool_codes[] = {"K_POOL_AVG", "K_POOL_AVG_PAD", "K_POOL_LP", "K_POOL_MAX"};
 
 static const char *double_lit(double v, char *buf)
 {
@@ -59,7 +60,7 @@ int emit_nn_pool(const EmitCtx *c, Diag *d)
                                        "maximum"};
     fprintf(c->f, "    {\n");
     emit_window(c, x->dims + 2, y, ks->ints);
-    fprintf(c->f, "        k_pool_f32(%d, %s, %s, %lld, %d, win, %d); /* %s */\n    }\n", op, y->name, x->name,
+    fprintf(c->f, "        k_pool_f32(%s, %s, %s, %lld, %d, win, %d); /* %s */\n    }\n", pool_codes[op], y->name, x->name,
             (long long)(x->dims[0] * x->dims[1]), x->rank - 2, (int)node_attr_int(c->n, "p", 2), what[op]);
     return 0;
 }
@@ -97,6 +98,11 @@ int emit_resize(const EmitCtx *c, Diag *d)
     static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                                          "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
     static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    /* Their K_RS_* selectors (templates/bodies.h), in the same order. */
+    static const char *const mode_codes[] = {"K_RS_NEAREST", "K_RS_LINEAR", "K_RS_CUBIC"};
+    static const char *const coord_codes[] = {"K_RS_HALF_PIXEL", "K_RS_PYTORCH", "K_RS_ALIGN", "K_RS_ASYM",
+                                              "K_RS_TF_NN", "K_RS_CROP", "K_RS_SYMMETRIC"};
+    static const char *const nearest_codes[] = {"K_RS_PREFER_FLOOR", "K_RS_PREFER_CEIL", "K_RS_FLOOR", "K_RS_CEIL"};
     const Node *n = c->n;
     const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
     const Tensor *xt = n->inputs[0], *yt = n->outputs[0];
@@ -126,12 +132,13 @@ int emit_resize(const EmitCtx *c, Diag *d)
     emit_arr(c, "rd", dims, 3 * r);
     int mode = code_of(node_attr_str(n, "mode", "nearest"), modes, 3);
     char a[40], e[40];
-    fprintf(c->f, "        k_resize_%s(%s, %s, %lld, %d, rd, rs, %d, %d, %d, %d, %d, %s, %s); /* %s, %s */\n    }\n",
-            y->dtype == DT_F32 ? "f32" : "i64", y->name, x->name, (long long)emit_prod(y->dims, 0, r), r, mode, coord,
-            code_of(node_attr_str(n, "nearest_mode", "round_prefer_floor"), nearests, 4),
+    fprintf(c->f, "        k_resize_%s(%s, %s, %lld, %d, rd, rs, %s, %s, %s, %d, %d, %s, %s);\n    }\n",
+            y->dtype == DT_F32 ? "f32" : "i64", y->name, x->name, (long long)emit_prod(y->dims, 0, r), r,
+            mode_codes[mode], coord_codes[coord],
+            nearest_codes[code_of(node_attr_str(n, "nearest_mode", "round_prefer_floor"), nearests, 4)],
             node_attr_int(n, "antialias", 0) != 0, node_attr_int(n, "exclude_outside", 0) != 0,
             double_lit(node_attr_float(n, "cubic_coeff_a", -0.75f), a),
-            double_lit(node_attr_float(n, "extrapolation_value", 0.0f), e), modes[mode], coords[coord]);
+            double_lit(node_attr_float(n, "extrapolation_value", 0.0f), e));
     return 0;
 }
 

@@ -157,7 +157,8 @@ int emit_binary(const EmitCtx *c, Diag *d)
                 CMT(mm->name, nm), emit_out(c, 0)->name, c->pr->bufs[c->pr->tensor_buf[mm->outputs[0]->id]].name);
         return 0;
     }
-    static const char *const ops[] = {[OP_ADD] = "0", [OP_SUB] = "1", [OP_MUL] = "2", [OP_DIV] = "3", [OP_POW] = "4"};
+    static const char *const ops[] = {[OP_ADD] = "K_ARITH_ADD", [OP_SUB] = "K_ARITH_SUB", [OP_MUL] = "K_ARITH_MUL",
+                                      [OP_DIV] = "K_ARITH_DIV", [OP_POW] = "K_ARITH_POW"};
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
     int same = a->rank == y->rank && b->rank == y->rank && !memcmp(a->dims, y->dims, sizeof(int64_t) * y->rank) &&
                !memcmp(b->dims, y->dims, sizeof(int64_t) * y->rank);
@@ -220,10 +221,16 @@ int emit_binary(const EmitCtx *c, Diag *d)
     return 0;
 }
 
-static int unary_code(const Node *n)
+/* The K_UNARY_* selector of k_unary_f32 and k_bias_act_f32 (templates/bodies.h). */
+static const char *unary_code(const Node *n)
 {
-    return n->op == OP_RELU ? 0 : n->op == OP_SQRT ? 1 : n->op == OP_ERF ? 2 : n->op == OP_TANH ? 3
-         : n->op == OP_SIGMOID ? 4 : strcmp(node_attr_str(n, "approximate", "none"), "tanh") == 0 ? 6 : 5;
+    return n->op == OP_RELU      ? "K_UNARY_RELU"
+         : n->op == OP_SQRT      ? "K_UNARY_SQRT"
+         : n->op == OP_ERF       ? "K_UNARY_ERF"
+         : n->op == OP_TANH      ? "K_UNARY_TANH"
+         : n->op == OP_SIGMOID   ? "K_UNARY_SIGMOID"
+         : strcmp(node_attr_str(n, "approximate", "none"), "tanh") == 0 ? "K_UNARY_GELU_TANH"
+                                 : "K_UNARY_GELU";
 }
 
 /* The activation of a fused bias Add: y = act(a + b) in one kernel. */
@@ -235,7 +242,7 @@ int emit_bias_act(const EmitCtx *c, Diag *d)
     int64_t n = y->bytes / 4, cols = b->bytes / 4;
     char nm[ESC_NAME_CAP];
     fprintf(c->f, "    /* with node \"%s\" (Add) fused in: its sum never exists on its own */\n", CMT(add->name, nm));
-    fprintf(c->f, "    k_bias_act_f32(%d, %s, %s, %s, %lld, %lld);\n", unary_code(c->n), y->name, a->name, b->name,
+    fprintf(c->f, "    k_bias_act_f32(%s, %s, %s, %s, %lld, %lld);\n", unary_code(c->n), y->name, a->name, b->name,
             (long long)(n / cols), (long long)cols);
     return 0;
 }
@@ -268,7 +275,7 @@ int emit_unary(const EmitCtx *c, Diag *d)
     default:
         break;
     }
-    fprintf(c->f, "    k_unary_f32(%d, %s, %s, %lld);\n", unary_code(c->n), y->name, x->name, (long long)n);
+    fprintf(c->f, "    k_unary_f32(%s, %s, %s, %lld);\n", unary_code(c->n), y->name, x->name, (long long)n);
     return 0;
 }
 
@@ -925,6 +932,7 @@ int emit_quant(const EmitCtx *c, Diag *d)
     int mode = quant_layout(n, n->inputs[0], n->inputs[1], &axis, &block, d);
     if (mode < 0)
         return -1;
+    static const char *const codes[] = {"K_QUANT_TENSOR", "K_QUANT_AXIS", "K_QUANT_BLOCK"};
     int64_t outer = 1, len = emit_prod(x->dims, 0, x->rank), inner = 1;
     if (mode) {
         outer = emit_prod(x->dims, 0, axis);
@@ -932,16 +940,16 @@ int emit_quant(const EmitCtx *c, Diag *d)
         inner = emit_prod(x->dims, axis + 1, x->rank);
     }
     if (n->op == OP_DEQUANTIZE) {
-        fprintf(c->f, "    k_dequantize(%s, %s, %s, %s, %lld, %lld, %lld, %d, %lld); /* outer, axis, inner, per tensor/axis/block, block */\n",
+        fprintf(c->f, "    k_dequantize(%s, %s, %s, %s, %lld, %lld, %lld, %s, %lld); /* outer, axis, inner, scales, block */\n",
                 y->name, x->name, s->name, zp ? zp->name : "NULL", (long long)outer, (long long)len, (long long)inner,
-                mode, (long long)block);
+                codes[mode], (long long)block);
         return 0;
     }
     DType out = n->outputs[0]->dtype;
     int64_t lo = out == DT_I8 ? -128 : out == DT_I16 ? -32768 : out == DT_I32 ? INT32_MIN : 0;
     int64_t hi = out == DT_I8 ? 127 : out == DT_U8 ? 255 : out == DT_I16 ? 32767 : out == DT_U16 ? 65535 : INT32_MAX;
-    fprintf(c->f, "    k_quantize(%s, %s, %s, %s, %lld, %lld, %lld, %d, %lld, %lld, %lld); /* outer, axis, inner, per tensor/axis/block, block, %s range */\n",
-            y->name, x->name, s->name, zp ? zp->name : "NULL", (long long)outer, (long long)len, (long long)inner, mode,
+    fprintf(c->f, "    k_quantize(%s, %s, %s, %s, %lld, %lld, %lld, %s, %lld, %lld, %lld); /* outer, axis, inner, scales, block, %s range */\n",
+            y->name, x->name, s->name, zp ? zp->name : "NULL", (long long)outer, (long long)len, (long long)inner, codes[mode],
             (long long)block, (long long)lo, (long long)hi, dtype_name(out));
     return 0;
 }

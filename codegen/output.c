@@ -2,7 +2,7 @@
  * all.
  *
  * Everything goes to a temporary sibling folder first (rank<k>.c,
- * weights.rank<k>.bin, Makefile, run.sh, plan.txt, plan.json and the
+ * weights.rank<k>.bin, o2s_runtime.h and o2s_kernels.h (headers.c), Makefile, run.sh, plan.txt, plan.json and the
  * .onnx2spmd-output marker); only when every file is written is it
  * renamed into place. An existing -o path is replaced only if it is an
  * earlier output: a real folder (never a symlink, never the model's own
@@ -189,7 +189,8 @@ static int close_checked(FILE *f, const char *name, Diag *d)
     return 0;
 }
 
-static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const char *dir, Diag *d)
+static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const char *dir, unsigned *families,
+                      Diag *d)
 {
     Program *pr = program_build(p, rank, &opt->prog, d);
     int rc = -1;
@@ -202,6 +203,7 @@ static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const 
         opt->arena_bytes[rank] = pr->arena_bytes;
     if (opt->weight_bytes)
         opt->weight_bytes[rank] = pr->weight_bytes;
+    *families |= headers_families(pr);
     int cuda = strcmp(opt->target, "cuda") == 0;
     int64_t bytes;
     uint64_t sum;
@@ -265,7 +267,7 @@ static int write_makefile_cuda(const Plan *p, const CompileOptions *opt, const c
                "else\nMPI_CFLAGS := -DO2S_NO_MPI\nMPI_LIBS :=\nendif\n\nRANKS :=");
     for (int r = 0; r < plan_world_ranks(p); r++)
         fprintf(f, " rank%d", r);
-    fprintf(f, "\n\nall: $(RANKS)\n\nrank%%: rank%%.cu\n"
+    fprintf(f, "\n\nall: $(RANKS)\n\nrank%%: rank%%.cu " HEADER_RUNTIME " " HEADER_KERNELS_CUDA "\n"
                "\t$(NVCC) $(NVCCFLAGS) $(WARN) %s$(MPI_CFLAGS) -o $@ $< %s-L$(CUDA_HOME)/lib64 -lcublas $(MPI_LIBS)\n\n"
                "clean:\n\trm -f $(RANKS)\n\n.PHONY: all clean\n",
             multi ? "$(NCCL_FLAGS) " : "", multi ? "$(NCCL_LIBS) " : "");
@@ -329,7 +331,7 @@ static int write_makefile(const Plan *p, const char *dir, Diag *d)
             plan_world_ranks(p), ONNX2SPMD_VERSION);
     for (int r = 0; r < plan_world_ranks(p); r++)
         fprintf(f, " rank%d", r);
-    fprintf(f, "\n\nall: $(RANKS)\n\nrank%%: rank%%.c\n\t$(MPICC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -o $@ $< $(BLAS_LIBS) -lm\n\n"
+    fprintf(f, "\n\nall: $(RANKS)\n\nrank%%: rank%%.c " HEADER_RUNTIME " " HEADER_KERNELS_C "\n\t$(MPICC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -o $@ $< $(BLAS_LIBS) -lm\n\n"
                "clean:\n\trm -f $(RANKS)\n\n.PHONY: all clean\n");
     return close_checked(f, "Makefile", d);
 }
@@ -372,7 +374,8 @@ static int write_marker(const Plan *p, const CompileOptions *opt, const char *di
                "ranks: %d\nfiles:", ONNX2SPMD_VERSION, plan_world_ranks(p));
     for (int r = 0; r < plan_world_ranks(p); r++)
         fprintf(f, " rank%d.%s weights.rank%d.bin", r, ext, r);
-    fprintf(f, " Makefile run.sh%s plan.txt plan.json\n", strcmp(ext, "cu") == 0 ? " launch.sh" : "");
+    fprintf(f, " %s %s Makefile run.sh%s plan.txt plan.json\n", HEADER_RUNTIME,
+            strcmp(ext, "cu") == 0 ? HEADER_KERNELS_CUDA : HEADER_KERNELS_C, strcmp(ext, "cu") == 0 ? " launch.sh" : "");
     return close_checked(f, OUT_MARKER, d);
 }
 
@@ -413,10 +416,13 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
         return -1;
     }
     chmod(tmp, 0755);
-    for (int r = 0; r < plan_world_ranks(p); r++)
-        if (write_rank(p, r, opt, tmp, d))
-            goto fail;
     int cuda = strcmp(opt->target, "cuda") == 0;
+    unsigned families = 0;
+    for (int r = 0; r < plan_world_ranks(p); r++)
+        if (write_rank(p, r, opt, tmp, &families, d))
+            goto fail;
+    if (headers_write(tmp, cuda, families, d))
+        goto fail;
     if ((cuda ? write_makefile_cuda(p, opt, tmp, d) || write_launch_sh(p, tmp, d) : write_makefile(p, tmp, d)) ||
         write_run_sh(p, tmp, d))
         goto fail;

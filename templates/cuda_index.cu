@@ -3,27 +3,6 @@
  * the same k_* names and arguments as templates/kernels_index.c.
  */
 
-/* Dtype codes as on the C side: 1 float32, 7 int64, 9 bool. Scatters are
- * deterministic without atomics: each thread owns a set of output
- * elements and applies the updates that can reach them in order. An index
- * out of range cannot stop a kernel; it reads or writes nothing (a gather
- * gives 0), where the C target stops with an error. */
-__device__ static inline double ki_load(const void *p, int dt, int64_t i)
-{
-    return dt == 1 ? (double)((const float *)p)[i] : dt == 7 ? (double)((const int64_t *)p)[i]
-                                                             : (double)((const unsigned char *)p)[i];
-}
-
-__device__ static inline void ki_store(void *p, int dt, int64_t i, double v)
-{
-    if (dt == 1)
-        ((float *)p)[i] = (float)v;
-    else if (dt == 7)
-        ((int64_t *)p)[i] = (int64_t)v;
-    else
-        ((unsigned char *)p)[i] = v != 0;
-}
-
 __device__ static inline void ki_copy(char *y, const char *x, int elsize)
 {
     for (int b = 0; b < elsize; b++)
@@ -117,25 +96,6 @@ static inline void k_gather_nd(void *y, const void *x, const int64_t *idx, size_
     CHECK_LAUNCH();
 }
 
-/* y[yi] = u[ui] combined by red: 0 none, 1 add, 2 mul, 3 max, 4 min. */
-__device__ static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui, int dt, int red)
-{
-    if (dt == 1) {
-        float *Y = (float *)y, v = ((const float *)u)[ui];
-        Y[yi] = red == 0 ? v : red == 1 ? Y[yi] + v : red == 2 ? Y[yi] * v : red == 3 ? fmaxf(Y[yi], v)
-                                                                                   : fminf(Y[yi], v);
-    } else if (dt == 7) {
-        int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
-        Y[yi] = red == 0   ? v
-                : red == 1 ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
-                : red == 2 ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
-                : red == 3 ? (Y[yi] > v ? Y[yi] : v)
-                           : (Y[yi] < v ? Y[yi] : v);
-    } else {
-        ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
-    }
-}
-
 /* One thread per slice element: it walks every update in order, so
  * duplicates resolve as on the C target (the last one wins, or combine). */
 __global__ void kk_scatter_nd(void *y, const int64_t *idx, const void *upd, int dt, int red, int64_t nupd, KShape s,
@@ -200,23 +160,6 @@ static inline void k_scatter_elements(void *y, const int64_t *idx, const void *u
     if (lines)
         kk_scatter_elements<<<k_blocks(lines), K_THREADS, 0, g_stream>>>(y, idx, upd, dt, red, s, axis, len, lines);
     CHECK_LAUNCH();
-}
-
-/* As ki_pad_src on the C side: source coordinate or -1 for the value. */
-__device__ static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
-{
-    if (s >= 0 && s < n)
-        return s;
-    if (mode == 0)
-        return -1;
-    if (mode == 2)
-        return s < 0 ? 0 : n - 1;
-    if (mode == 3)
-        return ((s % n) + n) % n;
-    if (n == 1)
-        return 0;
-    int64_t p = 2 * (n - 1), r = ((s % p) + p) % p;
-    return r < n ? r : p - r;
 }
 
 /* s.d: y's dims, s.s0: x's dims, s.s1: begin pads, s.s2: x's strides. */

@@ -17,7 +17,6 @@
 /* Each rank program uses some of these launchers; unused ones are fine. */
 #pragma nv_diag_suppress 177
 
-#define K_MAX_RANK 8
 #define K_THREADS 256
 
 static cudaStream_t g_stream; /* compute */
@@ -456,43 +455,24 @@ __device__ static inline void k_offsets(const KShape &s, int64_t i, int64_t *o0,
 
 #define GRID_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-/* Integer Div and Pow exactly as the C target's k_idiv / k_ipow (ONNX
- * Runtime's results, made total: x / 0 is 0, INT64_MIN / -1 wraps, a
- * negative exponent truncates 1 / x^|z|). */
-__device__ static inline int64_t k_idiv(int64_t x, int64_t z)
-{
-    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
-}
-
-__device__ static inline int64_t k_ipow(int64_t x, int64_t z)
-{
-    if (z < 0)
-        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
-    uint64_t r = 1, b = (uint64_t)x;
-    for (; z; z >>= 1, b *= b)
-        if (z & 1)
-            r *= b;
-    return (int64_t)r;
-}
-
 template <typename T> __device__ static inline T k_op(int op, T x, T z);
 template <> __device__ inline float k_op<float>(int op, float x, float z)
 {
     switch (op) {
-    case 0: return x + z;
-    case 1: return x - z;
-    case 2: return x * z;
-    case 3: return x / z; /* IEEE: x / 0 is +-inf or NaN, as on the CPU */
+    case K_ARITH_ADD: return x + z;
+    case K_ARITH_SUB: return x - z;
+    case K_ARITH_MUL: return x * z;
+    case K_ARITH_DIV: return x / z; /* IEEE: x / 0 is +-inf or NaN, as on the CPU */
     default: return (float)pow((double)x, (double)z);
     }
 }
 template <> __device__ inline int64_t k_op<int64_t>(int op, int64_t x, int64_t z)
 {
     switch (op) {
-    case 0: return (int64_t)((uint64_t)x + (uint64_t)z);
-    case 1: return (int64_t)((uint64_t)x - (uint64_t)z);
-    case 2: return (int64_t)((uint64_t)x * (uint64_t)z);
-    case 3: return k_idiv(x, z);
+    case K_ARITH_ADD: return (int64_t)((uint64_t)x + (uint64_t)z);
+    case K_ARITH_SUB: return (int64_t)((uint64_t)x - (uint64_t)z);
+    case K_ARITH_MUL: return (int64_t)((uint64_t)x * (uint64_t)z);
+    case K_ARITH_DIV: return k_idiv(x, z);
     default: return k_ipow(x, z);
     }
 }
@@ -530,7 +510,7 @@ __global__ void kk_arith(int op, float *y, const float *a, const float *b, int64
     {
         int64_t r = i / cols, c = i % cols;
         float x = a[r * a_rs + c], z = b[r * b_rs + c * b_cs];
-        y[i] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+        y[i] = op == K_ARITH_ADD ? x + z : op == K_ARITH_SUB ? x - z : op == K_ARITH_MUL ? x * z : x / z;
     }
 }
 
@@ -605,12 +585,12 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
 __device__ static inline float k_act(int op, float v)
 {
     switch (op) {
-    case 0: return v > 0 ? v : 0;
-    case 1: return sqrtf(v);
-    case 2: return erff(v);
-    case 3: return tanhf(v);
-    case 4: return 1.0f / (1.0f + expf(-v));
-    case 5: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case K_UNARY_RELU: return v > 0 ? v : 0;
+    case K_UNARY_SQRT: return sqrtf(v);
+    case K_UNARY_ERF: return erff(v);
+    case K_UNARY_TANH: return tanhf(v);
+    case K_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case K_UNARY_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     default: return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     }
 }
@@ -646,12 +626,12 @@ __global__ void kk_unary(int op, float *y, const float *x, int64_t n)
     {
         float v = x[i];
         switch (op) {
-        case 0: y[i] = v > 0 ? v : 0; break;
-        case 1: y[i] = sqrtf(v); break;
-        case 2: y[i] = erff(v); break;
-        case 3: y[i] = tanhf(v); break;
-        case 4: y[i] = 1.0f / (1.0f + expf(-v)); break;
-        case 5: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        case K_UNARY_RELU: y[i] = v > 0 ? v : 0; break;
+        case K_UNARY_SQRT: y[i] = sqrtf(v); break;
+        case K_UNARY_ERF: y[i] = erff(v); break;
+        case K_UNARY_TANH: y[i] = tanhf(v); break;
+        case K_UNARY_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
+        case K_UNARY_GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
         default: y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
         }
     }
@@ -1073,22 +1053,8 @@ __global__ void kk_maxpool(float *y, int64_t *ind, const float *x, int64_t N, in
     {
         int64_t ox = o % ow, oy = (o / ow) % oh, c = (o / (ow * oh)) % C, n = o / (ow * oh * C);
         const float *xp = x + (n * C + c) * H * W;
-        float best = -INFINITY;
-        int64_t at = -1;
-        for (int64_t i = 0; i < kh; i++) {
-            int64_t iy = oy * sh - ph + i * dh;
-            if (iy < 0 || iy >= H)
-                continue;
-            for (int64_t j = 0; j < kw; j++) {
-                int64_t ix = ox * sw - pw + j * dw;
-                if (ix < 0 || ix >= W)
-                    continue;
-                if (xp[iy * W + ix] > best || at < 0) {
-                    best = xp[iy * W + ix];
-                    at = iy * W + ix;
-                }
-            }
-        }
+        float best;
+        int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
         y[o] = best;
         if (ind)
             ind[o] = ((n + n_off) * Cg + (c + c_off)) * H * W + at;

@@ -2,16 +2,6 @@
  * Einsum and (De)QuantizeLinear (ir/ops_linalg.def). */
 
 /* (De)QuantizeLinear: one thread per element, as the C kernels. */
-__device__ static inline int64_t k_quant_index(int mode, int64_t o, int64_t j, int64_t i, int64_t len, int64_t inner,
-                                               int64_t block)
-{
-    if (mode == 0)
-        return 0;
-    if (mode == 1)
-        return j;
-    return (o * ((len + block - 1) / block) + j / block) * inner + i;
-}
-
 __global__ void kk_quantize(int64_t *y, const float *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,
                             int64_t inner, int mode, int64_t block, int64_t lo, int64_t hi)
 {
@@ -49,8 +39,7 @@ static inline void k_dequantize(float *y, const int64_t *x, const float *s, cons
     CHECK_LAUNCH();
 }
 
-/* Einsum: one thread per output element, as the C kernel (kernels.c). */
-#define K_EINSUM_MAX_SUMMED 16
+/* Einsum: one thread per output element, as the C kernel. */
 typedef struct KEinsum {
     int nin, nout, ncon;
     const void *x[8];

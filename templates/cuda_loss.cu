@@ -8,41 +8,6 @@
  * block that reduces its threads' sums in a fixed shared-memory tree.
  */
 
-/* Reduction codes of k_nll_f32, as in templates/kernels_loss.c. */
-enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
-
-/* The loss of element e = (b, i) of [n, inner] (see k_nll_f32 in the C
- * kernels) and its weight (0 when ignored). A kernel cannot stop the run
- * on a target outside [0, c), so such an element's loss is NaN, which
- * shows in the output. */
-__device__ static inline float k_nll_one(int sce, float *lp, const float *x, const int64_t *t, const float *w,
-                                         int64_t c, int64_t inner, int has_ignore, int64_t ignore, int64_t e,
-                                         float *wt)
-{
-    int64_t b = e / inner, i = e % inner;
-    const float *xp = x + b * c * inner + i;
-    float mx = -INFINITY, lse = 0;
-    if (sce) {
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            mx = xp[j * inner] > mx ? xp[j * inner] : mx;
-        for (int64_t j = 0; j < c; j++)
-            s += exp((double)xp[j * inner] - mx);
-        lse = (float)log(s);
-        for (int64_t j = 0; lp && j < c; j++)
-            lp[b * c * inner + j * inner + i] = xp[j * inner] - mx - lse;
-    }
-    int64_t k = t[e];
-    *wt = 0;
-    if (has_ignore && k == ignore)
-        return 0.0f;
-    if (k < 0 || k >= c)
-        return NAN;
-    float wk = w ? w[k] : 1.0f, v = sce ? xp[k * inner] - mx - lse : xp[k * inner];
-    *wt = wk;
-    return -v * wk;
-}
-
 __global__ void kk_nll_none(int sce, float *y, float *lp, const float *x, const int64_t *t, const float *w,
                             int64_t ne, int64_t c, int64_t inner, int has_ignore, int64_t ignore)
 {
@@ -98,17 +63,7 @@ static inline void k_dropout_mask(unsigned char *m, int64_t n)
 /* Hardmax and LpNormalization: one thread per row of [outer, n, inner]. */
 __global__ void kk_hardmax(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
-    GRID_LOOP(r, outer * inner)
-    {
-        int64_t o = r / inner, i = r % inner;
-        const float *xp = x + o * n * inner + i;
-        int64_t best = 0;
-        for (int64_t j = 1; j < n; j++)
-            if (xp[j * inner] > xp[best * inner])
-                best = j;
-        for (int64_t j = 0; j < n; j++)
-            y[o * n * inner + j * inner + i] = j == best ? 1.0f : 0.0f;
-    }
+    GRID_LOOP(r, outer * inner) k_hardmax_row(y, x, n, inner, r);
 }
 
 static inline void k_hardmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
@@ -119,17 +74,7 @@ static inline void k_hardmax_f32(float *y, const float *x, int64_t outer, int64_
 
 __global__ void kk_lp_norm(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int p)
 {
-    GRID_LOOP(r, outer * inner)
-    {
-        int64_t o = r / inner, i = r % inner;
-        const float *xp = x + o * n * inner + i;
-        double s = 0;
-        for (int64_t j = 0; j < n; j++)
-            s += p == 1 ? fabs((double)xp[j * inner]) : (double)xp[j * inner] * xp[j * inner];
-        float norm = (float)(p == 1 ? s : sqrt(s));
-        for (int64_t j = 0; j < n; j++)
-            y[o * n * inner + j * inner + i] = norm != 0 ? xp[j * inner] / norm : 0.0f;
-    }
+    GRID_LOOP(r, outer * inner) k_lp_norm_row(y, x, n, inner, p, r);
 }
 
 static inline void k_lp_norm_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int p)

@@ -9,133 +9,58 @@
  * runs give the same bits.
  */
 
-/* Reduction op codes, as in templates/kernels_reduce.c. */
-enum {
-    K_RED_SUM = 0, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE
-};
-
-/* Offset of element i of the sub-block of dims flagged (kept = 1: s.s0 != 0,
- * kept = 0: s.s0 == 0), row-major over those dims. */
-__device__ static inline int64_t k_red_off(const KShape &s, int kept, int64_t i)
+__global__ void kk_reduce_op_f32(int op, float *y, int64_t ny, const float *x, KRed k, int64_t nred)
 {
-    int64_t off = 0, st = 1;
-    for (int k = s.rank - 1; k >= 0; k--) {
-        if ((s.s0[k] != 0) == kept) {
-            off += (i % s.d[k]) * st;
-            i /= s.d[k];
-        }
-        st *= s.d[k];
-    }
-    return off;
+    GRID_LOOP(o, ny) y[o] = k_reduce_one_f32(op, x, &k, nred, o);
 }
 
-__global__ void kk_reduce_op_f32(int op, float *y, int64_t ny, const float *x, KShape s, int64_t nred)
+__global__ void kk_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, KRed k, int64_t nred)
 {
-    GRID_LOOP(o, ny)
-    {
-        const float *xp = x + k_red_off(s, 1, o);
-        double acc = op == K_RED_PROD ? 1.0 : 0.0;
-        float mx = op == K_RED_MIN ? INFINITY : -INFINITY;
-        for (int64_t r = 0; r < nred; r++) {
-            float v = xp[k_red_off(s, 0, r)];
-            switch (op) {
-            case K_RED_MAX: case K_RED_LSE: mx = v > mx ? v : mx; break;
-            case K_RED_MIN: mx = v < mx ? v : mx; break;
-            case K_RED_PROD: acc *= v; break;
-            case K_RED_SUMSQ: case K_RED_L2: acc += (double)v * v; break;
-            case K_RED_L1: acc += fabs((double)v); break;
-            default: acc += v; break;
-            }
-        }
-        if (op == K_RED_LSE && isfinite(mx)) {
-            for (int64_t r = 0; r < nred; r++)
-                acc += exp((double)xp[k_red_off(s, 0, r)] - mx);
-            acc = log(acc) + mx;
-        } else if (op == K_RED_LSE || op == K_RED_MAX || op == K_RED_MIN) {
-            acc = mx;
-        } else if (op == K_RED_L2) {
-            acc = sqrt(acc);
-        }
-        y[o] = (float)acc;
-    }
-}
-
-__global__ void kk_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, KShape s, int64_t nred)
-{
-    GRID_LOOP(o, ny)
-    {
-        const int64_t *xp = x + k_red_off(s, 1, o);
-        uint64_t acc = op == K_RED_PROD ? 1 : 0;
-        int64_t mx = op == K_RED_MIN ? INT64_MAX : INT64_MIN;
-        for (int64_t r = 0; r < nred; r++) {
-            int64_t v = xp[k_red_off(s, 0, r)];
-            switch (op) {
-            case K_RED_MAX: mx = v > mx ? v : mx; break;
-            case K_RED_MIN: mx = v < mx ? v : mx; break;
-            case K_RED_PROD: acc *= (uint64_t)v; break;
-            case K_RED_SUMSQ: acc += (uint64_t)v * (uint64_t)v; break;
-            case K_RED_L1: acc += (uint64_t)(v < 0 ? -v : v); break;
-            default: acc += (uint64_t)v; break;
-            }
-        }
-        y[o] = op == K_RED_MAX || op == K_RED_MIN ? mx : (int64_t)acc;
-    }
-}
-
-static inline int64_t k_red_count(int rank, const int64_t *dims, const int64_t *sy)
-{
-    int64_t nred = 1;
-    for (int i = 0; i < rank; i++)
-        if (!sy[i])
-            nred *= dims[i];
-    return nred;
+    GRID_LOOP(o, ny) y[o] = k_reduce_one_i64(op, x, &k, nred, o);
 }
 
 static inline void k_reduce_op_f32(int op, float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
                                    const int64_t *sy)
 {
-    KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    kk_reduce_op_f32<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, s, k_red_count(rank, dims, sy));
+    KRed k;
+    int64_t nred = k_red_setup(&k, rank, dims, sy);
+    kk_reduce_op_f32<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, k, nred);
     CHECK_LAUNCH();
 }
 
 static inline void k_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
                                    const int64_t *sy)
 {
-    KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    kk_reduce_op_i64<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, s, k_red_count(rank, dims, sy));
+    KRed k;
+    int64_t nred = k_red_setup(&k, rank, dims, sy);
+    kk_reduce_op_i64<<<k_blocks(ny), K_THREADS, 0, g_stream>>>(op, y, ny, x, k, nred);
     CHECK_LAUNCH();
 }
 
 /* ArgMax / ArgMin: one thread per (outer, inner) row. */
-template <typename T>
-__global__ void kk_argreduce(int64_t *y, const T *x, int64_t outer, int64_t n, int64_t inner, int is_min, int last)
+__global__ void kk_argreduce_f32(int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner, int is_min,
+                                 int last)
 {
-    GRID_LOOP(row, outer * inner)
-    {
-        int64_t o = row / inner, i = row % inner;
-        const T *xp = x + o * n * inner + i;
-        int64_t best = 0;
-        for (int64_t j = 1; j < n; j++) {
-            T v = xp[j * inner], b = xp[best * inner];
-            if (is_min ? (v < b || (last && v == b)) : (v > b || (last && v == b)))
-                best = j;
-        }
-        y[row] = best;
-    }
+    GRID_LOOP(row, outer * inner) y[row] = k_argbest_f32(x, n, inner, row, is_min, last);
+}
+
+__global__ void kk_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner, int is_min,
+                                 int last)
+{
+    GRID_LOOP(row, outer * inner) y[row] = k_argbest_i64(x, n, inner, row, is_min, last);
 }
 
 static inline void k_argreduce_f32(int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner, int is_min,
                                    int last)
 {
-    kk_argreduce<float><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
+    kk_argreduce_f32<<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
     CHECK_LAUNCH();
 }
 
 static inline void k_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
                                    int is_min, int last)
 {
-    kk_argreduce<int64_t><<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
+    kk_argreduce_i64<<<k_blocks(outer * inner), K_THREADS, 0, g_stream>>>(y, x, outer, n, inner, is_min, last);
     CHECK_LAUNCH();
 }
 
@@ -175,21 +100,7 @@ K_SCAN(k_cumprod_i64, int64_t, uint64_t, 1)
 /* LogSoftmax: one thread per row. */
 __global__ void kk_log_softmax(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
-    GRID_LOOP(row, outer * inner)
-    {
-        int64_t o = row / inner, i = row % inner;
-        const float *xp = x + o * n * inner + i;
-        float *yp = y + o * n * inner + i;
-        float mx = -INFINITY;
-        double sum = 0;
-        for (int64_t j = 0; j < n; j++)
-            mx = xp[j * inner] > mx ? xp[j * inner] : mx;
-        for (int64_t j = 0; j < n; j++)
-            sum += exp((double)xp[j * inner] - mx);
-        float lse = (float)log(sum);
-        for (int64_t j = 0; j < n; j++)
-            yp[j * inner] = xp[j * inner] - mx - lse;
-    }
+    GRID_LOOP(row, outer * inner) k_log_softmax_row(y, x, n, inner, row);
 }
 
 static inline void k_log_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)

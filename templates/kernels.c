@@ -6,8 +6,6 @@
  * All are static inline so a rank that does not use one pays nothing.
  */
 
-#define K_MAX_RANK 8
-
 /* With collectives in flight (rt_nfly), long kernels run in blocks and
  * test them between blocks (rt_poll), so a transfer moves on during a GEMM
  * rather than only at the node's end. A GEMM splits into blocks of about
@@ -231,6 +229,31 @@ static void rt_abort_comms(void)
 {
 }
 
+/* Steps the row-major multi-index idx over the first n dims (the last
+ * fastest) by one element, moving each offset o_k by its strides s_k and
+ * back when a dim wraps: the odometer of every strided loop below. Up to
+ * three offsets; unused ones are NULL (inlined, the checks fold away). */
+static inline __attribute__((always_inline)) void k_next(int n, const int64_t *dims, int64_t *idx, int64_t *o0,
+                                                         const int64_t *s0, int64_t *o1, const int64_t *s1,
+                                                         int64_t *o2, const int64_t *s2)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        *o0 += s0[i];
+        if (o1)
+            *o1 += s1[i];
+        if (o2)
+            *o2 += s2[i];
+        if (++idx[i] < dims[i])
+            return;
+        *o0 -= s0[i] * dims[i];
+        if (o1)
+            *o1 -= s1[i] * dims[i];
+        if (o2)
+            *o2 -= s2[i] * dims[i];
+        idx[i] = 0;
+    }
+}
+
 /* Copies and clears of whole buffers (device memory on the CUDA target). */
 static inline void k_copy(void *dst, const void *src, int64_t bytes)
 {
@@ -247,38 +270,38 @@ static inline void k_zero(void *dst, int64_t bytes)
 static inline void k_binary_run_f32(int op, float *y, const float *a, int64_t as, const float *b, int64_t bs,
                                     int64_t n)
 {
-    if (op == 4) {
+    if (op == K_ARITH_POW) {
         for (int64_t j = 0; j < n; j++)
             y[j] = powf(a[j * as], b[j * bs]);
         return;
     }
     if (as == 1 && bs == 1) {
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / b[j]; break;
         }
     } else if (as == 0 && bs == 1) {
         float x = *a;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = x + b[j]; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = x - b[j]; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = x * b[j]; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = x / b[j]; break;
         }
     } else if (as == 1 && bs == 0) {
         float z = *b;
         switch (op) {
-        case 0: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
-        case 1: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
-        case 2: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
+        case K_ARITH_ADD: for (int64_t j = 0; j < n; j++) y[j] = a[j] + z; break;
+        case K_ARITH_SUB: for (int64_t j = 0; j < n; j++) y[j] = a[j] - z; break;
+        case K_ARITH_MUL: for (int64_t j = 0; j < n; j++) y[j] = a[j] * z; break;
         default: for (int64_t j = 0; j < n; j++) y[j] = a[j] / z; break;
         }
     } else {
         for (int64_t j = 0; j < n; j++) {
             float x = a[j * as], z = b[j * bs];
-            y[j] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+            y[j] = op == K_ARITH_ADD ? x + z : op == K_ARITH_SUB ? x - z : op == K_ARITH_MUL ? x * z : x / z;
         }
     }
 }
@@ -307,7 +330,7 @@ static inline int k_merge_dims(int rank, const int64_t *dims, int ns, const int6
     return r;
 }
 
-/* Binary elementwise with broadcasting. op: 0 add, 1 sub, 2 mul, 3 div, 4 pow.
+/* Binary elementwise with broadcasting. op: a K_ARITH_* selector.
  * y is dense; sa and sb are the operands' strides over y's dims (0 where
  * broadcast). Dims that both operands walk as one (a stride equal to the
  * next dim's stride times its size) merge first, so a bias row, a mask
@@ -329,36 +352,8 @@ static inline void k_binary_f32(int op, float *y, const float *a, const float *b
     int64_t idx[K_MAX_RANK] = {0}, oa = 0, ob = 0;
     for (int64_t k = 0; k < outer; k++) {
         k_binary_run_f32(op, y + k * n, a + oa, xa[r - 1], b + ob, xb[r - 1], n);
-        for (int i = r - 2; i >= 0; i--) {
-            oa += xa[i];
-            ob += xb[i];
-            if (++idx[i] < d[i])
-                break;
-            oa -= xa[i] * d[i];
-            ob -= xb[i] * d[i];
-            idx[i] = 0;
-        }
+        k_next(r - 1, d, idx, &oa, xa, &ob, xb, NULL, NULL);
     }
-}
-
-/* Integer Div and Pow as ONNX Runtime computes them (C++ `/`, truncating;
- * std::pow cast back), made total so no input traps: x / 0 is 0,
- * INT64_MIN / -1 wraps, and a negative exponent gives 1 / x^|z| truncated
- * (0 unless |x| is 1). The CUDA kernels use the same two functions. */
-static inline int64_t k_idiv(int64_t x, int64_t z)
-{
-    return z == 0 ? 0 : z == -1 ? (int64_t)(0 - (uint64_t)x) : x / z;
-}
-
-static inline int64_t k_ipow(int64_t x, int64_t z)
-{
-    if (z < 0)
-        return x == 1 ? 1 : x == -1 ? ((z & 1) ? -1 : 1) : 0;
-    uint64_t r = 1, b = (uint64_t)x;
-    for (; z; z >>= 1, b *= b)
-        if (z & 1)
-            r *= b;
-    return (int64_t)r;
 }
 
 static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
@@ -371,22 +366,14 @@ static inline void k_binary_i64(int op, int64_t *y, const int64_t *a, const int6
     for (int64_t k = 0; k < n; k++) {
         int64_t x = a[oa], z = b[ob], r;
         switch (op) {
-        case 0: r = x + z; break;
-        case 1: r = x - z; break;
-        case 2: r = x * z; break;
-        case 3: r = k_idiv(x, z); break;
+        case K_ARITH_ADD: r = x + z; break;
+        case K_ARITH_SUB: r = x - z; break;
+        case K_ARITH_MUL: r = x * z; break;
+        case K_ARITH_DIV: r = k_idiv(x, z); break;
         default: r = k_ipow(x, z); break;
         }
         y[k] = r;
-        for (int i = rank - 1; i >= 0; i--) {
-            oa += sa[i];
-            ob += sb[i];
-            if (++idx[i] < dims[i])
-                break;
-            oa -= sa[i] * dims[i];
-            ob -= sb[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oa, sa, &ob, sb, NULL, NULL);
     }
 }
 
@@ -416,9 +403,9 @@ static inline void k_arith_f32(int op, float *y, const float *a, const float *b,
         const float *ap = a + r * a_rs, *bp = b + r * b_rs;
         float *yp = y + r * cols;
         switch (op) {
-        case 0: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
-        case 1: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
-        case 2: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
+        case K_ARITH_ADD: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] + bp[c * b_cs]; break;
+        case K_ARITH_SUB: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] - bp[c * b_cs]; break;
+        case K_ARITH_MUL: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] * bp[c * b_cs]; break;
         default: for (int64_t c = 0; c < cols; c++) yp[c] = ap[c] / bp[c * b_cs]; break;
         }
     }
@@ -472,17 +459,7 @@ static inline void k_where(void *y, const unsigned char *c, const void *x, const
                                       : (const char *)z + (oz + j * zl) * (int64_t)elsize,
                        elsize);
         }
-        for (int i = r - 1; i >= 0; i--) {
-            oc += sc[i];
-            ox += sx[i];
-            oz += sz[i];
-            if (++idx[i] < dims[i])
-                break;
-            oc -= sc[i] * dims[i];
-            ox -= sx[i] * dims[i];
-            oz -= sz[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oc, sc, &ox, sx, &oz, sz);
     }
 }
 
@@ -573,15 +550,15 @@ K_VECTOR_MATH static inline float k_tanh(float x)
     return k_select(x < 0, -r, r);
 }
 
-/* One activation of v (op as k_unary_run_f32: 2 erf, 3 tanh, 4 sigmoid,
- * 5 gelu, 6 gelu (tanh)), inlined into each loop with op a constant. */
+/* One activation of v (op as k_unary_run_f32: K_UNARY_ERF to
+ * K_UNARY_GELU_TANH), inlined into each loop with op a constant. */
 K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, float v)
 {
     switch (op) {
-    case 2: return k_erf(v);
-    case 3: return k_tanh(v);
-    case 4: return 1.0f / (1.0f + k_exp(-v));
-    case 5: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
+    case K_UNARY_ERF: return k_erf(v);
+    case K_UNARY_TANH: return k_tanh(v);
+    case K_UNARY_SIGMOID: return 1.0f / (1.0f + k_exp(-v));
+    case K_UNARY_GELU: return 0.5f * v * (1.0f + k_erf(v * 0.70710678118654752f));
     default: return 0.5f * v * (1.0f + k_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     }
 }
@@ -599,28 +576,28 @@ K_VECTOR_MATH static inline __attribute__((always_inline)) float k_act(int op, f
 K_VECTOR_MATH static void k_act_loop(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    K_ACT_LOOP(2);
-    K_ACT_LOOP(3);
-    K_ACT_LOOP(4);
-    K_ACT_LOOP(5);
-    default: K_ACT_LOOP(6);
+    K_ACT_LOOP(K_UNARY_ERF);
+    K_ACT_LOOP(K_UNARY_TANH);
+    K_ACT_LOOP(K_UNARY_SIGMOID);
+    K_ACT_LOOP(K_UNARY_GELU);
+    default: K_ACT_LOOP(K_UNARY_GELU_TANH);
     }
 }
 #undef K_ACT_LOOP
 
-/* Unary float ops, on x or on x + b (b NULL: none). op: 0 relu, 1 sqrt,
- * 2 erf, 3 tanh, 4 sigmoid, 5 gelu (erf), 6 gelu (tanh). Relu and sqrt
+/* Unary float ops, on x or on x + b (b NULL: none). op: a K_UNARY_*
+ * selector (templates/bodies.h). Relu and sqrt
  * are built as written (outside K_VECTOR_MATH: sqrt stays exact). */
 static inline void k_unary_bias_run_f32(int op, float *y, const float *x, const float *b, int64_t n)
 {
     switch (op) {
-    case 0:
+    case K_UNARY_RELU:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) { float v = x[i] + b[i]; y[i] = v > 0 ? v : 0; }
         else
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
         break;
-    case 1:
+    case K_UNARY_SQRT:
         if (b)
             K_IVDEP for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i] + b[i]);
         else
@@ -903,13 +880,7 @@ static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, 
             for (int64_t j = 0; j < n; j++)
                 y[oy + j * inner] += xp[j];
         }
-        for (int i = r - 2; i >= 0; i--) {
-            oy += s[i];
-            if (++idx[i] < d[i])
-                break;
-            oy -= s[i] * d[i];
-            idx[i] = 0;
-        }
+        k_next(r - 1, d, idx, &oy, s, NULL, NULL, NULL, NULL);
     }
     for (int64_t i = 0; i < ny; i++)
         y[i] *= scale;
@@ -925,13 +896,7 @@ static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int ra
     int64_t idx[K_MAX_RANK] = {0}, oy = 0;
     for (int64_t k = 0; k < n; k++) {
         y[oy] += x[k];
-        for (int i = rank - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -965,13 +930,7 @@ static inline void k_strided_copy(void *y, const void *x, size_t elsize, int ran
             for (int64_t j = 0; j < run; j++)
                 memcpy((char *)y + (k + j) * (int64_t)elsize, (const char *)x + (ox + j * step) * (int64_t)elsize,
                        elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            ox += sx[i];
-            if (++idx[i] < dims[i])
-                break;
-            ox -= sx[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &ox, sx, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -989,13 +948,7 @@ static inline void k_strided_store(void *y, const void *x, size_t elsize, int ra
     int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + k * (int64_t)elsize, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1013,13 +966,7 @@ static inline void k_strided_zero(void *y, size_t elsize, int rank, const int64_
     int64_t idx[K_MAX_RANK] = {0}, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memset((char *)y + oy * (int64_t)elsize, 0, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -1039,15 +986,7 @@ static inline void k_strided_move(void *y, const int64_t *sy, int64_t y_offset, 
     int64_t idx[K_MAX_RANK] = {0}, ox = x_offset, oy = y_offset;
     for (int64_t k = 0; k < n; k += run) {
         memcpy((char *)y + oy * (int64_t)elsize, (const char *)x + ox * (int64_t)elsize, (size_t)run * elsize);
-        for (int i = r - 1; i >= 0; i--) {
-            ox += sx[i];
-            oy += sy[i];
-            if (++idx[i] < dims[i])
-                break;
-            ox -= sx[i] * dims[i];
-            oy -= sy[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(r, dims, idx, &ox, sx, &oy, sy, NULL, NULL);
     }
 }
 
@@ -1130,22 +1069,8 @@ static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64
             const float *xp = x + (n * C + c) * H * W;
             for (int64_t oy = 0; oy < oh; oy++)
                 for (int64_t ox = 0; ox < ow; ox++) {
-                    float best = -INFINITY;
-                    int64_t at = -1;
-                    for (int64_t i = 0; i < kh; i++) {
-                        int64_t iy = oy * sh - ph + i * dh;
-                        if (iy < 0 || iy >= H)
-                            continue;
-                        for (int64_t j = 0; j < kw; j++) {
-                            int64_t ix = ox * sw - pw + j * dw;
-                            if (ix < 0 || ix >= W)
-                                continue;
-                            if (xp[iy * W + ix] > best || at < 0) {
-                                best = xp[iy * W + ix];
-                                at = iy * W + ix;
-                            }
-                        }
-                    }
+                    float best;
+                    int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
                     int64_t o = ((n * C + c) * oh + oy) * ow + ox;
                     y[o] = best;
                     if (ind)
@@ -1197,15 +1122,7 @@ static inline void k_pow_mixed(void *y, const void *a, int adt, const void *b, i
             ((float *)y)[k] = (float)r;
         else
             ((int64_t *)y)[k] = (int64_t)r;
-        for (int i = rank - 1; i >= 0; i--) {
-            oa += sa[i];
-            ob += sb[i];
-            if (++idx[i] < dims[i])
-                break;
-            oa -= sa[i] * dims[i];
-            ob -= sb[i] * dims[i];
-            idx[i] = 0;
-        }
+        k_next(rank, dims, idx, &oa, sa, &ob, sb, NULL, NULL);
     }
 }
 

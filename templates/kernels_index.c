@@ -3,25 +3,6 @@
  * with the same k_* names and arguments as templates/cuda_index.cu.
  */
 
-/* Elements travel as bytes (elsize) where only positions matter; where a
- * value is computed (scatter reductions, pad and one-hot values) the dtype
- * code is ONNX's: 1 float32, 7 int64, 9 bool. */
-static inline double ki_load(const void *p, int dt, int64_t i)
-{
-    return dt == 1 ? (double)((const float *)p)[i] : dt == 7 ? (double)((const int64_t *)p)[i]
-                                                             : (double)((const unsigned char *)p)[i];
-}
-
-static inline void ki_store(void *p, int dt, int64_t i, double v)
-{
-    if (dt == 1)
-        ((float *)p)[i] = (float)v;
-    else if (dt == 7)
-        ((int64_t *)p)[i] = (int64_t)v;
-    else
-        ((unsigned char *)p)[i] = v != 0;
-}
-
 /* An index along a dim of length len, made non-negative; out of range is
  * a run-time error naming the node. */
 static inline int64_t ki_index(int64_t v, int64_t len)
@@ -89,25 +70,6 @@ static inline void k_gather_nd(void *y, const void *x, const int64_t *idx, size_
     }
 }
 
-/* y[yi] = u[ui] combined by reduction red: 0 none, 1 add, 2 mul, 3 max, 4 min. */
-static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui, int dt, int red)
-{
-    if (dt == 1) {
-        float *Y = (float *)y, v = ((const float *)u)[ui];
-        Y[yi] = red == 0 ? v : red == 1 ? Y[yi] + v : red == 2 ? Y[yi] * v : red == 3 ? (Y[yi] > v ? Y[yi] : v)
-                                                                                   : (Y[yi] < v ? Y[yi] : v);
-    } else if (dt == 7) {
-        int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
-        Y[yi] = red == 0   ? v
-                : red == 1 ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
-                : red == 2 ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
-                : red == 3 ? (Y[yi] > v ? Y[yi] : v)
-                           : (Y[yi] < v ? Y[yi] : v);
-    } else {
-        ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
-    }
-}
-
 /* ScatterND on y (already a copy of data): nupd index tuples of m values
  * over dims with strides sy, each writing a slice of `slice` elements, in
  * order (a later duplicate wins, or combines under red). */
@@ -141,25 +103,6 @@ static inline void k_scatter_elements(void *y, const int64_t *idx, const void *u
         for (int i = rank - 1; i >= 0 && ++c[i] == dims[i]; i--)
             c[i] = 0;
     }
-}
-
-/* Source coordinate of padded coordinate s (already minus the begin pad)
- * along a dim of length n; -1 for the constant value. mode: 0 constant,
- * 1 reflect, 2 edge, 3 wrap. */
-static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
-{
-    if (s >= 0 && s < n)
-        return s;
-    if (mode == 0)
-        return -1;
-    if (mode == 2)
-        return s < 0 ? 0 : n - 1;
-    if (mode == 3)
-        return ((s % n) + n) % n;
-    if (n == 1)
-        return 0;
-    int64_t p = 2 * (n - 1), r = ((s % p) + p) % p;
-    return r < n ? r : p - r;
 }
 
 /* Pad: y (ydims) from x (xdims), begin pads per dim (negative crops). */

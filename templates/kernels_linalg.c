@@ -4,7 +4,6 @@
 /* Einsum (codegen/emit_ops.c emit_einsum): for every output element (the
  * output letters, row-major), the sum over the summed letters of the
  * product of the operands, each addressed by its stride per letter. */
-#define K_EINSUM_MAX_SUMMED 16
 #define K_EINSUM(SFX, T)                                                                                        \
     static inline void k_einsum_##SFX(T *y, int nin, const T *const *x, int nout, const int64_t *osz,          \
                                       const int64_t *ost, int ncon, const int64_t *csz, const int64_t *cst)     \
@@ -43,18 +42,6 @@
     }
 K_EINSUM(f32, float)
 K_EINSUM(i64, int64_t)
-
-/* (De)QuantizeLinear's scale index for element (o, j, i) of x seen as
- * [outer, len, inner]: mode 0 per tensor, 1 per axis, 2 per block. */
-static inline int64_t k_quant_index(int mode, int64_t o, int64_t j, int64_t i, int64_t len, int64_t inner,
-                                    int64_t block)
-{
-    if (mode == 0)
-        return 0;
-    if (mode == 1)
-        return j;
-    return (o * ((len + block - 1) / block) + j / block) * inner + i;
-}
 
 /* y = clamp(round_half_even(x / scale) + zero_point, lo, hi). */
 static inline void k_quantize(int64_t *y, const float *x, const float *s, const int64_t *zp, int64_t outer, int64_t len,

@@ -4,9 +4,6 @@
  * run in double, in element order, so the C and CUDA targets agree.
  */
 
-/* Reduction codes of k_nll_f32; the emitter writes them by name. */
-enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
-
 /* NegativeLogLikelihoodLoss (sce 0) and SoftmaxCrossEntropyLoss (sce 1)
  * over x [n, c, inner] and targets t [n, inner]: loss = -w[t] * x[t]
  * (x[t] the log-softmax for sce, also written to lp unless NULL), 0 where
@@ -17,33 +14,16 @@ static inline void k_nll_f32(int sce, float *y, float *lp, const float *x, const
                              int64_t n, int64_t c, int64_t inner, int has_ignore, int64_t ignore, int reduction)
 {
     double sum = 0, wsum = 0;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + b * c * inner + i;
-            float mx = -INFINITY, lse = 0;
-            if (sce) {
-                double s = 0;
-                for (int64_t j = 0; j < c; j++)
-                    mx = xp[j * inner] > mx ? xp[j * inner] : mx;
-                for (int64_t j = 0; j < c; j++)
-                    s += exp((double)xp[j * inner] - mx);
-                lse = (float)log(s);
-                for (int64_t j = 0; lp && j < c; j++)
-                    lp[b * c * inner + j * inner + i] = xp[j * inner] - mx - lse;
-            }
-            int64_t k = t[b * inner + i];
-            float loss = 0;
-            if (!(has_ignore && k == ignore)) {
-                if (k < 0 || k >= c)
-                    rt_die("node \"%s\": target %lld is outside the %lld classes", rt_node, (long long)k, (long long)c);
-                float wk = w ? w[k] : 1.0f, v = sce ? xp[k * inner] - mx - lse : xp[k * inner];
-                loss = -v * wk;
-                wsum += wk;
-            }
-            if (reduction == K_LOSS_NONE)
-                y[b * inner + i] = loss;
-            sum += loss;
-        }
+    for (int64_t e = 0; e < n * inner; e++) {
+        int64_t k = t[e];
+        if (!(has_ignore && k == ignore) && (k < 0 || k >= c))
+            rt_die("node \"%s\": target %lld is outside the %lld classes", rt_node, (long long)k, (long long)c);
+        float wt, loss = k_nll_one(sce, lp, x, t, w, c, inner, has_ignore, ignore, e, &wt);
+        if (reduction == K_LOSS_NONE)
+            y[e] = loss;
+        sum += loss;
+        wsum += wt;
+    }
     if (reduction != K_LOSS_NONE)
         y[0] = (float)(reduction == K_LOSS_SUM ? sum : sum / wsum);
 }
@@ -58,32 +38,16 @@ static inline void k_dropout_mask(unsigned char *m, int64_t n)
  * largest element, 0 elsewhere. */
 static inline void k_hardmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + o * n * inner + i;
-            int64_t best = 0;
-            for (int64_t j = 1; j < n; j++)
-                if (xp[j * inner] > xp[best * inner])
-                    best = j;
-            for (int64_t j = 0; j < n; j++)
-                y[o * n * inner + j * inner + i] = j == best ? 1.0f : 0.0f;
-        }
+    for (int64_t row = 0; row < outer * inner; row++)
+        k_hardmax_row(y, x, n, inner, row);
 }
 
 /* LpNormalization (p 1 or 2) over the middle dim: x / ||x||_p, and 0 where
  * the norm is 0 (as ONNX Runtime). */
 static inline void k_lp_norm_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int p)
 {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + o * n * inner + i;
-            double s = 0;
-            for (int64_t j = 0; j < n; j++)
-                s += p == 1 ? fabs((double)xp[j * inner]) : (double)xp[j * inner] * xp[j * inner];
-            float norm = (float)(p == 1 ? s : sqrt(s));
-            for (int64_t j = 0; j < n; j++)
-                y[o * n * inner + j * inner + i] = norm != 0 ? xp[j * inner] / norm : 0.0f;
-        }
+    for (int64_t row = 0; row < outer * inner; row++)
+        k_lp_norm_row(y, x, n, inner, p, row);
 }
 
 /* Offset in x (dims, row-major) of element i of the sub-block of the dims

@@ -8,77 +8,13 @@
  * targets add in the same order. Sums accumulate in double.
  */
 
-/* Reduction op codes (codegen/emit_reduce.c writes the same numbers). */
-enum {
-    K_RED_SUM = 0, K_RED_MAX, K_RED_MIN, K_RED_PROD, K_RED_SUMSQ, K_RED_L1, K_RED_L2, K_RED_LSE
-};
-
-/* Splits x's dims into kept ones (sy != 0: they index the output) and
- * reduced ones, with x's strides; returns the reduced element count. */
-typedef struct KRed {
-    int nk, nr;
-    int64_t kd[K_MAX_RANK], ks[K_MAX_RANK], rd[K_MAX_RANK], rs[K_MAX_RANK];
-} KRed;
-
-static inline int64_t k_red_setup(KRed *k, int rank, const int64_t *dims, const int64_t *sy)
-{
-    int64_t st = 1, nred = 1;
-    k->nk = k->nr = 0;
-    for (int i = rank - 1; i >= 0; i--) {
-        if (sy[i]) {
-            k->kd[k->nk] = dims[i];
-            k->ks[k->nk++] = st;
-        } else {
-            k->rd[k->nr] = dims[i];
-            k->rs[k->nr++] = st;
-            nred *= dims[i];
-        }
-        st *= dims[i];
-    }
-    return nred; /* the lists run minor to major */
-}
-
-static inline int64_t k_red_off(const int64_t *d, const int64_t *s, int n, int64_t i)
-{
-    int64_t off = 0;
-    for (int k = 0; k < n; k++) {
-        off += (i % d[k]) * s[k];
-        i /= d[k];
-    }
-    return off;
-}
-
 static inline void k_reduce_op_f32(int op, float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
                                    const int64_t *sy)
 {
     KRed k;
     int64_t nred = k_red_setup(&k, rank, dims, sy);
-    for (int64_t o = 0; o < ny; o++) {
-        const float *xp = x + k_red_off(k.kd, k.ks, k.nk, o);
-        double acc = op == K_RED_PROD ? 1.0 : 0.0;
-        float mx = op == K_RED_MIN ? INFINITY : -INFINITY;
-        for (int64_t r = 0; r < nred; r++) {
-            float v = xp[k_red_off(k.rd, k.rs, k.nr, r)];
-            switch (op) {
-            case K_RED_MAX: case K_RED_LSE: mx = v > mx ? v : mx; break;
-            case K_RED_MIN: mx = v < mx ? v : mx; break;
-            case K_RED_PROD: acc *= v; break;
-            case K_RED_SUMSQ: case K_RED_L2: acc += (double)v * v; break;
-            case K_RED_L1: acc += fabs((double)v); break;
-            default: acc += v; break;
-            }
-        }
-        if (op == K_RED_LSE && isfinite(mx)) {
-            for (int64_t r = 0; r < nred; r++)
-                acc += exp((double)xp[k_red_off(k.rd, k.rs, k.nr, r)] - mx);
-            acc = log(acc) + mx;
-        } else if (op == K_RED_LSE || op == K_RED_MAX || op == K_RED_MIN) {
-            acc = mx;
-        } else if (op == K_RED_L2) {
-            acc = sqrt(acc);
-        }
-        y[o] = (float)acc;
-    }
+    for (int64_t o = 0; o < ny; o++)
+        y[o] = k_reduce_one_f32(op, x, &k, nred, o);
 }
 
 static inline void k_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
@@ -86,57 +22,22 @@ static inline void k_reduce_op_i64(int op, int64_t *y, int64_t ny, const int64_t
 {
     KRed k;
     int64_t nred = k_red_setup(&k, rank, dims, sy);
-    for (int64_t o = 0; o < ny; o++) {
-        const int64_t *xp = x + k_red_off(k.kd, k.ks, k.nk, o);
-        uint64_t acc = op == K_RED_PROD ? 1 : 0; /* wraps as int64 arithmetic does */
-        int64_t mx = op == K_RED_MIN ? INT64_MAX : INT64_MIN;
-        for (int64_t r = 0; r < nred; r++) {
-            int64_t v = xp[k_red_off(k.rd, k.rs, k.nr, r)];
-            switch (op) {
-            case K_RED_MAX: mx = v > mx ? v : mx; break;
-            case K_RED_MIN: mx = v < mx ? v : mx; break;
-            case K_RED_PROD: acc *= (uint64_t)v; break;
-            case K_RED_SUMSQ: acc += (uint64_t)v * (uint64_t)v; break;
-            case K_RED_L1: acc += (uint64_t)(v < 0 ? -v : v); break;
-            default: acc += (uint64_t)v; break;
-            }
-        }
-        y[o] = op == K_RED_MAX || op == K_RED_MIN ? mx : (int64_t)acc;
-    }
+    for (int64_t o = 0; o < ny; o++)
+        y[o] = k_reduce_one_i64(op, x, &k, nred, o);
 }
 
-/* ArgMax / ArgMin over the middle dim of [outer, n, inner]: the first
- * extreme element, or the last with select_last_index. */
 static inline void k_argreduce_f32(int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner, int is_min,
                                    int last)
 {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + o * n * inner + i;
-            int64_t best = 0;
-            for (int64_t j = 1; j < n; j++) {
-                float v = xp[j * inner], b = xp[best * inner];
-                if (is_min ? (v < b || (last && v == b)) : (v > b || (last && v == b)))
-                    best = j;
-            }
-            y[o * inner + i] = best;
-        }
+    for (int64_t row = 0; row < outer * inner; row++)
+        y[row] = k_argbest_f32(x, n, inner, row, is_min, last);
 }
 
 static inline void k_argreduce_i64(int64_t *y, const int64_t *x, int64_t outer, int64_t n, int64_t inner,
                                    int is_min, int last)
 {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const int64_t *xp = x + o * n * inner + i;
-            int64_t best = 0;
-            for (int64_t j = 1; j < n; j++) {
-                int64_t v = xp[j * inner], b = xp[best * inner];
-                if (is_min ? (v < b || (last && v == b)) : (v > b || (last && v == b)))
-                    best = j;
-            }
-            y[o * inner + i] = best;
-        }
+    for (int64_t row = 0; row < outer * inner; row++)
+        y[row] = k_argbest_i64(x, n, inner, row, is_min, last);
 }
 
 /* CumSum (and CumProd) along the middle dim of [outer, n, inner];
@@ -167,20 +68,8 @@ K_SCAN(k_cumprod_i64, int64_t, uint64_t, 1, *)
 /* LogSoftmax over the middle dim: x - max - log(sum(exp(x - max))). */
 static inline void k_log_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + o * n * inner + i;
-            float *yp = y + o * n * inner + i;
-            float mx = -INFINITY;
-            double sum = 0;
-            for (int64_t j = 0; j < n; j++)
-                mx = xp[j * inner] > mx ? xp[j * inner] : mx;
-            for (int64_t j = 0; j < n; j++)
-                sum += exp((double)xp[j * inner] - mx);
-            float lse = (float)log(sum);
-            for (int64_t j = 0; j < n; j++)
-                yp[j * inner] = xp[j * inner] - mx - lse;
-        }
+    for (int64_t row = 0; row < outer * inner; row++)
+        k_log_softmax_row(y, x, n, inner, row);
 }
 
 /* TopK along the middle dim, sorted: the k best elements, best first, ties

@@ -2,7 +2,9 @@
 # generated.sh [--check]: (re)writes generated/, the committed compiler
 # output for five examples, or with --check regenerates them and requires
 # byte-identical files. Weight files are not committed (they are binary and
-# large); everything a reader needs is: rank<k>.c, plan.txt, Makefile, run.sh.
+# large); everything a reader needs is: rank<k>.c (or .cu), the runtime and
+# kernels headers they include (o2s_runtime.h, o2s_kernels.h or .cuh),
+# plan.txt, Makefile, run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/onnx2spmd}
@@ -23,19 +25,19 @@ for ex in "${examples[@]}"; do
     # shellcheck disable=SC2086
     "$BIN" compile $args -o "$out" >/dev/null
     if [ $check = 1 ]; then
-        for f in "$out"/rank*.c "$out"/rank*.cu "$out"/plan.txt "$out"/Makefile "$out"/run.sh; do
+        for f in "$out"/rank*.c "$out"/rank*.cu "$out"/o2s_*.h "$out"/o2s_*.cuh "$out"/plan.txt "$out"/Makefile "$out"/run.sh; do
             [ -e "$f" ] || continue
             if ! cmp -s "$f" "generated/$name/$(basename "$f")"; then
                 echo "generated/$name/$(basename "$f") differs from a fresh compile"; fail=1
             fi
         done
-        [ "$(ls generated/$name | wc -l)" = "$(ls "$out" | grep -E '^rank[0-9]+\.cu?$|^plan\.txt$|^Makefile$|^run\.sh$' | wc -l)" ] \
+        [ "$(ls generated/$name | wc -l)" = "$(ls "$out" | grep -E '^rank[0-9]+\.cu?$|^o2s_[a-z]+\.(h|cuh)$|^plan\.txt$|^Makefile$|^run\.sh$' | wc -l)" ] \
             || { echo "generated/$name: file list differs"; fail=1; }
     else
         rm -rf "generated/$name"
         mkdir -p "generated/$name"
         for f in "$out"/*; do
-            case "$(basename "$f")" in rank[0-9]*.c|rank[0-9]*.cu|plan.txt|Makefile|run.sh) cp "$f" "generated/$name/";; esac
+            case "$(basename "$f")" in rank[0-9]*.c|rank[0-9]*.cu|o2s_*.h|o2s_*.cuh|plan.txt|Makefile|run.sh) cp "$f" "generated/$name/";; esac
         done
     fi
 done

@@ -37,6 +37,13 @@ out=$("$BIN" compile model/mlp.onnx --mesh tp=2 -o model 2>&1 >/dev/null); rc=$?
 # also after `make` built the rank binaries in it.
 compile -o a/b/out/ >/dev/null || err "new -o with trailing slash failed"
 [ -f a/b/out/.onnx2spmd-output ] && [ -f a/b/out/rank0.c ] || err "no output or marker in a/b/out"
+# The runtime and kernels stand once in the folder, in headers every rank
+# file includes, listed in the marker and as the Makefile's dependencies.
+[ -f a/b/out/o2s_runtime.h ] && [ -f a/b/out/o2s_kernels.h ] || err "no o2s_runtime.h / o2s_kernels.h in a/b/out"
+grep -q '^#include "o2s_runtime.h"$' a/b/out/rank0.c && grep -q '^#include "o2s_kernels.h"$' a/b/out/rank1.c \
+    || err "a rank file does not include the folder's headers"
+grep -q '^files:.* o2s_runtime.h o2s_kernels.h ' a/b/out/.onnx2spmd-output || err "the marker does not list the headers"
+grep -q '^rank%: rank%.c o2s_runtime.h o2s_kernels.h$' a/b/out/Makefile || err "the Makefile does not depend on the headers"
 ls -a a/b | grep -q 'tmp' && err "a temporary folder was left beside the output"
 make -s -C a/b/out >/dev/null 2>&1 || err "generated Makefile failed"
 [ -x a/b/out/rank1 ] || err "make built no rank1"

@@ -156,11 +156,11 @@ def main():
             fail.append("%s: compile exit %d: %r" % (name, r.returncode, r.stderr[:300]))
             continue
         for fn in os.listdir(d):
-            if fn.endswith((".c", ".cu")):
+            if fn.endswith((".c", ".cu", ".h", ".cuh")):
                 body = open(os.path.join(d, fn), "rb").read()
                 if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
                     fail.append("%s/%s: bytes outside printable ASCII" % (name, fn))
-            if fn in ("Makefile", "run.sh") and b"PWNED" in open(os.path.join(d, fn), "rb").read():
+            if fn in ("Makefile", "run.sh", "o2s_runtime.h", "o2s_kernels.h", "o2s_kernels.cuh") and b"PWNED" in open(os.path.join(d, fn), "rb").read():
                 fail.append("%s/%s: holds a model string" % (name, fn))
         if target == "cuda":
             if not shutil.which(os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")):

@@ -21,6 +21,7 @@
 #define RANK 0
 #define WORLD 1
 #include "templates/runtime.c"
+#include "templates/bodies.h"
 #include "templates/kernels.c"
 
 #include <cmocka.h>

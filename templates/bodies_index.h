@@ -1,0 +1,67 @@
+/* ---- onnx2spmd kernel bodies: the index family (templates/bodies_index.h) ----
+ * Per-element loads, stores, scatter updates and Pad's source indices of
+ * the index family's kernels, shared by templates/kernels_index.c and
+ * templates/cuda_index.cu: both targets compute each element with this
+ * same code. O2S_HD is from templates/bodies.h.
+ */
+
+/* Elements travel as bytes (elsize) where only positions matter; where a
+ * value is computed (scatter reductions, pad and one-hot values) the dtype
+ * code is ONNX's: 1 float32, 7 int64, 9 bool. */
+O2S_HD static inline double ki_load(const void *p, int dt, int64_t i)
+{
+    return dt == 1 ? (double)((const float *)p)[i] : dt == 7 ? (double)((const int64_t *)p)[i]
+                                                             : (double)((const unsigned char *)p)[i];
+}
+
+O2S_HD static inline void ki_store(void *p, int dt, int64_t i, double v)
+{
+    if (dt == 1)
+        ((float *)p)[i] = (float)v;
+    else if (dt == 7)
+        ((int64_t *)p)[i] = (int64_t)v;
+    else
+        ((unsigned char *)p)[i] = v != 0;
+}
+
+/* Source coordinate of padded coordinate s (already minus the begin pad)
+ * along a dim of length n; -1 for the constant value. mode: 0 constant,
+ * 1 reflect, 2 edge, 3 wrap. */
+O2S_HD static inline int64_t ki_pad_src(int64_t s, int64_t n, int mode)
+{
+    if (s >= 0 && s < n)
+        return s;
+    if (mode == K_PAD_CONSTANT)
+        return -1;
+    if (mode == K_PAD_EDGE)
+        return s < 0 ? 0 : n - 1;
+    if (mode == K_PAD_WRAP)
+        return ((s % n) + n) % n;
+    if (n == 1)
+        return 0;
+    int64_t p = 2 * (n - 1), r = ((s % p) + p) % p;
+    return r < n ? r : p - r;
+}
+
+/* y[yi] = u[ui] combined by the K_SCATTER_* reduction red (max and min as
+ * Y > v ? Y : v, so a NaN update replaces). */
+O2S_HD static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int64_t ui, int dt, int red)
+{
+    if (dt == 1) {
+        float *Y = (float *)y, v = ((const float *)u)[ui];
+        Y[yi] = red == K_SCATTER_NONE  ? v
+                : red == K_SCATTER_ADD ? Y[yi] + v
+                : red == K_SCATTER_MUL ? Y[yi] * v
+                : red == K_SCATTER_MAX ? (Y[yi] > v ? Y[yi] : v)
+                                       : (Y[yi] < v ? Y[yi] : v);
+    } else if (dt == 7) {
+        int64_t *Y = (int64_t *)y, v = ((const int64_t *)u)[ui];
+        Y[yi] = red == K_SCATTER_NONE  ? v
+                : red == K_SCATTER_ADD ? (int64_t)((uint64_t)Y[yi] + (uint64_t)v)
+                : red == K_SCATTER_MUL ? (int64_t)((uint64_t)Y[yi] * (uint64_t)v)
+                : red == K_SCATTER_MAX ? (Y[yi] > v ? Y[yi] : v)
+                                       : (Y[yi] < v ? Y[yi] : v);
+    } else {
+        ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
+    }
+}
