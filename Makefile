@@ -86,7 +86,8 @@ build/tests/%: tests/%.c $(LIB_OBJ) tests/test_util.h
 # The C target's kernels, from the templates themselves (built with mpicc:
 # the runtime they sit on includes mpi.h; MPI is never started).
 KERNEL_TEST := tests/kernels/kernels_blocks.c
-KERNEL_DEPS := $(KERNEL_TEST) templates/runtime.c templates/bodies.h templates/kernels.c
+KERNEL_DEPS := $(KERNEL_TEST) templates/runtime.c templates/bodies.h templates/kernels.c templates/bodies_reduce.h \
+               templates/kernels_reduce.c
 # Three builds: for any x86-64 (the packed GEMM is then CBLAS), for AVX2 +
 # FMA (skipped on a CPU without them) and for this CPU (-march=native, as
 # the generated Makefile builds: AVX-512 where there is one).
@@ -106,8 +107,10 @@ unit: $(TESTS) $(KERNEL_BINS)
 
 # No circle among a folder's source files (#includes, and calls or uses of
 # what another file defines): each pass depends only on the ones below it.
+# docs/ops.md's op tables are those of ir/*.def.
 lint:
 	@python3 tools/check_cycles.py codegen partition ir frontend driver
+	@python3 tools/op_list.py --check
 
 cli: build/onnx2spmd
 	@bash tests/cli/test_cli.sh build/onnx2spmd

@@ -202,3 +202,92 @@ int emit_max_unpool(const EmitCtx *c, Diag *d)
             (long long)emit_prod(x->dims, 2, x->rank), ns);
     return 0;
 }
+
+/* Spatial params as 2-D (a 1-D op is H = 1). */
+static void spatial2(const EmitCtx *c, const Buffer *x, const Buffer *y, const int64_t *kernel, int64_t *p)
+{
+    const Attr *pads = node_attr(c->n, "pads"), *st = node_attr(c->n, "strides"), *dl = node_attr(c->n, "dilations");
+    int ns = x->rank - 2, two = ns == 2;
+    /* H, W, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw */
+    p[0] = two ? x->dims[2] : 1;
+    p[1] = x->dims[x->rank - 1];
+    p[2] = two ? kernel[0] : 1;
+    p[3] = kernel[ns - 1];
+    p[4] = two ? y->dims[2] : 1;
+    p[5] = y->dims[y->rank - 1];
+    p[6] = two && st && st->n ? st->ints[0] : 1;
+    p[7] = st && st->n ? st->ints[ns - 1] : 1;
+    p[8] = two && dl && dl->n ? dl->ints[0] : 1;
+    p[9] = dl && dl->n ? dl->ints[ns - 1] : 1;
+    p[10] = two && pads ? pads->ints[0] : 0;
+    p[11] = pads ? pads->ints[ns - 1] : 0;
+}
+
+int emit_conv(const EmitCtx *c, Diag *d)
+{
+    const Buffer *x = emit_in(c, 0), *w = emit_in(c, 1), *b = emit_in(c, 2), *y = emit_out(c, 0);
+    if (x->rank != 3 && x->rank != 4) {
+        diag_add(d, "node \"%s\" (Conv): only 1-D and 2-D convolutions are generated", c->n->name);
+        return -1;
+    }
+    int64_t kernel[2] = {w->dims[2], w->dims[w->rank - 1]}, p[12];
+    if (x->rank == 3)
+        kernel[0] = w->dims[2];
+    spatial2(c, x, y, kernel, p);
+    int skip = b && emit_skip_bias(c);
+    fprintf(c->f, "    /* N, C, H, W, M, kernel h w, output h w, stride h w, dilation h w, pads h w, group, im2col scratch */\n"
+                  "    k_conv2d_f32(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                  "%lld, %lld, %lld, %lld, %lld, %s);\n",
+            y->name, x->name, w->name, b && !skip ? b->name : "NULL", (long long)x->dims[0], (long long)x->dims[1],
+            (long long)p[0], (long long)p[1], (long long)y->dims[1], (long long)p[2], (long long)p[3], (long long)p[4],
+            (long long)p[5], (long long)p[6], (long long)p[7], (long long)p[8], (long long)p[9], (long long)p[10],
+            (long long)p[11], (long long)node_attr_int(c->n, "group", 1),
+            c->pr->bufs[c->pr->nodes[c->n->id].scratch].name);
+    return 0;
+}
+
+int emit_maxpool(const EmitCtx *c, Diag *d)
+{
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0), *ind = emit_out(c, 1);
+    if (x->rank != 3 && x->rank != 4) {
+        diag_add(d, "node \"%s\" (MaxPool): only 1-D and 2-D pooling is generated", c->n->name);
+        return -1;
+    }
+    const Attr *ks = node_attr(c->n, "kernel_shape");
+    int64_t p[12];
+    spatial2(c, x, y, ks->ints, p);
+    const Tensor *xt = c->n->inputs[0];
+    int64_t n_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[0], x->layout.naxes[0]) * x->dims[0];
+    int64_t c_off = mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, x->layout.axes[1], x->layout.naxes[1]) * x->dims[1];
+    fprintf(c->f, "    /* N, C, H, W, kernel h w, output h w, stride h w, dilation h w, pads h w, this shard's N and C "
+                  "offsets, global C */\n"
+                  "    k_maxpool2d_f32(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                  "%lld, %lld, %lld, %lld, %lld, %lld);\n",
+            y->name, ind ? ind->name : "NULL", x->name, (long long)x->dims[0], (long long)x->dims[1], (long long)p[0],
+            (long long)p[1], (long long)p[2], (long long)p[3], (long long)p[4], (long long)p[5], (long long)p[6],
+            (long long)p[7], (long long)p[8], (long long)p[9], (long long)p[10], (long long)p[11], (long long)n_off,
+            (long long)c_off, (long long)xt->dims[1]);
+    return 0;
+}
+
+int emit_global_avgpool(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    fprintf(c->f, "    k_global_avgpool_f32(%s, %s, %lld, %lld); /* N * C, spatial */\n", y->name, x->name,
+            (long long)(x->dims[0] * x->dims[1]), (long long)emit_prod(x->dims, 2, x->rank));
+    return 0;
+}
+
+int emit_batchnorm(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    char eps[48];
+    fprintf(c->f, "    k_batchnorm_f32(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s); /* N, C, spatial, epsilon */\n",
+            y->name, x->name,
+            emit_in(c, 1)->name, emit_in(c, 2)->name, emit_in(c, 3)->name, emit_in(c, 4)->name,
+            (long long)x->dims[0], (long long)x->dims[1], (long long)emit_prod(x->dims, 2, x->rank),
+            emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
+    return 0;
+}

@@ -156,3 +156,40 @@ int emit_chan_norm(const EmitCtx *c, Diag *d)
             (long long)groups, (long long)(s->bytes / 4), emit_cf(node_attr_float(c->n, "epsilon", 1e-5f), eps));
     return 0;
 }
+
+int emit_reduce(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    const Tensor *xt = c->n->inputs[0];
+    const Attr *axes = node_attr(c->n, "axes");
+    int keep = node_attr_int(c->n, "keepdims", 1) != 0;
+    unsigned mask = 0;
+    for (int i = 0; axes && i < axes->n; i++)
+        mask |= 1u << emit_norm_axis(axes->ints[i], x->rank);
+    if (!axes || axes->n == 0)
+        mask = node_attr_int(c->n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
+    /* Output strides per input dim (0 for reduced dims). */
+    int64_t ydims[IR_MAX_RANK], sy_full[IR_MAX_RANK], sy[IR_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        ydims[i] = (mask >> i) & 1 ? 1 : x->dims[i];
+    emit_strides(ydims, x->rank, sy_full);
+    int64_t count = 1;
+    for (int i = 0; i < x->rank; i++) {
+        sy[i] = (mask >> i) & 1 ? 0 : sy_full[i];
+        if ((mask >> i) & 1)
+            count *= xt->dims[i]; /* global: a split reduced dim leaves a partial */
+    }
+    (void)keep;
+    fprintf(c->f, "    {\n");
+    emit_arr(c, "dims", x->dims, x->rank);
+    emit_arr(c, "sy", sy, x->rank);
+    char sc[48];
+    if (y->dtype == DT_F32)
+        fprintf(c->f, "        k_reduce_f32(%s, %lld, %s, %d, dims, sy, %s);\n    }\n", y->name, (long long)(y->bytes / 4),
+                x->name, x->rank, emit_cf(c->n->op == OP_REDUCE_MEAN ? (float)(1.0 / (double)count) : 1.0f, sc));
+    else
+        fprintf(c->f, "        k_reduce_i64(%s, %lld, %s, %d, dims, sy);\n    }\n", y->name, (long long)(y->bytes / 8),
+                x->name, x->rank);
+    return 0;
+}

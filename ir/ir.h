@@ -8,7 +8,7 @@
  * append a one-line diagnostic to a Diag.
  *
  * Sections: arena.c, diag.c, graph.c (tensors, nodes, order), escape.c
- * (one writer per place an untrusted string lands), shape.c and shape_nn.c
+ * (one writer per place an untrusted string lands), shape.c and ops_<family>.c
  * (shape inference), the op table (ops.def).
  */
 #ifndef ONNX2SPMD_IR_H
@@ -299,7 +299,7 @@ void json_write_str(FILE *f, const char *s);          /* quoted, escaped, valid 
 void dot_write_str(FILE *f, const char *s);           /* inside a quoted Graphviz label */
 void json_write_dims(FILE *f, const int64_t *dims, int rank); /* [2, 16, 64] */
 
-/* ---- shape.c / shape_nn.c ----------------------------------------------- */
+/* ---- shape.c / ops_<family>.c ------------------------------------------- */
 
 /* Infers every tensor's dtype and shape in topological order and checks
  * them against shapes declared in the model. */

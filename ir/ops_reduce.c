@@ -290,3 +290,29 @@ int fold_cumsum(Graph *g, Node *n, Diag *d)
         }
     return 1;
 }
+
+int shape_reduce(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    Tensor *x = n->inputs[0];
+    int mean = n->op == OP_REDUCE_MEAN;
+    if (!dtype_is_float(x->dtype) && (mean || !dtype_is_int(x->dtype)))
+        return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs a %s type", x->name, dtype_name(x->dtype),
+                          node_op_name(n), mean ? "float" : "number");
+    const Attr *axes = node_attr(n, "axes");
+    int keep = node_attr_int(n, "keepdims", 1) != 0;
+    unsigned mask;
+    if (shape_axes_mask(d, n, axes, x->rank, &mask))
+        return -1;
+    if (!axes || axes->n == 0)
+        mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
+    int64_t out[IR_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (!(mask & (1u << i)))
+            out[r++] = x->dims[i];
+        else if (keep)
+            out[r++] = 1;
+    }
+    return shape_set(d, n, n->outputs[0], x->dtype, r, out);
+}

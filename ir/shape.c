@@ -6,7 +6,7 @@
  * the node and the offending input. Broadcasting is numpy's; negative axes
  * count from the end. All products of dims go through checked arithmetic,
  * so later stages may multiply dims of a single tensor freely.
- * Convolution-style ops live in shape_nn.c.
+ * Each op family's shape functions live in its ir/ops_<family>.c.
  */
 #include "ir.h"
 
@@ -344,30 +344,6 @@ int shape_axes_mask(Diag *d, const Node *n, const Attr *a, int rank, unsigned *m
     return 0;
 }
 
-int shape_reduce(Graph *g, Node *n, Diag *d)
-{
-    (void)g;
-    Tensor *x = in(n, 0);
-    if (n->op == OP_REDUCE_MEAN ? need_float(d, n, x) : need_numeric(d, n, x))
-        return -1;
-    const Attr *axes = node_attr(n, "axes");
-    int keep = node_attr_int(n, "keepdims", 1) != 0;
-    unsigned mask;
-    if (shape_axes_mask(d, n, axes, x->rank, &mask))
-        return -1;
-    if (!axes || axes->n == 0)
-        mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
-    int64_t out[IR_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < x->rank; i++) {
-        if (!(mask & (1u << i)))
-            out[r++] = x->dims[i];
-        else if (keep)
-            out[r++] = 1;
-    }
-    return shape_set(d, n, n->outputs[0], x->dtype, r, out);
-}
-
 int shape_transpose(Graph *g, Node *n, Diag *d)
 {
     (void)g;
@@ -681,4 +657,19 @@ int ir_infer_shapes(Graph *g, Diag *d)
         if (ir_infer_node(g, g->nodes[i], d))
             return -1;
     return 0;
+}
+
+int shape_flatten(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    Tensor *x = n->inputs[0];
+    int64_t axis = node_attr_int(n, "axis", 1);
+    if (axis < -(int64_t)x->rank || axis > x->rank)
+        return shape_fail(d, n, "axis %lld is out of range for rank %d", (long long)axis, x->rank);
+    if (axis < 0)
+        axis += x->rank;
+    int64_t out[2] = {1, 1};
+    for (int i = 0; i < x->rank; i++)
+        out[i >= axis] *= x->dims[i]; /* bounded by the input's own numel */
+    return shape_set(d, n, n->outputs[0], x->dtype, 2, out);
 }

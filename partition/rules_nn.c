@@ -171,3 +171,67 @@ int rule_max_unpool(const Node *n, FactorRule *r, Diag *d)
     }
     return 0;
 }
+
+/* NCHW-style ops: batch passes, channels pass (or reduce, for Conv's input
+ * channels), spatial dims need their neighbours (halos) and stay whole. */
+int rule_spatial(const Node *n, FactorRule *r, Diag *d)
+{
+    const Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int yo = rule_out_idx(n, 0);
+    if (x->dims[0] > 1) {
+        int f = rule_new_factor(r, x->dims[0], FK_PASS, NULL);
+        rule_map_dim(r, 0, 0, f);
+        rule_map_dim(r, yo, 0, f);
+        if (n->noutputs > 1 && n->outputs[1])
+            rule_map_dim(r, rule_out_idx(n, 1), 0, f);
+    }
+    if (n->op == OP_CONV) {
+        const Tensor *w = n->inputs[1];
+        int grouped = node_attr_int(n, "group", 1) != 1;
+        if (y->dims[1] > 1) {
+            int f = rule_new_factor(r, y->dims[1], grouped ? FK_NEED_REPL : FK_PASS,
+                               grouped ? "grouped Conv ties output to input channels" : NULL);
+            rule_map_dim(r, 1, 0, f);
+            rule_map_dim(r, yo, 1, f);
+            if (n->ninputs > 2 && n->inputs[2])
+                rule_map_dim(r, 2, 0, f);
+        }
+        if (x->dims[1] > 1) {
+            int f = rule_new_factor(r, x->dims[1], grouped ? FK_NEED_REPL : FK_REDUCTION,
+                               grouped ? "grouped Conv ties output to input channels" : NULL);
+            rule_map_dim(r, 0, 1, f);
+            if (w->dims[1] > 1)
+                rule_map_dim(r, 1, 1, f);
+        }
+    } else if (x->dims[1] > 1) {
+        int f = rule_new_factor(r, x->dims[1], FK_PASS, NULL);
+        rule_map_dim(r, 0, 1, f);
+        rule_map_dim(r, yo, 1, f);
+        if (n->noutputs > 1 && n->outputs[1])
+            rule_map_dim(r, rule_out_idx(n, 1), 1, f);
+        if (n->op == OP_BATCHNORM)
+            for (int k = 1; k < 5; k++)
+                rule_map_dim(r, k, 0, f);
+    }
+    for (int i = 2; i < x->rank; i++) {
+        if (n->op == OP_BATCHNORM) {
+            if (x->dims[i] > 1) {
+                int f = rule_new_factor(r, x->dims[i], FK_PASS, NULL);
+                rule_map_dim(r, 0, i, f);
+                rule_map_dim(r, yo, i, f);
+            }
+            continue;
+        }
+        const char *why = "windowed op needs neighbouring rows (halo)";
+        if (x->dims[i] > 1)
+            rule_map_dim(r, 0, i, rule_new_factor(r, x->dims[i], FK_NEED_REPL, why));
+        if (y->dims[i] > 1) {
+            int f = rule_new_factor(r, y->dims[i], FK_NEED_REPL, why);
+            for (int k = 0; k < n->noutputs; k++)
+                if (n->outputs[k])
+                    rule_map_dim(r, rule_out_idx(n, k), i, f);
+        }
+    }
+    (void)d;
+    return 0;
+}

@@ -3,7 +3,7 @@
  * Only a sum may leave its reduced dim split: each rank sums its block and
  * the plan all-reduces the partial results later. That holds for
  * ReduceSumSquare and ReduceL1 (the square / absolute value is taken on
- * each element before the sum), which therefore use rules.c's rule_reduce.
+ * each element before the sum), which therefore use ReduceSum's rule_reduce.
  * Every other reduction, arg-reduction, scan, TopK and normalization is not
  * a sum of per-block results (a max of maxima would do for ReduceMax, but
  * the plan has no partial-max state, and ReduceL2, LogSumExp, ArgMax, a
@@ -165,5 +165,31 @@ int rule_chan_norm(const Node *n, FactorRule *r, Diag *d)
             for (int k = 1; k < 3; k++)
                 rule_map_dim(r, k, 0, f);
     }
+    return 0;
+}
+
+int rule_reduce(const Node *n, FactorRule *r, Diag *d)
+{
+    const Tensor *x = n->inputs[0], *y = n->outputs[0];
+    const Attr *axes = node_attr(n, "axes");
+    int keep = node_attr_int(n, "keepdims", 1) != 0;
+    unsigned mask = 0;
+    for (int i = 0; axes && i < axes->n; i++)
+        mask |= 1u << (axes->ints[i] < 0 ? axes->ints[i] + x->rank : axes->ints[i]);
+    if (!axes || axes->n == 0)
+        mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
+    for (int i = 0, o = 0; i < x->rank; i++) {
+        int reduced = (mask >> i) & 1;
+        if (x->dims[i] > 1) {
+            int f = rule_new_factor(r, x->dims[i], reduced ? FK_REDUCTION : FK_PASS, NULL);
+            rule_map_dim(r, 0, i, f);
+            if (!reduced)
+                rule_map_dim(r, rule_out_idx(n, 0), o, f);
+        }
+        if (!reduced || keep)
+            o++;
+    }
+    (void)y;
+    (void)d;
     return 0;
 }

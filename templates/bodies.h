@@ -84,29 +84,3 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
             r *= b;
     return (int64_t)r;
 }
-
-/* MaxPool (2-D) output (oy, ox) of one [H, W] plane xp: the largest input
- * in the window (the first one on ties), in *best; returns its index in
- * the plane (-1 when the window holds no input). */
-O2S_HD static inline int64_t k_maxpool_one(const float *xp, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t oy,
-                                           int64_t ox, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
-                                           int64_t pw, float *best)
-{
-    int64_t at = -1;
-    *best = -INFINITY;
-    for (int64_t i = 0; i < kh; i++) {
-        int64_t iy = oy * sh - ph + i * dh;
-        if (iy < 0 || iy >= H)
-            continue;
-        for (int64_t j = 0; j < kw; j++) {
-            int64_t ix = ox * sw - pw + j * dw;
-            if (ix < 0 || ix >= W)
-                continue;
-            if (xp[iy * W + ix] > *best || at < 0) {
-                *best = xp[iy * W + ix];
-                at = iy * W + ix;
-            }
-        }
-    }
-    return at;
-}

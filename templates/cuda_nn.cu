@@ -144,3 +144,105 @@ static inline void k_max_unpool_f32(float *y, const float *x, const int64_t *idx
                                                                     u);
     CHECK_LAUNCH();
 }
+
+/* ---- convolution, MaxPool, GlobalAveragePool, BatchNormalization ---- */
+
+__global__ void kk_im2col(float *col, const float *x, int64_t C, int64_t H, int64_t W, int64_t cg, int64_t g, int64_t n,
+                          int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh,
+                          int64_t dw, int64_t ph, int64_t pw)
+{
+    GRID_LOOP(i, cg * kh * kw * oh * ow)
+    {
+        int64_t ox = i % ow, oy = (i / ow) % oh, r = i / (ow * oh), j = r % kw, q = (r / kw) % kh, c = r / (kw * kh);
+        int64_t iy = oy * sh - ph + q * dh, ix = ox * sw - pw + j * dw;
+        const float *xp = x + ((n * C + g * cg + c) * H) * W;
+        col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : 0.0f;
+    }
+}
+
+__global__ void kk_bias_rows(float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    GRID_LOOP(i, rows * cols) y[i] = bias ? bias[i / cols] : 0.0f;
+}
+
+static inline void k_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
+                                int64_t H, int64_t W, int64_t M, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph, int64_t pw, int64_t group,
+                                float *col)
+{
+    int64_t cg = C / group, mg = M / group, kk = cg * kh * kw, npix = oh * ow;
+    const float one = 1.0f;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < group; g++) {
+            kk_im2col<<<k_blocks(kk * npix), K_THREADS, 0, g_stream>>>(col, x, C, H, W, cg, g, n, kh, kw, oh, ow, sh,
+                                                                      sw, dh, dw, ph, pw);
+            CHECK_LAUNCH();
+            float *yp = y + (n * M + g * mg) * npix;
+            kk_bias_rows<<<k_blocks(mg * npix), K_THREADS, 0, g_stream>>>(yp, bias ? bias + g * mg : NULL, mg, npix);
+            CHECK_LAUNCH();
+            /* yp[mg, npix] += w_g[mg, kk] @ col[kk, npix] (row-major). */
+            CHECK_CUBLAS(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)npix, (int)mg, (int)kk, &one, col, (int)npix,
+                                     w + g * mg * kk, (int)kk, &one, yp, (int)npix));
+        }
+}
+
+__global__ void kk_maxpool(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh,
+                           int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
+                           int64_t pw, int64_t n_off, int64_t c_off, int64_t Cg)
+{
+    GRID_LOOP(o, N * C * oh * ow)
+    {
+        int64_t ox = o % ow, oy = (o / ow) % oh, c = (o / (ow * oh)) % C, n = o / (ow * oh * C);
+        const float *xp = x + (n * C + c) * H * W;
+        float best;
+        int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
+        y[o] = best;
+        if (ind)
+            ind[o] = ((n + n_off) * Cg + (c + c_off)) * H * W + at;
+    }
+}
+
+static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H, int64_t W,
+                                   int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh,
+                                   int64_t dw, int64_t ph, int64_t pw, int64_t n_off, int64_t c_off, int64_t C_global)
+{
+    kk_maxpool<<<k_blocks(N * C * oh * ow), K_THREADS, 0, g_stream>>>(y, ind, x, N, C, H, W, kh, kw, oh, ow, sh, sw, dh,
+                                                                     dw, ph, pw, n_off, c_off, C_global);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_gap(float *y, const float *x, int64_t nc, int64_t spatial)
+{
+    GRID_LOOP(i, nc)
+    {
+        float s = 0;
+        for (int64_t j = 0; j < spatial; j++)
+            s += x[i * spatial + j];
+        y[i] = s / (float)spatial;
+    }
+}
+
+static inline void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t spatial)
+{
+    kk_gap<<<k_blocks(nc), K_THREADS, 0, g_stream>>>(y, x, nc, spatial);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_batchnorm(float *y, const float *x, const float *scale, const float *bias, const float *mean,
+                             const float *var, int64_t C, int64_t spatial, int64_t total, float eps)
+{
+    GRID_LOOP(i, total)
+    {
+        int64_t c = (i / spatial) % C;
+        float a = scale[c] * rsqrtf(var[c] + eps);
+        y[i] = (x[i] - mean[c]) * a + bias[c];
+    }
+}
+
+static inline void k_batchnorm_f32(float *y, const float *x, const float *scale, const float *bias, const float *mean,
+                                   const float *var, int64_t N, int64_t C, int64_t spatial, float eps)
+{
+    kk_batchnorm<<<k_blocks(N * C * spatial), K_THREADS, 0, g_stream>>>(y, x, scale, bias, mean, var, C, spatial,
+                                                                        N * C * spatial, eps);
+    CHECK_LAUNCH();
+}

@@ -207,3 +207,61 @@ static inline void k_chan_norm_f32(float *y, const float *x, const float *scale,
     kk_chan_norm<<<(unsigned)(N * groups), K_THREADS, 0, g_stream>>>(y, x, scale, bias, C, S, groups, sn, eps);
     CHECK_LAUNCH();
 }
+
+/* ---- ReduceSum, ReduceMean ---- */
+
+/* Reductions: one thread per output element, summing its inputs in the
+ * C target's order (row-major over the reduced dims). No atomics, so two
+ * runs give the same bits. sy: the output stride of each input dim, 0
+ * along the reduced ones; the output is contiguous over the kept dims. */
+template <typename T> __global__ void kk_reduce(T *y, int64_t ny, const T *x, KShape s, T scale)
+{
+    GRID_LOOP(o, ny)
+    {
+        int64_t xstride[K_MAX_RANK], st = 1, base = 0, rem = o;
+        for (int k = s.rank - 1; k >= 0; k--) {
+            xstride[k] = st;
+            st *= s.d[k];
+        }
+        for (int k = s.rank - 1; k >= 0; k--)
+            if (s.s0[k]) { /* a kept dim: its coordinate comes from o */
+                base += (rem % s.d[k]) * xstride[k];
+                rem /= s.d[k];
+            }
+        int64_t nred = 1, idx[K_MAX_RANK] = {0};
+        for (int k = 0; k < s.rank; k++)
+            if (!s.s0[k])
+                nred *= s.d[k];
+        T acc = 0;
+        int64_t off = base;
+        for (int64_t r = 0; r < nred; r++) {
+            acc += x[off];
+            for (int k = s.rank - 1; k >= 0; k--) {
+                if (s.s0[k])
+                    continue;
+                off += xstride[k];
+                if (++idx[k] < s.d[k])
+                    break;
+                off -= xstride[k] * s.d[k];
+                idx[k] = 0;
+            }
+        }
+        y[o] = acc * scale;
+    }
+}
+
+static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims, const int64_t *sy,
+                                float scale)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    kk_reduce<float><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, scale);
+    CHECK_LAUNCH();
+}
+
+static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
+                                const int64_t *sy)
+{
+    KShape s = k_shape(rank, dims, sy, NULL, NULL);
+    kk_reduce<int64_t><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, (int64_t)1);
+    CHECK_LAUNCH();
+}

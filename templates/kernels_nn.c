@@ -86,3 +86,83 @@ static inline void k_max_unpool_f32(float *y, const float *x, const int64_t *idx
         }
     }
 }
+
+/* ---- convolution, MaxPool, GlobalAveragePool, BatchNormalization ---- */
+
+/* 2-D convolution (NCHW) through im2col and sgemm, per image and group.
+ * Any number of spatial dims is reduced to 2 by the caller (1-D: H=1). */
+static inline void k_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
+                                int64_t H, int64_t W, int64_t M, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph, int64_t pw,
+                                int64_t group, float *col)
+{
+    int64_t cg = C / group, mg = M / group, kk = cg * kh * kw, npix = oh * ow;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < group; g++) {
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++) {
+                        float *row = col + ((c * kh + i) * kw + j) * npix;
+                        const float *xp = x + ((n * C + g * cg + c) * H) * W;
+                        for (int64_t oy = 0; oy < oh; oy++) {
+                            int64_t iy = oy * sh - ph + i * dh;
+                            for (int64_t ox = 0; ox < ow; ox++) {
+                                int64_t ix = ox * sw - pw + j * dw;
+                                row[oy * ow + ox] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : 0.0f;
+                            }
+                        }
+                    }
+            float *yp = y + (n * M + g * mg) * npix;
+            for (int64_t m = 0; m < mg; m++)
+                for (int64_t p = 0; p < npix; p++)
+                    yp[m * npix + p] = bias ? bias[g * mg + m] : 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mg, (int)npix, (int)kk, 1.0f,
+                        w + g * mg * kk, (int)kk, col, (int)npix, 1.0f, yp, (int)npix);
+        }
+}
+
+/* 2-D max pooling (NCHW); indices (optional) are flat over the global
+ * input tensor, as ONNX defines them: n_off/c_off/C_global place this
+ * rank's block. */
+static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H,
+                                   int64_t W, int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
+                                   int64_t dh, int64_t dw, int64_t ph, int64_t pw, int64_t n_off, int64_t c_off,
+                                   int64_t C_global)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *xp = x + (n * C + c) * H * W;
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    float best;
+                    int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
+                    int64_t o = ((n * C + c) * oh + oy) * ow + ox;
+                    y[o] = best;
+                    if (ind)
+                        ind[o] = ((n + n_off) * C_global + (c + c_off)) * H * W + at;
+                }
+        }
+}
+
+static inline void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t spatial)
+{
+    for (int64_t i = 0; i < nc; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < spatial; j++)
+            s += x[i * spatial + j];
+        y[i] = (float)(s / (double)spatial);
+    }
+}
+
+static inline void k_batchnorm_f32(float *y, const float *x, const float *scale, const float *bias, const float *mean,
+                                   const float *var, int64_t N, int64_t C, int64_t spatial, float eps)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            float a = scale[c] / sqrtf(var[c] + eps), b = bias[c] - mean[c] * a;
+            const float *xp = x + (n * C + c) * spatial;
+            float *yp = y + (n * C + c) * spatial;
+            for (int64_t j = 0; j < spatial; j++)
+                yp[j] = xp[j] * a + b;
+        }
+}

@@ -155,3 +155,58 @@ static inline void k_chan_norm_f32(float *y, const float *x, const float *scale,
         }
     }
 }
+
+/* ---- ReduceSum, ReduceMean ---- */
+
+/* Sum over the reduced dims: x viewed with per-dim strides into y
+ * (stride 0 for reduced dims), then scaled (1 for sum, 1/count for mean). */
+static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
+                                const int64_t *sy, float scale)
+{
+    memset(y, 0, (size_t)ny * sizeof(float));
+    /* Merge dims y walks as one (kept dims in order, or reduced runs), so
+     * the innermost loop is a whole row: summed into one y (a reduced
+     * last dim: eight partial sums, a loop that vectorises) or added
+     * onto a row of y (a kept last dim). */
+    int64_t d[K_MAX_RANK], xs[1][K_MAX_RANK];
+    const int64_t *s = xs[0];
+    int r = k_merge_dims(rank, dims, 1, &sy, d, xs);
+    int64_t n = r ? d[r - 1] : 1, inner = r ? s[r - 1] : 0, outer = 1;
+    for (int i = 0; i < r - 1; i++)
+        outer *= d[i];
+    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
+    for (int64_t k = 0; k < outer; k++) {
+        const float *xp = x + k * n;
+        if (inner == 0) {
+            float acc[8] = {0};
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8)
+                for (int l = 0; l < 8; l++)
+                    acc[l] += xp[j + l];
+            float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; j < n; j++)
+                t += xp[j];
+            y[oy] += t;
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                y[oy + j * inner] += xp[j];
+        }
+        k_next(r - 1, d, idx, &oy, s, NULL, NULL, NULL, NULL);
+    }
+    for (int64_t i = 0; i < ny; i++)
+        y[i] *= scale;
+}
+
+static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
+                                const int64_t *sy)
+{
+    memset(y, 0, (size_t)ny * sizeof(int64_t));
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
+    for (int64_t k = 0; k < n; k++) {
+        y[oy] += x[k];
+        k_next(rank, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
+    }
+}

@@ -91,32 +91,6 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
     return (int64_t)r;
 }
 
-/* MaxPool (2-D) output (oy, ox) of one [H, W] plane xp: the largest input
- * in the window (the first one on ties), in *best; returns its index in
- * the plane (-1 when the window holds no input). */
-O2S_HD static inline int64_t k_maxpool_one(const float *xp, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t oy,
-                                           int64_t ox, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
-                                           int64_t pw, float *best)
-{
-    int64_t at = -1;
-    *best = -INFINITY;
-    for (int64_t i = 0; i < kh; i++) {
-        int64_t iy = oy * sh - ph + i * dh;
-        if (iy < 0 || iy >= H)
-            continue;
-        for (int64_t j = 0; j < kw; j++) {
-            int64_t ix = ox * sw - pw + j * dw;
-            if (ix < 0 || ix >= W)
-                continue;
-            if (xp[iy * W + ix] > *best || at < 0) {
-                *best = xp[iy * W + ix];
-                at = iy * W + ix;
-            }
-        }
-    }
-    return at;
-}
-
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
  * arrive as constants from the generated call sites; GEMMs go through
@@ -966,59 +940,6 @@ static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, c
     }
 }
 
-/* Sum over the reduced dims: x viewed with per-dim strides into y
- * (stride 0 for reduced dims), then scaled (1 for sum, 1/count for mean). */
-static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims,
-                                const int64_t *sy, float scale)
-{
-    memset(y, 0, (size_t)ny * sizeof(float));
-    /* Merge dims y walks as one (kept dims in order, or reduced runs), so
-     * the innermost loop is a whole row: summed into one y (a reduced
-     * last dim: eight partial sums, a loop that vectorises) or added
-     * onto a row of y (a kept last dim). */
-    int64_t d[K_MAX_RANK], xs[1][K_MAX_RANK];
-    const int64_t *s = xs[0];
-    int r = k_merge_dims(rank, dims, 1, &sy, d, xs);
-    int64_t n = r ? d[r - 1] : 1, inner = r ? s[r - 1] : 0, outer = 1;
-    for (int i = 0; i < r - 1; i++)
-        outer *= d[i];
-    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
-    for (int64_t k = 0; k < outer; k++) {
-        const float *xp = x + k * n;
-        if (inner == 0) {
-            float acc[8] = {0};
-            int64_t j = 0;
-            for (; j + 8 <= n; j += 8)
-                for (int l = 0; l < 8; l++)
-                    acc[l] += xp[j + l];
-            float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-            for (; j < n; j++)
-                t += xp[j];
-            y[oy] += t;
-        } else {
-            for (int64_t j = 0; j < n; j++)
-                y[oy + j * inner] += xp[j];
-        }
-        k_next(r - 1, d, idx, &oy, s, NULL, NULL, NULL, NULL);
-    }
-    for (int64_t i = 0; i < ny; i++)
-        y[i] *= scale;
-}
-
-static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
-                                const int64_t *sy)
-{
-    memset(y, 0, (size_t)ny * sizeof(int64_t));
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++)
-        n *= dims[i];
-    int64_t idx[K_MAX_RANK] = {0}, oy = 0;
-    for (int64_t k = 0; k < n; k++) {
-        y[oy] += x[k];
-        k_next(rank, dims, idx, &oy, sy, NULL, NULL, NULL, NULL);
-    }
-}
-
 /* Generic strided copy: y (contiguous over dims) = x read with strides sx.
  * Transpose, Slice and the packing around collectives are all this. */
 static inline void k_strided_copy(void *y, const void *x, size_t elsize, int rank, const int64_t *dims,
@@ -1141,84 +1062,6 @@ static inline void k_copy_axis(void *dst, int64_t dst_len, int64_t dst_off, cons
     for (int64_t o = 0; o < outer; o++)
         memcpy((char *)dst + ((size_t)((o * dst_len + dst_off) * inner)) * elsize,
                (const char *)src + ((size_t)((o * src_len + src_off) * inner)) * elsize, run);
-}
-
-/* 2-D convolution (NCHW) through im2col and sgemm, per image and group.
- * Any number of spatial dims is reduced to 2 by the caller (1-D: H=1). */
-static inline void k_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
-                                int64_t H, int64_t W, int64_t M, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                                int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph, int64_t pw,
-                                int64_t group, float *col)
-{
-    int64_t cg = C / group, mg = M / group, kk = cg * kh * kw, npix = oh * ow;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t g = 0; g < group; g++) {
-            for (int64_t c = 0; c < cg; c++)
-                for (int64_t i = 0; i < kh; i++)
-                    for (int64_t j = 0; j < kw; j++) {
-                        float *row = col + ((c * kh + i) * kw + j) * npix;
-                        const float *xp = x + ((n * C + g * cg + c) * H) * W;
-                        for (int64_t oy = 0; oy < oh; oy++) {
-                            int64_t iy = oy * sh - ph + i * dh;
-                            for (int64_t ox = 0; ox < ow; ox++) {
-                                int64_t ix = ox * sw - pw + j * dw;
-                                row[oy * ow + ox] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : 0.0f;
-                            }
-                        }
-                    }
-            float *yp = y + (n * M + g * mg) * npix;
-            for (int64_t m = 0; m < mg; m++)
-                for (int64_t p = 0; p < npix; p++)
-                    yp[m * npix + p] = bias ? bias[g * mg + m] : 0.0f;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mg, (int)npix, (int)kk, 1.0f,
-                        w + g * mg * kk, (int)kk, col, (int)npix, 1.0f, yp, (int)npix);
-        }
-}
-
-/* 2-D max pooling (NCHW); indices (optional) are flat over the global
- * input tensor, as ONNX defines them: n_off/c_off/C_global place this
- * rank's block. */
-static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H,
-                                   int64_t W, int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
-                                   int64_t dh, int64_t dw, int64_t ph, int64_t pw, int64_t n_off, int64_t c_off,
-                                   int64_t C_global)
-{
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            const float *xp = x + (n * C + c) * H * W;
-            for (int64_t oy = 0; oy < oh; oy++)
-                for (int64_t ox = 0; ox < ow; ox++) {
-                    float best;
-                    int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
-                    int64_t o = ((n * C + c) * oh + oy) * ow + ox;
-                    y[o] = best;
-                    if (ind)
-                        ind[o] = ((n + n_off) * C_global + (c + c_off)) * H * W + at;
-                }
-        }
-}
-
-static inline void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t spatial)
-{
-    for (int64_t i = 0; i < nc; i++) {
-        double s = 0;
-        for (int64_t j = 0; j < spatial; j++)
-            s += x[i * spatial + j];
-        y[i] = (float)(s / (double)spatial);
-    }
-}
-
-static inline void k_batchnorm_f32(float *y, const float *x, const float *scale, const float *bias, const float *mean,
-                                   const float *var, int64_t N, int64_t C, int64_t spatial, float eps)
-{
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            float a = scale[c] / sqrtf(var[c] + eps), b = bias[c] - mean[c] * a;
-            const float *xp = x + (n * C + c) * spatial;
-            float *yp = y + (n * C + c) * spatial;
-            for (int64_t j = 0; j < spatial; j++)
-                yp[j] = xp[j] * a + b;
-        }
 }
 
 /* Pow with operands of different dtypes (ONNX allows float32 ^ int64 and

@@ -91,32 +91,6 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
     return (int64_t)r;
 }
 
-/* MaxPool (2-D) output (oy, ox) of one [H, W] plane xp: the largest input
- * in the window (the first one on ties), in *best; returns its index in
- * the plane (-1 when the window holds no input). */
-O2S_HD static inline int64_t k_maxpool_one(const float *xp, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t oy,
-                                           int64_t ox, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
-                                           int64_t pw, float *best)
-{
-    int64_t at = -1;
-    *best = -INFINITY;
-    for (int64_t i = 0; i < kh; i++) {
-        int64_t iy = oy * sh - ph + i * dh;
-        if (iy < 0 || iy >= H)
-            continue;
-        for (int64_t j = 0; j < kw; j++) {
-            int64_t ix = ox * sw - pw + j * dw;
-            if (ix < 0 || ix >= W)
-                continue;
-            if (xp[iy * W + ix] > *best || at < 0) {
-                *best = xp[iy * W + ix];
-                at = iy * W + ix;
-            }
-        }
-    }
-    return at;
-}
-
 /* ---- onnx2spmd CUDA runtime and kernels (templates/cuda_kernels.cu) -------
  * The same kernel interface as the C target (k_* functions, same
  * arguments), so one emitter writes both; here each launches on the
@@ -951,62 +925,6 @@ static inline void k_layernorm_f32(float *y, float *mean_out, float *istd_out, c
     CHECK_LAUNCH();
 }
 
-/* Reductions: one thread per output element, summing its inputs in the
- * C target's order (row-major over the reduced dims). No atomics, so two
- * runs give the same bits. sy: the output stride of each input dim, 0
- * along the reduced ones; the output is contiguous over the kept dims. */
-template <typename T> __global__ void kk_reduce(T *y, int64_t ny, const T *x, KShape s, T scale)
-{
-    GRID_LOOP(o, ny)
-    {
-        int64_t xstride[K_MAX_RANK], st = 1, base = 0, rem = o;
-        for (int k = s.rank - 1; k >= 0; k--) {
-            xstride[k] = st;
-            st *= s.d[k];
-        }
-        for (int k = s.rank - 1; k >= 0; k--)
-            if (s.s0[k]) { /* a kept dim: its coordinate comes from o */
-                base += (rem % s.d[k]) * xstride[k];
-                rem /= s.d[k];
-            }
-        int64_t nred = 1, idx[K_MAX_RANK] = {0};
-        for (int k = 0; k < s.rank; k++)
-            if (!s.s0[k])
-                nred *= s.d[k];
-        T acc = 0;
-        int64_t off = base;
-        for (int64_t r = 0; r < nred; r++) {
-            acc += x[off];
-            for (int k = s.rank - 1; k >= 0; k--) {
-                if (s.s0[k])
-                    continue;
-                off += xstride[k];
-                if (++idx[k] < s.d[k])
-                    break;
-                off -= xstride[k] * s.d[k];
-                idx[k] = 0;
-            }
-        }
-        y[o] = acc * scale;
-    }
-}
-
-static inline void k_reduce_f32(float *y, int64_t ny, const float *x, int rank, const int64_t *dims, const int64_t *sy,
-                                float scale)
-{
-    KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    kk_reduce<float><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, scale);
-    CHECK_LAUNCH();
-}
-
-static inline void k_reduce_i64(int64_t *y, int64_t ny, const int64_t *x, int rank, const int64_t *dims,
-                                const int64_t *sy)
-{
-    KShape s = k_shape(rank, dims, sy, NULL, NULL);
-    kk_reduce<int64_t><<<k_blocks(ny), K_THREADS, 0, g_stream>>>(y, ny, x, s, (int64_t)1);
-    CHECK_LAUNCH();
-}
-
 /* Strided copies: transpose, slice, and packing around collectives. */
 __global__ void kk_strided(char *y, const char *x, int elsize, KShape s, int64_t off, int store)
 {
@@ -1122,106 +1040,6 @@ static inline void k_gather(void *y, const void *x, const int64_t *idx, int64_t 
     int64_t total = outer * nidx * inner;
     kk_gather<<<k_blocks(total), K_THREADS, 0, g_stream>>>((char *)y, (const char *)x, idx, nidx, (int)elsize, len,
                                                             inner, offset, global_len, total);
-    CHECK_LAUNCH();
-}
-
-__global__ void kk_im2col(float *col, const float *x, int64_t C, int64_t H, int64_t W, int64_t cg, int64_t g, int64_t n,
-                          int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh,
-                          int64_t dw, int64_t ph, int64_t pw)
-{
-    GRID_LOOP(i, cg * kh * kw * oh * ow)
-    {
-        int64_t ox = i % ow, oy = (i / ow) % oh, r = i / (ow * oh), j = r % kw, q = (r / kw) % kh, c = r / (kw * kh);
-        int64_t iy = oy * sh - ph + q * dh, ix = ox * sw - pw + j * dw;
-        const float *xp = x + ((n * C + g * cg + c) * H) * W;
-        col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : 0.0f;
-    }
-}
-
-__global__ void kk_bias_rows(float *y, const float *bias, int64_t rows, int64_t cols)
-{
-    GRID_LOOP(i, rows * cols) y[i] = bias ? bias[i / cols] : 0.0f;
-}
-
-static inline void k_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
-                                int64_t H, int64_t W, int64_t M, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                                int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph, int64_t pw, int64_t group,
-                                float *col)
-{
-    int64_t cg = C / group, mg = M / group, kk = cg * kh * kw, npix = oh * ow;
-    const float one = 1.0f;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t g = 0; g < group; g++) {
-            kk_im2col<<<k_blocks(kk * npix), K_THREADS, 0, g_stream>>>(col, x, C, H, W, cg, g, n, kh, kw, oh, ow, sh,
-                                                                      sw, dh, dw, ph, pw);
-            CHECK_LAUNCH();
-            float *yp = y + (n * M + g * mg) * npix;
-            kk_bias_rows<<<k_blocks(mg * npix), K_THREADS, 0, g_stream>>>(yp, bias ? bias + g * mg : NULL, mg, npix);
-            CHECK_LAUNCH();
-            /* yp[mg, npix] += w_g[mg, kk] @ col[kk, npix] (row-major). */
-            CHECK_CUBLAS(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)npix, (int)mg, (int)kk, &one, col, (int)npix,
-                                     w + g * mg * kk, (int)kk, &one, yp, (int)npix));
-        }
-}
-
-__global__ void kk_maxpool(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh,
-                           int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t ph,
-                           int64_t pw, int64_t n_off, int64_t c_off, int64_t Cg)
-{
-    GRID_LOOP(o, N * C * oh * ow)
-    {
-        int64_t ox = o % ow, oy = (o / ow) % oh, c = (o / (ow * oh)) % C, n = o / (ow * oh * C);
-        const float *xp = x + (n * C + c) * H * W;
-        float best;
-        int64_t at = k_maxpool_one(xp, H, W, kh, kw, oy, ox, sh, sw, dh, dw, ph, pw, &best);
-        y[o] = best;
-        if (ind)
-            ind[o] = ((n + n_off) * Cg + (c + c_off)) * H * W + at;
-    }
-}
-
-static inline void k_maxpool2d_f32(float *y, int64_t *ind, const float *x, int64_t N, int64_t C, int64_t H, int64_t W,
-                                   int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh,
-                                   int64_t dw, int64_t ph, int64_t pw, int64_t n_off, int64_t c_off, int64_t C_global)
-{
-    kk_maxpool<<<k_blocks(N * C * oh * ow), K_THREADS, 0, g_stream>>>(y, ind, x, N, C, H, W, kh, kw, oh, ow, sh, sw, dh,
-                                                                     dw, ph, pw, n_off, c_off, C_global);
-    CHECK_LAUNCH();
-}
-
-__global__ void kk_gap(float *y, const float *x, int64_t nc, int64_t spatial)
-{
-    GRID_LOOP(i, nc)
-    {
-        float s = 0;
-        for (int64_t j = 0; j < spatial; j++)
-            s += x[i * spatial + j];
-        y[i] = s / (float)spatial;
-    }
-}
-
-static inline void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t spatial)
-{
-    kk_gap<<<k_blocks(nc), K_THREADS, 0, g_stream>>>(y, x, nc, spatial);
-    CHECK_LAUNCH();
-}
-
-__global__ void kk_batchnorm(float *y, const float *x, const float *scale, const float *bias, const float *mean,
-                             const float *var, int64_t C, int64_t spatial, int64_t total, float eps)
-{
-    GRID_LOOP(i, total)
-    {
-        int64_t c = (i / spatial) % C;
-        float a = scale[c] * rsqrtf(var[c] + eps);
-        y[i] = (x[i] - mean[c]) * a + bias[c];
-    }
-}
-
-static inline void k_batchnorm_f32(float *y, const float *x, const float *scale, const float *bias, const float *mean,
-                                   const float *var, int64_t N, int64_t C, int64_t spatial, float eps)
-{
-    kk_batchnorm<<<k_blocks(N * C * spatial), K_THREADS, 0, g_stream>>>(y, x, scale, bias, mean, var, C, spatial,
-                                                                        N * C * spatial, eps);
     CHECK_LAUNCH();
 }
 

@@ -23,6 +23,8 @@
 #include "templates/runtime.c"
 #include "templates/bodies.h"
 #include "templates/kernels.c"
+#include "templates/bodies_reduce.h"   /* ReduceSum/ReduceMean: the reduce family */
+#include "templates/kernels_reduce.c"
 
 #include <cmocka.h>
 
