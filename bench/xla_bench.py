@@ -59,6 +59,8 @@ CASES = [
      "a sum over two axes that a consumer wants split"),
     ("heads_tp4", "attention", "tp=4", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]"],
      "Megatron attention, 4 heads on tp=4"),
+    ("heads_free_wo", "attention", "tp=2", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]"],
+     "Wo left free: row-split it and reduce o_mm, or gather the smaller ctx_m"),
     ("heads_tp8", "attention", "tp=8", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]"],
      "fewer heads (4) than tp (8)"),
     ("pinned_w2", "mlp", "tp=2", ["W1=[_,tp]", "W2=[_,_]"],
