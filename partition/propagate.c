@@ -19,9 +19,9 @@
  *    added once per rank), otherwise it is reduced first. Where the
  *    tensors' layouts disagree (two annotations on different factors of
  *    one contraction, a pinned layout against a split operand), or the
- *    merge leaves a result partial, the cost model settles the node by
- *    bytes moved, then time: see lower_choose. An annotation always holds,
- *    or lowering fails naming it. A graph output keeps its layout (a
+ *    merge leaves a result partial by splitting a free weight, the cost
+ *    model settles the node by bytes moved, then time: see lower_choose.
+ *    An annotation always holds, or lowering fails naming it. A graph output keeps its layout (a
  *    partial one is reduced): --out gathers it to rank 0 once, after the
  *    run, so it costs the step nothing.
  */
@@ -513,6 +513,7 @@ typedef struct LowerCost {
     int64_t bytes;      /* bytes per rank those reshards and that reduction send */
     int pinned;         /* an annotated operand needs another layout */
     int partial;        /* an unannotated result is left partial: a reduction to pay */
+    int free_split;     /* a free weight is split for this node (propagation's proposal, not a pin) */
 } LowerCost;
 
 static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
@@ -521,7 +522,7 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
 {
     double ops = 0;
     int64_t bytes = 0;
-    int pinned = 0, partial = 0;
+    int pinned = 0, partial = 0, free_split = 0;
     const Mesh *m = &p->mesh;
     NodePlan *np = &p->nodes[n->id];
     double c = plan_node_seconds(p, n, r, fn, fa);
@@ -549,6 +550,7 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
         Sharding need, have = tp->sharding;
         rule_project(r, k, fn, fa, m, &need);
         if (free_weight(p, t, taken)) {
+            free_split |= sharding_used_axes(&need) != 0;
             if (apply) {
                 if (!sharding_equal(&have, &need)) {
                     tp->sharding = need;
@@ -621,6 +623,7 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
         cost->bytes = bytes;
         cost->pinned = pinned;
         cost->partial = partial;
+        cost->free_split = free_split;
     }
     return 0;
 }
@@ -710,14 +713,17 @@ static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *
 
 /* Settles node n's factor sharding. The merge of its tensors' layouts
  * (propagation's answer) is kept when it satisfies the annotations,
- * needs no communication for the operands and leaves no result partial.
+ * needs no communication for the operands and leaves no result partial
+ * through a free weight's split.
  * Otherwise the cost model picks among the merge, the sharding anchored
  * on each tensor's layout (with and without the merge's other factors),
  * and computing replicated: that is, among resharding one operand,
  * another, or reducing the result. A partial result counts too: a merge
- * that splits a contracted dim moves nothing here but pays a reduction
- * of its result, which may exceed gathering the split operand (a Conv
- * after a channel split, a row-split weight feeding a small output).
+ * that splits a free weight's contracted dim moves nothing here but pays
+ * a reduction of its result, which may exceed gathering the split operand
+ * (a Conv after a channel split). Propagation only proposed that split;
+ * --shard-weights' gathers of the weight, added later (fsdp.c), are not
+ * seen here.
  *
  * The candidates are ranked by the bytes per rank their reshards send,
  * then by time (compute and the collectives' latency); at equal bytes
@@ -743,6 +749,12 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
                         &bad, d);
     if (rc < 0)
         return -1;
+    /* A partial result reached by splitting a free weight: keeping that
+     * weight whole and gathering the split operand is as valid a reading
+     * of the annotations, so it is costed too. A split the annotations
+     * themselves give (Megatron's row-parallel Wo=[tp,_]) stands, as
+     * GSPMD keeps compatible operand shardings. */
+    int questioned = c0.partial && c0.free_split;
     CostChoice cc;
     cc.ncand = 0;
     cc.pick = 0;
@@ -765,10 +777,10 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
         }
         /* A conflict: the tensors propose different shardings, the merge
          * breaks an annotation, reshards a pinned operand, or moves one. */
-        if (cc.ncand == 1 && rc != 1 && !c0.pinned && c0.operands_s <= 0 && !c0.partial)
+        if (cc.ncand == 1 && rc != 1 && !c0.pinned && c0.operands_s <= 0 && !questioned)
             break;
     }
-    if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0 || c0.partial) {
+    if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0 || questioned) {
         unsigned char fn[RULE_MAX_FACTORS] = {0};
         unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
         memset(fa, 0, sizeof fa);
