@@ -36,6 +36,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
 
+
+def shardings_file(path):
+    """The annotations of a --shardings file (NAME=SPEC per line, # comments)."""
+    with open(os.path.join(ROOT, path)) as f:
+        return [ln.split("#")[0].strip() for ln in f if ln.split("#")[0].strip()]
+
+
 # name, model, mesh, annotations, what the case is about
 CASES = [
     ("conflict", "mlp", "tp=2", ["x=[tp,_]", "W1=[_,tp]"],
@@ -52,12 +59,18 @@ CASES = [
      "a sum over two axes that a consumer wants split"),
     ("heads_tp4", "attention", "tp=4", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]"],
      "Megatron attention, 4 heads on tp=4"),
+    ("heads_free_wo", "attention", "tp=2", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]"],
+     "Wo left free: row-split it and reduce o_mm, or gather the smaller ctx_m"),
     ("heads_tp8", "attention", "tp=8", ["Wq=[_,tp]", "Wk=[_,tp]", "Wv=[_,tp]", "Wo=[tp,_]"],
      "fewer heads (4) than tp (8)"),
     ("pinned_w2", "mlp", "tp=2", ["W1=[_,tp]", "W2=[_,_]"],
      "a column-split W1 before a W2 pinned replicated: gather a, or slice W2 and reduce o"),
     ("uneven", "mlp", "tp=3", ["h=[_,tp]"],
      "a dim (256) its axis (3) does not divide"),
+    ("conv_out_ch", "convnet", "tp=2", ["c0_W=[tp,_,_,_]"],
+     "a Conv's output channels split: keep channels split, or gather"),
+    ("gpt_pinned", "tiny_gpt", "tp=2", shardings_file("tests/partition/tiny_gpt_tp_pinned.txt"),
+     "Wo and W2 pinned replicated after column-split Q/K/V and W1"),
 ]
 
 
@@ -90,6 +103,47 @@ def run_node(node, env, constrain):
         y = jnp.reshape(x[0], [x[0].shape[i] if v == 0 else v for i, v in enumerate(shape)])
     elif op == "Identity":
         y = x[0]
+    elif op == "Relu":
+        y = jnp.maximum(x[0], 0)
+    elif op == "Where":
+        y = jnp.where(x[0], x[1], x[2])
+    elif op == "Gather":
+        y = jnp.take(x[0], x[1], axis=attr(node, "axis", 0))
+    elif op == "LayerNormalization":
+        axis = attr(node, "axis", -1)
+        axes = tuple(range(axis % x[0].ndim, x[0].ndim))
+        mean = jnp.mean(x[0], axis=axes, keepdims=True)
+        var = jnp.mean(jnp.square(x[0] - mean), axis=axes, keepdims=True)
+        y = (x[0] - mean) / jnp.sqrt(var + attr(node, "epsilon", 1e-5)) * x[1]
+        if len(x) > 2 and x[2] is not None:
+            y = y + x[2]
+    elif op == "Conv":
+        k = len(x[1].shape) - 2
+        pads = attr(node, "pads", [0] * 2 * k)
+        y = jax.lax.conv_general_dilated(
+            x[0], x[1], window_strides=attr(node, "strides", [1] * k),
+            padding=[(pads[i], pads[i + k]) for i in range(k)], rhs_dilation=attr(node, "dilations", [1] * k),
+            feature_group_count=attr(node, "group", 1))
+        if len(x) > 2 and x[2] is not None:
+            y = y + x[2].reshape((1, -1) + (1,) * k)
+    elif op == "BatchNormalization":
+        k = x[0].ndim - 2
+        shape = (1, -1) + (1,) * k
+        inv = x[1] / jnp.sqrt(x[4] + attr(node, "epsilon", 1e-5))
+        y = (x[0] - x[3].reshape(shape)) * inv.reshape(shape) + x[2].reshape(shape)
+    elif op == "MaxPool":
+        k = attr(node, "kernel_shape")
+        st = attr(node, "strides", [1] * len(k))
+        y = jax.lax.reduce_window(x[0], -jnp.inf, jax.lax.max, (1, 1) + tuple(k), (1, 1) + tuple(st), "VALID")
+    elif op == "Flatten":
+        axis = attr(node, "axis", 1)
+        y = jnp.reshape(x[0], (int(np.prod(x[0].shape[:axis])), -1))
+    elif op == "Gemm":
+        a = x[0].T if attr(node, "transA", 0) else x[0]
+        b = x[1].T if attr(node, "transB", 0) else x[1]
+        y = attr(node, "alpha", 1.0) * jnp.matmul(a, b)
+        if len(x) > 2 and x[2] is not None:
+            y = y + attr(node, "beta", 1.0) * x[2]
     else:
         raise SystemExit("xla_bench: op %s is not in the interpreter" % op)
     out = node.output[0]
@@ -121,7 +175,7 @@ def jax_function(model, constraints):
             return inits[name]
         t = next(i for i in g.input if i.name == name)
         dims = [d.dim_value for d in t.type.tensor_type.shape.dim]
-        return np.zeros(dims, np.float32)
+        return np.zeros(dims, onnx.helper.tensor_dtype_to_np_dtype(t.type.tensor_type.elem_type))
 
     return fn, args, [example(a) for a in args]
 

@@ -261,6 +261,7 @@ typedef struct PlanReshard {
 typedef struct CostChoice {
     int ncand, pick;
     double cost_s[COST_MAX_CANDS];       /* compute + operand reshards + reducing the result */
+    int64_t bytes[COST_MAX_CANDS];       /* bytes per rank those reshards send: compared first */
     const char *anchor[COST_MAX_CANDS];  /* the tensor whose layout it starts from, or NULL */
     unsigned char fn[COST_MAX_CANDS][RULE_MAX_FACTORS];
     unsigned char fa[COST_MAX_CANDS][RULE_MAX_FACTORS][MESH_MAX_AXES];

@@ -18,9 +18,10 @@
  *    are linear in it (a replicated bias added to a partial sum would be
  *    added once per rank), otherwise it is reduced first. Where the
  *    tensors' layouts disagree (two annotations on different factors of
- *    one contraction, a pinned layout against a split operand), the cost
- *    model settles the node: see lower_choose. An annotation always holds,
- *    or lowering fails naming it. A graph output keeps its layout (a
+ *    one contraction, a pinned layout against a split operand), or the
+ *    merge leaves a result partial by splitting a free weight, the cost
+ *    model settles the node by bytes moved, then time: see lower_choose.
+ *    An annotation always holds, or lowering fails naming it. A graph output keeps its layout (a
  *    partial one is reduced): --out gathers it to rank 0 once, after the
  *    run, so it costs the step nothing.
  */
@@ -509,7 +510,10 @@ static int annotated(const TensorPlan *tp)
 typedef struct LowerCost {
     double total_s;     /* compute + operand reshards + reducing a partial result */
     double operands_s;  /* the operand reshards alone */
+    int64_t bytes;      /* bytes per rank those reshards and that reduction send */
     int pinned;         /* an annotated operand needs another layout */
+    int partial;        /* an unannotated result is left partial: a reduction to pay */
+    int free_split;     /* a free weight is split for this node (propagation's proposal, not a pin) */
 } LowerCost;
 
 static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigned char *fn,
@@ -517,7 +521,8 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
                       const Tensor **bad, Diag *d)
 {
     double ops = 0;
-    int pinned = 0;
+    int64_t bytes = 0;
+    int pinned = 0, partial = 0, free_split = 0;
     const Mesh *m = &p->mesh;
     NodePlan *np = &p->nodes[n->id];
     double c = plan_node_seconds(p, n, r, fn, fa);
@@ -545,6 +550,7 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
         Sharding need, have = tp->sharding;
         rule_project(r, k, fn, fa, m, &need);
         if (free_weight(p, t, taken)) {
+            free_split |= sharding_used_axes(&need) != 0;
             if (apply) {
                 if (!sharding_equal(&have, &need)) {
                     tp->sharding = need;
@@ -571,6 +577,7 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
             Reshard rs;
             reshard_lower(m, t, &have, &need, &rs);
             ops += rs.seconds;
+            bytes += rs.bytes;
         }
     }
     for (int k = 0; k < n->noutputs; k++) {
@@ -593,6 +600,8 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
             Reshard rs;
             reshard_lower(m, t, &out, &plain, &rs);
             c += rs.seconds;
+            bytes += rs.bytes;
+            partial = 1;
         }
         if (!apply)
             continue;
@@ -611,7 +620,10 @@ static int lower_node(Plan *p, const Node *n, const FactorRule *r, const unsigne
     if (cost) {
         cost->total_s = c + ops;
         cost->operands_s = ops;
+        cost->bytes = bytes;
         cost->pinned = pinned;
+        cost->partial = partial;
+        cost->free_split = free_split;
     }
     return 0;
 }
@@ -700,12 +712,28 @@ static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *
 }
 
 /* Settles node n's factor sharding. The merge of its tensors' layouts
- * (propagation's answer) is kept when it satisfies the annotations and
- * needs no communication for the operands. Otherwise the layouts
- * disagree, and the cost model picks among the merge, the sharding
- * anchored on each tensor's layout (with and without the merge's other
- * factors), and computing replicated: that is, among resharding one
- * operand, another, or the result. Ties keep the merge. */
+ * (propagation's answer) is kept when it satisfies the annotations,
+ * needs no communication for the operands and leaves no result partial
+ * through a free weight's split.
+ * Otherwise the cost model picks among the merge, the sharding anchored
+ * on each tensor's layout (with and without the merge's other factors),
+ * and computing replicated: that is, among resharding one operand,
+ * another, or reducing the result. A partial result counts too: a merge
+ * that splits a free weight's contracted dim moves nothing here but pays
+ * a reduction of its result, which may exceed gathering the split operand
+ * (a Conv after a channel split). Propagation only proposed that split;
+ * --shard-weights' gathers of the weight, added later (fsdp.c), are not
+ * seen here.
+ *
+ * The candidates are ranked by the bytes per rank their reshards send,
+ * then by time (compute and the collectives' latency); at equal bytes
+ * the merge stands. Bytes first, as XLA's partitioner: at the sizes where
+ * the choice matters the collectives are bandwidth-bound, while the time
+ * model's fixed latency per call would have one gather beat an
+ * all-reduce of half the bytes. A pinned replicated operand costs
+ * nothing to read in slices (lower_node's reshard to the split layout is
+ * a local slice), so slicing a pinned weight and reducing a small result
+ * competes fairly with gathering a large activation. */
 static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
 {
     NodePlan *np = &p->nodes[n->id];
@@ -721,6 +749,12 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
                         &bad, d);
     if (rc < 0)
         return -1;
+    /* A partial result reached by splitting a free weight: keeping that
+     * weight whole and gathering the split operand is as valid a reading
+     * of the annotations, so it is costed too. A split the annotations
+     * themselves give (Megatron's row-parallel Wo=[tp,_]) stands, as
+     * GSPMD keeps compatible operand shardings. */
+    int questioned = c0.partial && c0.free_split;
     CostChoice cc;
     cc.ncand = 0;
     cc.pick = 0;
@@ -743,10 +777,10 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
         }
         /* A conflict: the tensors propose different shardings, the merge
          * breaks an annotation, reshards a pinned operand, or moves one. */
-        if (cc.ncand == 1 && rc != 1 && !c0.pinned && c0.operands_s <= 0)
+        if (cc.ncand == 1 && rc != 1 && !c0.pinned && c0.operands_s <= 0 && !questioned)
             break;
     }
-    if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0) {
+    if (cc.ncand > 1 || rc == 1 || c0.pinned || c0.operands_s > 0 || questioned) {
         unsigned char fn[RULE_MAX_FACTORS] = {0};
         unsigned char fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
         memset(fa, 0, sizeof fa);
@@ -764,9 +798,13 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
             if (rc < 0)
                 return -1;
             cc.cost_s[i] = rc ? -1 : c.total_s;
+            cc.bytes[i] = rc ? -1 : c.bytes;
             if (rc && !first_bad)
                 first_bad = b;
-            if (!rc && (best < 0 || c.total_s < cc.cost_s[best] * (1 - 1e-9)))
+            /* Fewest bytes first; at equal bytes the merge stands, and
+             * among the others the faster one wins. */
+            if (!rc && (best < 0 || c.bytes < cc.bytes[best] ||
+                        (c.bytes == cc.bytes[best] && best != 0 && c.total_s < cc.cost_s[best] * (1 - 1e-9))))
                 best = i;
         }
         if (best < 0) {

@@ -571,8 +571,8 @@ static void explain_cost(const Plan *p, const Tensor *t, FILE *f)
         fprintf(f, "    its operands arrive in layouts that give it this one; nothing disagreed\n");
         return;
     }
-    fprintf(f, "    its tensors' layouts disagreed; the cost model compared (compute + operand reshards + "
-               "reducing the result):\n");
+    /* Bytes decide (the merge keeps ties), then time: see lower_choose. */
+    fprintf(f, "    the cost model compared bytes per rank (operand reshards + reducing the result), then time:\n");
     for (int i = 0; i < cc->ncand; i++) {
         strategy_str(p, n, cc->fn[i], (const unsigned char (*)[MESH_MAX_AXES])cc->fa[i], buf, sizeof buf);
         char from[160];
@@ -585,8 +585,8 @@ static void explain_cost(const Plan *p, const Tensor *t, FILE *f)
         if (cc->cost_s[i] < 0)
             fprintf(f, "    %s %s: %s: breaks an annotation\n", i == cc->pick ? "*" : " ", from, buf);
         else
-            fprintf(f, "    %s %s: %s: %s\n", i == cc->pick ? "*" : " ", from, buf,
-                    time_str(cc->cost_s[i], tm, sizeof tm));
+            fprintf(f, "    %s %s: %s: %lld bytes, %s\n", i == cc->pick ? "*" : " ", from, buf,
+                    (long long)cc->bytes[i], time_str(cc->cost_s[i], tm, sizeof tm));
     }
 }
 

@@ -3,6 +3,16 @@
  * the assertions are on the plan's layouts and collectives. */
 #include "tests/partition/plan_setup.h"
 
+/* Bytes per rank the plan sends to reshard `tensor`, over all its reshards. */
+static int64_t reshard_bytes_of(Setup *s, const char *tensor)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < s->p->nreshards; i++)
+        if (strcmp(s->p->reshards[i].tensor->name, tensor) == 0)
+            bytes += s->p->reshards[i].r.bytes;
+    return bytes;
+}
+
 static void test_partition_propagate_mlp_megatron(void **st)
 {
     (void)st;
@@ -39,11 +49,15 @@ static void test_partition_propagate_attention_heads(void **st)
     assert_string_equal(layout(&s, "k_t", b), "[_,tp,_,_]");
     assert_string_equal(layout(&s, "probs", b), "[_,tp,_,_]");
     assert_string_equal(layout(&s, "ctx_m", b), "[_,_,tp]");
-    assert_string_equal(layout(&s, "Wo", b), "[tp,_]");
     assert_string_equal(layout(&s, "bq", b), "[tp]");
+    /* Wo is free: row-split it and all-reduce o_mm (2 KiB per rank on
+     * tp=2), or gather ctx_m (1 KiB) and keep Wo whole. The fewer bytes
+     * win, as in XLA's partitioner; Megatron's all-reduce needs Wo=[tp,_]. */
+    assert_string_equal(layout(&s, "Wo", b), "[_,_]");
     assert_int_equal(count_comm(&s), 1);
-    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
-    assert_string_equal(s.p->reshards[0].consumer->name, "o_bias");
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 1);
+    assert_int_equal(reshard_bytes_of(&s, "ctx_m"), 1024);
+    assert_string_equal(s.p->reshards[0].consumer->name, "o_proj");
     setup_free(&s);
 }
 
@@ -159,15 +173,6 @@ static void test_partition_propagate_deterministic(void **st)
 
 /* ---- conflicts settled by cost, annotations that hold ------------------- */
 
-static int64_t reshard_bytes_of(Setup *s, const char *tensor)
-{
-    int64_t bytes = 0;
-    for (int i = 0; i < s->p->nreshards; i++)
-        if (strcmp(s->p->reshards[i].tensor->name, tensor) == 0)
-            bytes += s->p->reshards[i].r.bytes;
-    return bytes;
-}
-
 static void test_partition_propagate_conflict_settled_by_cost(void **st)
 {
     (void)st;
@@ -236,6 +241,93 @@ static void test_partition_propagate_pinned_weight_gathers_activation(void **st)
     assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 0);
     assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 1);
     assert_int_equal(reshard_bytes_of(&s, "x"), 1024);
+    setup_free(&s);
+}
+
+/* Bytes per rank the whole plan sends. */
+static int64_t plan_bytes(Setup *s)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < s->p->nreshards; i++)
+        bytes += s->p->reshards[i].r.bytes;
+    return bytes;
+}
+
+static void test_partition_propagate_pinned_weight_sliced_for_reduce(void **st)
+{
+    (void)st;
+    /* W2 pinned replicated after a column-split W1: gathering a moves
+     * 4 KiB per rank, slicing W2 by rows (free: every rank holds it) and
+     * all-reducing the 2 KiB o moves 2 KiB. W2 keeps its annotated layout
+     * where it is defined; only fc2 reads a slice of it. */
+    Setup s;
+    char b[128];
+    const char *shards[] = {"W1=[_,tp]", "W2=[_,_]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
+    assert_string_equal(layout(&s, "W2", b), "[_,_]");
+    assert_int_equal(s.p->tensors[graph_tensor_find(s.g, "W2")->id].origin, ORIGIN_USER);
+    assert_string_equal(layout(&s, "a", b), "[_,tp]");
+    assert_string_equal(layout(&s, "o", b), "[_,_] partial(tp)");
+    assert_int_equal(reshard_bytes_of(&s, "a"), 0);
+    assert_int_equal(reshard_bytes_of(&s, "W2"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 1);
+    assert_int_equal(reshard_bytes_of(&s, "o"), 2048);
+    assert_int_equal(plan_bytes(&s), 2048);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_conv_gathers_input_not_partial_result(void **st)
+{
+    (void)st;
+    /* c0's output channels split over tp reach c1 as its contracted input
+     * channels. Keeping them split leaves c1_conv partial (an 8 KiB
+     * all-reduce per rank); gathering the 4 KiB c0_pool moves 2 KiB. A
+     * merge that needs no operand moved is still costed against the
+     * alternatives when its result is partial. */
+    Setup s;
+    char b[128];
+    const char *shards[] = {"c0_W=[tp,_,_,_]", NULL};
+    plan_ok(&s, "tests/models/convnet.onnx", "tp=2", NULL, shards, -1);
+    assert_string_equal(layout(&s, "c0_pool", b), "[_,tp,_,_]");
+    assert_string_equal(layout(&s, "c1_W", b), "[_,_,_,_]");
+    assert_string_equal(layout(&s, "c1_conv", b), "[_,_,_,_]");
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 0);
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 1);
+    assert_int_equal(reshard_bytes_of(&s, "c0_pool"), 2048);
+    assert_int_equal(plan_bytes(&s), 2048);
+    setup_free(&s);
+}
+
+static void test_partition_propagate_tiny_gpt_pinned_row_weights(void **st)
+{
+    (void)st;
+    /* Wo and W2 pinned replicated after column-split Q/K/V and W1. Per
+     * block, o_proj gathers its 8 KiB input (4 KiB per rank) rather than
+     * all-reduce its 8 KiB result (8 KiB), and fc2 slices W2 and
+     * all-reduces its 8 KiB result rather than gather a 32 KiB input
+     * (16 KiB): 24 KiB in all, as XLA's partitioner, not 40 KiB. */
+    Setup s;
+    char b[128];
+    plan_ok(&s, "tests/models/tiny_gpt.onnx", "tp=2", "tests/partition/tiny_gpt_tp_pinned.txt", NULL, -1);
+    for (int l = 0; l < 2; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "l%d_Wo", l);
+        assert_string_equal(layout(&s, name, b), "[_,_]");
+        snprintf(name, sizeof name, "l%d_W2", l);
+        assert_string_equal(layout(&s, name, b), "[_,_]");
+        snprintf(name, sizeof name, "l%d_ctx_m", l);
+        assert_int_equal(reshard_bytes_of(&s, name), 4096);
+        snprintf(name, sizeof name, "l%d_act", l);
+        assert_string_equal(layout(&s, name, b), "[_,_,tp]");
+        assert_int_equal(reshard_bytes_of(&s, name), 0);
+        snprintf(name, sizeof name, "l%d_fc2", l);
+        assert_string_equal(layout(&s, name, b), "[_,_,_] partial(tp)");
+        assert_int_equal(reshard_bytes_of(&s, name), 8192);
+    }
+    assert_int_equal(count_coll(&s, COLL_ALL_GATHER, "tp"), 2);
+    assert_int_equal(count_coll(&s, COLL_ALL_REDUCE, "tp"), 2);
+    assert_int_equal(plan_bytes(&s), 24576);
     setup_free(&s);
 }
 
@@ -368,6 +460,9 @@ int main(void)
         cmocka_unit_test(test_partition_propagate_conflict_settled_by_cost),
         cmocka_unit_test(test_partition_propagate_intermediate_annotation_holds),
         cmocka_unit_test(test_partition_propagate_pinned_weight_gathers_activation),
+        cmocka_unit_test(test_partition_propagate_pinned_weight_sliced_for_reduce),
+        cmocka_unit_test(test_partition_propagate_conv_gathers_input_not_partial_result),
+        cmocka_unit_test(test_partition_propagate_tiny_gpt_pinned_row_weights),
         cmocka_unit_test(test_annotation_that_cannot_hold),
         cmocka_unit_test(test_annotate_unknown_tensor),
         cmocka_unit_test(test_annotate_unknown_axis),
