@@ -53,14 +53,10 @@ static int reduce_mask(Diag *d, const Node *n, int rank, unsigned *mask)
     return shape_axes_mask(d, n, axes, rank, mask);
 }
 
-int shape_reduce_op(Graph *g, Node *n, Diag *d)
+/* Output 0 of a reduction of x over the dims in mask: those dims dropped,
+ * or kept as 1 under keepdims (default 1). */
+static int reduced_shape(Diag *d, Node *n, const Tensor *x, unsigned mask)
 {
-    (void)g;
-    Tensor *x = n->inputs[0];
-    int float_only = n->op == OP_REDUCE_L2 || n->op == OP_REDUCE_LOG_SUM_EXP || n->op == OP_REDUCE_LOG_SUM;
-    unsigned mask;
-    if (need_types(d, n, x, !float_only) || reduce_mask(d, n, x->rank, &mask))
-        return -1;
     int keep = node_attr_int(n, "keepdims", 1) != 0, r = 0;
     int64_t out[IR_MAX_RANK];
     for (int i = 0; i < x->rank; i++) {
@@ -70,6 +66,17 @@ int shape_reduce_op(Graph *g, Node *n, Diag *d)
             out[r++] = 1;
     }
     return shape_set(d, n, n->outputs[0], x->dtype, r, out);
+}
+
+int shape_reduce_op(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    Tensor *x = n->inputs[0];
+    int float_only = n->op == OP_REDUCE_L2 || n->op == OP_REDUCE_LOG_SUM_EXP || n->op == OP_REDUCE_LOG_SUM;
+    unsigned mask;
+    if (need_types(d, n, x, !float_only) || reduce_mask(d, n, x->rank, &mask))
+        return -1;
+    return reduced_shape(d, n, x, mask);
 }
 
 int shape_argreduce(Graph *g, Node *n, Diag *d)
@@ -300,19 +307,10 @@ int shape_reduce(Graph *g, Node *n, Diag *d)
         return shape_fail(d, n, "input \"%s\" has dtype %s; %s needs a %s type", x->name, dtype_name(x->dtype),
                           node_op_name(n), mean ? "float" : "number");
     const Attr *axes = node_attr(n, "axes");
-    int keep = node_attr_int(n, "keepdims", 1) != 0;
     unsigned mask;
     if (shape_axes_mask(d, n, axes, x->rank, &mask))
         return -1;
     if (!axes || axes->n == 0)
         mask = node_attr_int(n, "noop_with_empty_axes", 0) ? 0 : (1u << x->rank) - 1;
-    int64_t out[IR_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i < x->rank; i++) {
-        if (!(mask & (1u << i)))
-            out[r++] = x->dims[i];
-        else if (keep)
-            out[r++] = 1;
-    }
-    return shape_set(d, n, n->outputs[0], x->dtype, r, out);
+    return reduced_shape(d, n, x, mask);
 }
