@@ -20,7 +20,7 @@ SECONDS  ?= 600
 LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c) \
             $(wildcard driver/*.c)
 GEN_SRC  := build/gen/onnx.pb-c.c build/gen/templates.c
-FAMILIES  := math reduce index nn loss attn linalg
+FAMILIES  := math reduce index nn loss attn linalg train
 TEMPLATES := templates/runtime.c templates/bodies.h templates/kernels.c templates/cuda_kernels.cu \
              $(FAMILIES:%=templates/bodies_%.h) $(FAMILIES:%=templates/kernels_%.c) $(FAMILIES:%=templates/cuda_%.cu)
 TEST_SRC := $(wildcard tests/*/test_*.c)

@@ -88,6 +88,19 @@ static const char usage_text[] =
     "  --fuse-bytes N    fuse all-reduces on one group that are ready together\n"
     "                    and smaller than N bytes into one call (default 65536; 0 off)\n"
     "\n"
+    "\n"
+    "training (plan and compile): the program runs training steps instead of a forward pass\n"
+    "  --train           differentiate the loss with respect to the float initializers and\n"
+    "                    update them: forward(), backward(), optimizer_step() per step;\n"
+    "                    the rank program takes --steps N and --log-every K\n"
+    "  --loss NAME       the scalar output to minimise (default: the only scalar output)\n"
+    "  --frozen A,B      initializers that stay fixed    --trainable A,B  only these train\n"
+    "  --optimizer O     sgd (default) or adamw, PyTorch's forms\n"
+    "  --lr X            learning rate (default 0.001)  --momentum X (SGD, default 0)\n"
+    "  --weight-decay X  SGD: added to the gradient; AdamW: decoupled (default 0)\n"
+    "  --betas B1,B2     AdamW (default 0.9,0.999)      --eps X (AdamW, default 1e-8)\n"
+    "  --clip-norm X     scale the gradients to global norm at most X (default: off)\n"
+    "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
 
@@ -293,7 +306,9 @@ static void inspect_json(const Graph *g, int nodes)
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
-       OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES };
+       OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
+       OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
+       OPT_BETAS, OPT_EPS, OPT_CLIP_NORM };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -487,6 +502,17 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
+        {"train", no_argument, 0, OPT_TRAIN},
+        {"loss", required_argument, 0, OPT_LOSS},
+        {"frozen", required_argument, 0, OPT_FROZEN},
+        {"trainable", required_argument, 0, OPT_TRAINABLE},
+        {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+        {"lr", required_argument, 0, OPT_LR},
+        {"momentum", required_argument, 0, OPT_MOMENTUM},
+        {"weight-decay", required_argument, 0, OPT_WEIGHT_DECAY},
+        {"betas", required_argument, 0, OPT_BETAS},
+        {"eps", required_argument, 0, OPT_EPS},
+        {"clip-norm", required_argument, 0, OPT_CLIP_NORM},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -499,6 +525,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .target = "c",
         .cuda_arch = "sm_90",
     };
+    train_options_default(&o->trainopt);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
@@ -560,6 +587,39 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (*end || end == optarg || !(v > 0 && v <= 86400))
                 return usage_error("--auto-time-limit %s: expected seconds, from 0 to 86400", optarg);
             o->autoopt.time_limit_s = v;
+            break;
+        }
+        case OPT_TRAIN: o->train = 1; break;
+        case OPT_LOSS: o->trainopt.loss = optarg; break;
+        case OPT_FROZEN: o->trainopt.frozen = optarg; break;
+        case OPT_TRAINABLE: o->trainopt.trainable = optarg; break;
+        case OPT_OPTIMIZER:
+            if (strcmp(optarg, "sgd") && strcmp(optarg, "adamw"))
+                return usage_error("--optimizer %s: expected sgd or adamw", optarg);
+            o->trainopt.optimizer = strcmp(optarg, "sgd") ? OPT_ADAMW : OPT_SGD;
+            break;
+        case OPT_LR:
+        case OPT_MOMENTUM:
+        case OPT_WEIGHT_DECAY:
+        case OPT_EPS:
+        case OPT_CLIP_NORM: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= 0 && v <= 1e6) || (c == OPT_MOMENTUM && v >= 1))
+                return usage_error("%s: expected a number from 0 to 1e6 (momentum below 1)", argv[optind - 1]);
+            float *dst = c == OPT_LR ? &o->trainopt.lr : c == OPT_MOMENTUM ? &o->trainopt.momentum
+                       : c == OPT_WEIGHT_DECAY ? &o->trainopt.weight_decay : c == OPT_EPS ? &o->trainopt.eps
+                       : &o->trainopt.clip_norm;
+            *dst = (float)v;
+            break;
+        }
+        case OPT_BETAS: {
+            char *end, *end2;
+            double b1 = strtod(optarg, &end), b2 = *end == ',' ? strtod(end + 1, &end2) : -1;
+            if (*end != ',' || *end2 || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+                return usage_error("--betas %s: expected B1,B2 in [0, 1), e.g. 0.9,0.999", optarg);
+            o->trainopt.beta1 = (float)b1;
+            o->trainopt.beta2 = (float)b2;
             break;
         }
         case 'o': o->out_dir = optarg; break;

@@ -170,6 +170,10 @@ int program_runs(const Program *pr, const Node *n);
 int program_operand_buf(const Program *prog, const Node *n, int k);
 /* Buffer holding graph output i, gathered (the reshard result when it has one). */
 int program_output_buf(const Program *prog, int i);
+/* Does the program train (has it optimizer updates, from --train)? */
+int program_trains(const Program *pr);
+/* The graph output that is the loss (Graph.loss), or -1. */
+int program_loss_output(const Program *pr);
 /* Identifies the group (the coordinates outside it), for MPI_Comm_split. */
 int program_group_color(const Program *prog, unsigned axes);
 
@@ -359,6 +363,9 @@ void emit_model_names(Emitter *e);
  * value on a replicated layout; else this rank's block, which
  * rt_gather_output assembles on rank 0). */
 void emit_output_write(Emitter *e, int i, const char *data);
+/* main()'s training loop (--steps, --log-every), printing the loss on
+ * rank 0 from `loss`, an expression of its value as a double. */
+void emit_train_loop(Emitter *e, const char *loss);
 /* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
 void emit_trace_init(Emitter *e);
 /* main()'s reading of this rank's input blocks (in a pipeline, stage 0's
@@ -385,7 +392,7 @@ typedef struct EmitCtx {
 
 /* Emitters, named in the emit column of ir/ops.def; emit_none for an op
  * with no kernel yet. */
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) int emit(const EmitCtx *c, Diag *d);
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) int emit(const EmitCtx *c, Diag *d);
 #include "../ir/ops.def"
 #undef OP
 int emit_bias_residual(const EmitCtx *c, Diag *d);

@@ -82,6 +82,9 @@ static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
         fprintf(f, "static %s *%s; /* from stage %d: local %s of %s, %s, in its receive slot */\n",
                 emit_ctype(b->dtype), b->name, pr->plan->pipe->tensor_stage[t->id], l,
                 shape_str(t->dims, t->rank, g, sizeof g), sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+    } else if (b->alias_of >= 0 && pr->bufs[b->alias_of].kind == BUF_WEIGHT) {
+        fprintf(f, "#define %s %s /* %s, updated in place */\n", b->name, pr->bufs[b->alias_of].name,
+                t ? CMT(t->name, nm) : "");
     } else if (b->last >= 0) {
         fprintf(f, "#define %s ((%s *)(g_arena + %lld)) /* %lld bytes, live [%d, %d]", b->name,
                 emit_ctype(b->dtype), (long long)b->offset, (long long)b->bytes, b->first, b->last);
@@ -172,10 +175,37 @@ static void emit_forward(Emitter *e)
             e->rc = -1;
     } else {
         e->f = fw;
+        /* Training: the instructions up to the first backward node are
+         * forward(), then backward() up to the first optimizer update, then
+         * optimizer_step(); a collective started in one may be waited for
+         * in the next (its request is file-level). */
+        int bwd = pr->ninsts, opt = pr->ninsts;
+        for (int i = pr->ninsts - 1; i >= 0; i--) {
+            const Node *n = pr->insts[i].kind == INST_COMPUTE ? pr->insts[i].node : NULL;
+            if (n && n->grad)
+                bwd = i;
+            if (n && ir_output_in_place(n, 0) >= 0)
+                opt = i;
+        }
+        if (bwd > opt)
+            bwd = opt;
         fprintf(fw, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{\n    rt_step_begin();\n");
-        for (int i = 0; i < pr->ninsts; i++)
+        for (int i = 0; i < bwd; i++)
+            emit_inst(e, i);
+        if (program_trains(pr)) {
+            fprintf(fw, "}\n\n/* ---- the backward pass: gradients of the loss ---- */\n\nstatic void backward(void)\n{\n");
+            for (int i = bwd; i < opt; i++)
+                emit_inst(e, i);
+            fprintf(fw, "}\n\n/* ---- the optimizer: each weight updated in place ---- */\n\n"
+                        "static int64_t g_step; /* steps taken, counted from 1 (AdamW's bias correction) */\n\n"
+                        "static void optimizer_step(void)\n{\n    g_step++;\n");
+        }
+        for (int i = opt; i < pr->ninsts; i++)
             emit_inst(e, i);
         fprintf(fw, "    rt_step_end();\n}\n");
+        if (program_trains(pr))
+            fprintf(fw, "\n/* ---- one training step ---- */\n\nstatic void train_step(void)\n{\n"
+                        "    forward();\n    backward();\n    optimizer_step();\n}\n");
     }
     fclose(fw);
     e->f = f;

@@ -24,7 +24,7 @@ void emit_model_names(Emitter *e)
     }
     fprintf(f, "NULL};\nstatic const char *const model_outputs[] = {");
     for (int i = 0; i < g->noutputs; i++) {
-        esc_c_string(f, g->outputs[i]->name);
+        esc_c_string(f, ir_output_name(g->outputs[i]));
         fputs(", ", f);
     }
     fprintf(f, "NULL};\n\n");
@@ -162,4 +162,14 @@ void emit_inputs(Emitter *e)
         e->t->input_block(e, in, dst, b);
         fprintf(f, "%s    }\n", pp ? "        }\n" : "");
     }
+}
+
+void emit_train_loop(Emitter *e, const char *loss)
+{
+    fprintf(e->f, "    for (long s = 1; s <= args.steps; s++) {\n"
+                  "        train_step();\n"
+                  "        if (RANK == 0 && (s %% args.log_every == 0 || s == args.steps))\n"
+                  "            printf(\"step %%ld loss %%.9g\\n\", s, %s);\n"
+                  "    }\n",
+            loss);
 }

@@ -633,7 +633,7 @@ int emit_none(const EmitCtx *c, Diag *d)
 /* The emit column of ir/ops.def. */
 typedef int (*EmitFn)(const EmitCtx *c, Diag *d);
 static const EmitFn emit_fns[OP_COUNT] = {
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = emit,
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) [e] = emit,
 #include "../ir/ops.def"
 #undef OP
 };

@@ -288,6 +288,13 @@ static void cuda_main(Emitter *e)
                "     * non-blocking compute stream. */\n"
                "    CHECK_CUDA(cudaDeviceSynchronize());\n");
     emit_trace_init(e);
+    if (program_trains(pr)) {
+        char loss[200];
+        snprintf(loss, sizeof loss, "rt_cuda_read_f32(g_stream, %s)",
+                 pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
+        emit_train_loop(e, loss);
+        fprintf(f, "    rt_cuda_sync(g_stream, \"the training steps\");\n    rt_trace_write();\n");
+    } else
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
                "        CHECK_CUDA(cudaEventCreate(&t0));\n        CHECK_CUDA(cudaEventCreate(&t1));\n"
                "        forward(); /* warm-up */\n        rt_cuda_sync(g_stream, \"the warm-up pass\");\n"
@@ -311,7 +318,7 @@ static void cuda_main(Emitter *e)
         const Tensor *t = g->outputs[i];
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
         fprintf(f, "        if (strcmp(args.out_name[i], ");
-        esc_c_string(f, t->name);
+        esc_c_string(f, ir_output_name(t));
         fprintf(f, ") == 0) {\n");
         if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
             fprintf(f, "            void *host = rt_alloc(%lld);\n"

@@ -228,6 +228,12 @@ static void mpi_main(Emitter *e)
         fprintf(f, "    pipe_init();\n");
     emit_inputs(e);
     emit_trace_init(e);
+    if (program_trains(pr)) {
+        char loss[200];
+        snprintf(loss, sizeof loss, "(double)%s[0]", pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
+        emit_train_loop(e, loss);
+        fprintf(f, "    rt_trace_write();\n");
+    } else
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
                "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before timing)\");\n"
                "        double t0 = MPI_Wtime();\n"
@@ -248,7 +254,7 @@ static void mpi_main(Emitter *e)
             const Tensor *t = g->outputs[i];
             const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
             fprintf(f, "        if (strcmp(args.out_name[i], ");
-            esc_c_string(f, t->name);
+            esc_c_string(f, ir_output_name(t));
             fprintf(f, ") == 0) {\n");
             emit_output_write(e, i, b->name);
             fprintf(f, "            continue;\n        }\n");

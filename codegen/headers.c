@@ -25,11 +25,11 @@ extern const char template_bodies_h[];
 extern const char template_kernels_c[];
 extern const char template_cuda_kernels_cu[];
 extern const char template_bodies_math_h[], template_bodies_reduce_h[], template_bodies_index_h[],
-    template_bodies_nn_h[], template_bodies_loss_h[], template_bodies_attn_h[], template_bodies_linalg_h[];
+    template_bodies_nn_h[], template_bodies_loss_h[], template_bodies_attn_h[], template_bodies_linalg_h[], template_bodies_train_h[];
 extern const char template_kernels_math_c[], template_kernels_reduce_c[], template_kernels_index_c[],
-    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[];
+    template_kernels_nn_c[], template_kernels_loss_c[], template_kernels_attn_c[], template_kernels_linalg_c[], template_kernels_train_c[];
 extern const char template_cuda_math_cu[], template_cuda_reduce_cu[], template_cuda_index_cu[], template_cuda_nn_cu[],
-    template_cuda_loss_cu[], template_cuda_attn_cu[], template_cuda_linalg_cu[];
+    template_cuda_loss_cu[], template_cuda_attn_cu[], template_cuda_linalg_cu[], template_cuda_train_cu[];
 
 /* Which kernel family each op belongs to: 0 core (templates/kernels.c),
  * then the families in the order of the table in headers_write. */
@@ -54,6 +54,9 @@ static const unsigned char op_family[OP_COUNT] = {
 #undef OP
 #define OP(e, ...) [e] = 7,
 #include "../ir/ops_linalg.def"
+#undef OP
+#define OP(e, ...) [e] = 8,
+#include "../ir/ops_train.def"
 #undef OP
 };
 
@@ -121,8 +124,9 @@ int headers_write(const char *dir, int cuda, unsigned families, Diag *d)
                                     {template_bodies_nn_h, template_kernels_nn_c, template_cuda_nn_cu},
                                     {template_bodies_loss_h, template_kernels_loss_c, template_cuda_loss_cu},
                                     {template_bodies_attn_h, template_kernels_attn_c, template_cuda_attn_cu},
-                                    {template_bodies_linalg_h, template_kernels_linalg_c, template_cuda_linalg_cu}};
-    for (int i = 1; i <= 7; i++)
+                                    {template_bodies_linalg_h, template_kernels_linalg_c, template_cuda_linalg_cu},
+                                    {template_bodies_train_h, template_kernels_train_c, template_cuda_train_cu}};
+    for (int i = 1; i <= 8; i++)
         if (families & (1u << i)) {
             fputs("\n", f);
             fputs(table[i - 1][0], f);

@@ -401,3 +401,21 @@ void program_free(Program *pr)
     free(pr);
 }
 
+
+int program_trains(const Program *pr)
+{
+    for (int i = 0; i < pr->g->noutputs; i++) {
+        const Node *n = pr->g->outputs[i]->producer;
+        if (n && ir_output_in_place(n, 0) >= 0)
+            return 1;
+    }
+    return 0;
+}
+
+int program_loss_output(const Program *pr)
+{
+    for (int i = 0; i < pr->g->noutputs; i++)
+        if (pr->g->outputs[i] == pr->g->loss)
+            return i;
+    return -1;
+}

@@ -147,6 +147,16 @@ static void find_views(Program *pr)
 #define K_PACK_MIN_ROWS 8
 #define K_PACK_MAX_PANEL 32 /* columns per panel with AVX-512 (templates/kernels.c K_NR) */
 
+/* A weight an optimizer updates (--train): its packed copy would go
+ * stale after the first step, so its GEMMs read it as stored. */
+static int trained(const Tensor *t)
+{
+    for (int c = 0; t && c < t->nconsumers; c++)
+        if (ir_output_in_place(t->consumers[c], 0) >= 0 && t->consumers[c]->inputs[0] == t)
+            return 1;
+    return 0;
+}
+
 static void find_packs(Program *pr, int packs)
 {
     const Graph *g = pr->g;
@@ -171,7 +181,7 @@ static void find_packs(Program *pr, int packs)
         const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
         const Buffer *y = &pr->bufs[pr->tensor_buf[n->outputs[0]->id]];
         if (b->kind != BUF_WEIGHT || b->dtype != DT_F32 || b->rank != 2 || a->dtype != DT_F32 || y->dtype != DT_F32 ||
-            a->rank < 2 || (n->op == OP_GEMM && a->rank != 2))
+            a->rank < 2 || (n->op == OP_GEMM && a->rank != 2) || trained(b->tensor))
             continue;
         int64_t rows = 1, k = b->dims[tb], cols = b->dims[1 - tb];
         for (int d = 0; d < a->rank - 1; d++)
@@ -261,6 +271,20 @@ static void find_aliases(Program *pr)
         resharded[p->reshards[r].tensor->id] = 1;
     for (int i = 0; i < g->nnodes; i++)
         fold_gemm_bias(pr, i, resharded);
+    /* An optimizer update writes the weight and its state in place: each
+     * output is a view of the input it replaces, when that input is read
+     * as stored (emit_optimizer refuses the update otherwise). */
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        for (int k = 0; k < n->noutputs && program_runs(pr, n); k++) {
+            int j = ir_output_in_place(n, k);
+            if (j < 0 || !n->outputs[k])
+                continue;
+            int xb = program_operand_buf(pr, n, j), yb = pr->tensor_buf[n->outputs[k]->id];
+            if (xb >= 0 && yb >= 0 && pr->bufs[xb].kind == BUF_WEIGHT && pr->bufs[xb].bytes == pr->bufs[yb].bytes)
+                pr->bufs[yb].alias_of = xb;
+        }
+    }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         if (!is_shape_only(n->op) || !program_runs(pr, n) || n->noutputs != 1 || !n->outputs[0] || !n->inputs[0] ||

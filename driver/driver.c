@@ -138,6 +138,13 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     d->context = o->model;
     if (frontend_load_file(o->model, &o->frontend, &r->graph, d))
         goto out;
+    if (o->train && pipeline_axis) {
+        diag_add(d, "--train: pipeline stages do not train yet (no backward schedule); drop the %s axis",
+                 pipeline_axis);
+        goto out;
+    }
+    if (o->train && ir_build_training(r->graph, &o->trainopt, d))
+        goto out;
     const Graph *g = r->graph;
     if (annotate_add_model(&r->ann, &r->arena, g, &mesh, d))
         goto out;

@@ -39,6 +39,8 @@ typedef struct DriverOptions {
     const char *pipeline_axis;     /* --pipeline-axis, or NULL (pp if there is one) */
     const char *stage_boundaries;  /* --stage-boundaries, or NULL */
     int microbatches;              /* --microbatches (1: none) */
+    int train;                     /* --train */
+    TrainOptions trainopt;         /* --loss, --optimizer, --lr, ... */
     /* compile only */
     const char *target;            /* "c" or "cuda" */
     const char *cuda_arch;

@@ -16,15 +16,17 @@
 #include <sys/mman.h>
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(e, nm, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = {nm, mi, ma, mo, mao, since, fn, fold},
+#define OP(e, nm, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) [e] = {nm, mi, ma, mo, mao, since, fn, fold, vjp},
 #include "ops.def"
 #undef OP
 };
 
 int op_from_name(const char *onnx_name)
 {
+    /* Ops the compiler makes itself (since_opset 0: the optimizer
+     * updates of --train) are never read from a model. */
     for (int i = 0; i < OP_COUNT; i++)
-        if (strcmp(op_table[i].name, onnx_name) == 0)
+        if (op_table[i].since_opset > 0 && strcmp(op_table[i].name, onnx_name) == 0)
             return i;
     return -1;
 }
@@ -363,6 +365,20 @@ void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals
     a->floats = arena_alloc(&g->arena, (size_t)(count ? count : 1) * sizeof(float));
     if (count)
         memcpy(a->floats, vals, (size_t)count * sizeof(float));
+}
+
+void node_attr_set_int(Graph *g, Node *n, const char *name, int64_t val)
+{
+    Attr *a = attr_get(g, n, name);
+    a->type = ATTR_INT;
+    a->i = val;
+}
+
+void node_attr_set_float(Graph *g, Node *n, const char *name, float val)
+{
+    Attr *a = attr_get(g, n, name);
+    a->type = ATTR_FLOAT;
+    a->f = val;
 }
 
 void node_attr_set_str(Graph *g, Node *n, const char *name, const char *val)

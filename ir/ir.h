@@ -106,7 +106,7 @@ uint16_t float_to_bf16(float f);
 /* ---- op table ----------------------------------------------------------- */
 
 typedef enum OpKind {
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) e,
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) e,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -118,6 +118,9 @@ typedef int (*ShapeFn)(Graph *g, Node *n, Diag *d);
 /* Evaluates a node whose inputs all hold data (ir/fold.c): fills its
  * outputs' data and returns 1, 0 when it does not fold, -1 on error. */
 typedef int (*FoldFn)(Graph *g, Node *n, Diag *d);
+/* Appends the nodes of a node's vector-Jacobian product (ir/autodiff.h). */
+typedef struct Vjp Vjp;
+typedef int (*VjpFn)(Vjp *v);
 
 typedef struct OpInfo {
     const char *name;
@@ -125,6 +128,7 @@ typedef struct OpInfo {
     int since_opset;
     ShapeFn infer;
     FoldFn fold;
+    VjpFn vjp;
 } OpInfo;
 
 extern const OpInfo op_table[OP_COUNT];
@@ -187,6 +191,7 @@ struct Node {
     const char *op_type; /* OP_UNSUPPORTED: the model's op_type (and domain) */
     int id;
     unsigned folded : 1; /* evaluated at compile time; dropped by ir_fold_sweep */
+    unsigned grad : 1;   /* part of the backward pass --train built (ir/autodiff.c) */
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
     int ninputs;
@@ -236,6 +241,7 @@ typedef struct Graph {
     int noutputs;
     ModelShardSpec *shard_specs;
     int nshard_specs;
+    const Tensor *loss;    /* --train: the output it minimises, else NULL */
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -276,7 +282,9 @@ void node_attr_set_ints(Graph *g, Node *n, const char *name,
                         const int64_t *vals, int count);
 /* The same for a FLOATS attribute. */
 void node_attr_set_floats(Graph *g, Node *n, const char *name, const float *vals, int count);
-/* And a STRING attribute (copied into the arena). */
+/* And an INT, a FLOAT, a STRING attribute (copied into the arena). */
+void node_attr_set_int(Graph *g, Node *n, const char *name, int64_t val);
+void node_attr_set_float(Graph *g, Node *n, const char *name, float val);
 void node_attr_set_str(Graph *g, Node *n, const char *name, const char *val);
 
 /* Formats dims as "[2, 16, 64]" into buf; returns buf. */
@@ -331,6 +339,36 @@ void fold_set(Tensor *t, int64_t i, double v);
 void *fold_alloc(Graph *g, Tensor *t);
 int64_t fold_bcast_index(const Tensor *out, const Tensor *in, int64_t i);
 
+/* ---- autodiff.c -------------------------------------------------------- */
+
+typedef enum Optimizer { OPT_SGD, OPT_ADAMW } Optimizer;
+
+/* What --train asks for (main.c fills it; the defaults are PyTorch's). */
+typedef struct TrainOptions {
+    const char *loss;        /* --loss NAME, or NULL: the only scalar output */
+    const char *frozen;      /* --frozen A,B: initializers kept fixed, or NULL */
+    const char *trainable;   /* --trainable A,B: only these, or NULL: every float initializer */
+    Optimizer optimizer;     /* --optimizer sgd|adamw */
+    float lr;                /* --lr */
+    float momentum;          /* --momentum (SGD) */
+    float weight_decay;      /* --weight-decay (SGD: added to the gradient; AdamW: decoupled) */
+    float beta1, beta2, eps; /* --betas B1,B2 --eps (AdamW) */
+    float clip_norm;         /* --clip-norm: global gradient norm cap, 0: none */
+} TrainOptions;
+
+void train_options_default(TrainOptions *o);
+/* Appends to g the backward pass of the loss with respect to the trainable
+ * initializers (each op's vjp_fn) and one optimizer node per trainable
+ * weight, whose outputs (the updated weight and optimizer state) become
+ * graph outputs. -1 with a diagnostic naming the flag, tensor or node. */
+int ir_build_training(Graph *g, const TrainOptions *o, Diag *d);
+/* For a node that updates weights in place (an optimizer node): the input
+ * whose storage output k takes over, or -1. */
+int ir_output_in_place(const Node *n, int k);
+/* The name a graph output goes by for --out: a trained weight's (or
+ * state's) own name for its update, else the tensor's. */
+const char *ir_output_name(const Tensor *t);
+
 /* ---- quant.c ------------------------------------------------------------ */
 
 /* The scale's layout against x for (De)QuantizeLinear: 0 per tensor, 1 per
@@ -359,8 +397,8 @@ int einsum_parse(const char *eq, int nin, const int *ranks, const int64_t (*dims
 const char *shape_const_hint(const Tensor *t);
 
 /* Shape and fold functions, referenced from ops.def. */
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold)              \
-    int fn(Graph *g, Node *n, Diag *d); int fold(Graph *g, Node *n, Diag *d);
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp)              \
+    int fn(Graph *g, Node *n, Diag *d); int fold(Graph *g, Node *n, Diag *d); int vjp(Vjp *v);
 #include "ops.def"
 #undef OP
 

@@ -161,7 +161,7 @@ static inline int64_t rule_gcd(int64_t a, int64_t b)
 int rule_too_big(const Node *n, Diag *d);
 /* Rule functions, named in the rule column of ir/ops.def (rules.c and the
  * rules_<family>.c files); rule_none for an op that cannot be sharded. */
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) int rule(const Node *n, FactorRule *r, Diag *d);
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) int rule(const Node *n, FactorRule *r, Diag *d);
 #include "../ir/ops.def"
 #undef OP
 int op_has_rule(OpKind op);

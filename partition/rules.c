@@ -339,7 +339,7 @@ int rule_gather(const Node *n, FactorRule *r, Diag *d)
 
 /* The rule column of ir/ops.def. */
 static const RuleFn rule_fns[OP_COUNT] = {
-#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold) [e] = rule,
+#define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) [e] = rule,
 #include "../ir/ops.def"
 #undef OP
 };

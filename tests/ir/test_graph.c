@@ -51,10 +51,12 @@ static void test_op_table_names_unique(void **s)
     for (int i = 0; i < OP_COUNT; i++) {
         assert_non_null(op_table[i].name);
         assert_non_null(op_table[i].infer);
-        assert_int_equal(op_from_name(op_table[i].name), i);
+        /* the optimizer updates --train makes (since 0) are never read from a model */
+        assert_int_equal(op_from_name(op_table[i].name), op_table[i].since_opset ? i : -1);
         assert_true(op_table[i].min_inputs <= op_table[i].max_inputs);
     }
     assert_int_equal(op_from_name("Loop"), -1);
+    assert_int_equal(op_from_name("AdamW"), -1);
 }
 
 static Node *chain(Graph *g, const char *in, const char *out, const char *name)

@@ -1,0 +1,33 @@
+/* ops_train.c: shape functions of the optimizer updates (ops_train.def).
+ *
+ * The compiler makes these nodes itself (ir/autodiff.c), but their shape
+ * function still checks what the emitter relies on: the gradient and the
+ * state have the weight's shape, the state is float32 (master copies), and
+ * each output has its input's shape and dtype, since it takes over that
+ * input's storage.
+ */
+#include "ir.h"
+
+#include <string.h>
+
+int shape_optimizer(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *w = n->inputs[0];
+    if (!dtype_is_float(w->dtype))
+        return shape_fail(d, n, "weight \"%s\" is %s, not a float type", w->name, dtype_name(w->dtype));
+    for (int j = 1; j < n->ninputs; j++) {
+        const Tensor *t = n->inputs[j];
+        if (t->rank != w->rank || memcmp(t->dims, w->dims, (size_t)w->rank * sizeof(int64_t)))
+            return shape_fail(d, n, "input \"%s\" is not shaped like the weight \"%s\"", t->name, w->name);
+        if (j >= 2 && t->dtype != DT_F32)
+            return shape_fail(d, n, "optimizer state \"%s\" must be float32", t->name);
+    }
+    for (int k = 0; k < n->noutputs; k++) {
+        const Tensor *src = n->inputs[ir_output_in_place(n, k)];
+        if (shape_set(d, n, n->outputs[k], src->dtype, src->rank, src->dims))
+            return -1;
+    }
+    return 0;
+}
+

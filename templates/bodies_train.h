@@ -1,0 +1,28 @@
+/* ---- onnx2spmd kernel bodies: the train family (templates/bodies_train.h) ----
+ * One element of each optimizer update, shared by templates/kernels_train.c
+ * and templates/cuda_train.cu, in PyTorch's forms (torch.optim.SGD with
+ * dampening 0, torch.optim.AdamW), so both targets update alike. O2S_HD is
+ * from templates/bodies.h.
+ */
+
+/* SGD: g += wd w; with momentum, m = mu m + g and the step follows m. */
+O2S_HD static inline void k_sgd_elem(float *w, float g, float *m, float lr, float mu, float wd)
+{
+    g += wd * *w;
+    if (m) {
+        *m = mu * *m + g;
+        g = *m;
+    }
+    *w -= lr * g;
+}
+
+/* AdamW: decoupled decay first, then the moments and the step
+ * lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^step. */
+O2S_HD static inline void k_adamw_elem(float *w, float g, float *m, float *v, float lr, float b1, float b2,
+                                       float eps, float wd, float bc1, float sqrt_bc2)
+{
+    *w -= lr * wd * *w;
+    *m = b1 * *m + (1.0f - b1) * g;
+    *v = b2 * *v + (1.0f - b2) * g * g;
+    *w -= (lr / bc1) * *m / (sqrtf(*v) / sqrt_bc2 + eps);
+}

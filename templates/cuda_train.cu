@@ -1,0 +1,32 @@
+/* ---- onnx2spmd kernels: the train family (templates/cuda_train.cu) ----
+ * The optimizer updates of --train on the compute stream, one thread per
+ * element, with the bodies of templates/bodies_train.h. */
+
+__global__ void kk_sgd_f32(float *w, const float *g, float *m, int64_t n, float lr, float mu, float wd)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        k_sgd_elem(&w[i], g[i], m ? &m[i] : NULL, lr, mu, wd);
+}
+
+static inline void k_sgd_f32(float *w, const float *g, float *m, int64_t n, float lr, float mu, float wd)
+{
+    if (n > 0)
+        kk_sgd_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(w, g, m, n, lr, mu, wd);
+}
+
+__global__ void kk_adamw_f32(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                             float eps, float wd, float bc1, float sqrt_bc2)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        k_adamw_elem(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, sqrt_bc2);
+}
+
+static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                               float eps, float wd, int64_t step)
+{
+    float bc1 = 1.0f - powf(b1, (float)step), sqrt_bc2 = sqrtf(1.0f - powf(b2, (float)step));
+    if (n > 0)
+        kk_adamw_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, sqrt_bc2);
+}
