@@ -44,12 +44,19 @@ Formulas, for a parameter p with gradient g at step t:
   sqrt(v), not to sqrt(v_hat), i.e. its eps is eps / sqrt(1 - beta2^t) in
   "torch" terms.
 
-Run as a script it replays an ORT run: `np_reference.py RUN_DIR` reads
-RUN_DIR/config.json, initial.npz and grads_steps.npz (written by
-ort_oracle.py --dump-grads), applies the optimizer named in config.json to
-the recorded gradients and prints the largest relative difference from
-RUN_DIR/weights.npz. That is how the formulas above were checked against
-ORT 1.19.2 (tests/train/README.md).
+The two MLP training models also have their forward and backward here
+(mlp_mse_loss_grads, mlp_sce_loss_grads), so their goldens are checked by
+code that shares nothing with ORT. Run as a script (numpy alone, or onnx too
+for `train` on a golden folder):
+
+  np_reference.py replay DIR...  an ort_oracle.py --dump-grads run: our
+                                 optimizer on ORT's recorded gradients must
+                                 give ORT's final weights (how the formulas
+                                 above were checked against ORT 1.19.2)
+  np_reference.py grads DIR...   an ort_oracle.py --grads-only run of an MLP:
+                                 ORT's gradients against ours
+  np_reference.py train DIR...   a golden (or run) of an MLP: losses and
+                                 weights against training it in numpy
 """
 import json
 import math
@@ -145,6 +152,68 @@ def replay(cfg, initial, grads_per_step):
     return params
 
 
+# Forward and backward of the two MLP training models, written out by hand:
+# a check of ORT's gradients that shares no code with it, and the oracle for
+# these two models where onnxruntime-training is not at hand. Each takes the
+# weights and one batch (dicts by ONNX name) and returns (loss, grads), in
+# float64 so that the check measures ORT's rounding and not ours.
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def mlp_mse_loss_grads(params, feeds):
+    """tests/models/train/mlp_mse.onnx: Gelu(x W1 + b1) W2 + b2 = y,
+    loss = mean((y - target)^2)."""
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    x, target = feeds["x"].astype(np.float64), feeds["target"].astype(np.float64)
+    h = x @ p["W1"] + p["b1"]
+    cdf = 0.5 * (1.0 + _erf(h / math.sqrt(2.0)))
+    a = h * cdf  # exact (erf) Gelu: the ONNX op's default approximate="none"
+    y = a @ p["W2"] + p["b2"]
+    diff = y - target
+    loss = float(np.mean(diff * diff))
+    dy = 2.0 * diff / diff.size
+    da = dy @ p["W2"].T
+    dh = da * (cdf + h * np.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi))
+    return loss, {"W1": x.T @ dh, "b1": dh.sum(0), "W2": a.T @ dy, "b2": dy.sum(0)}
+
+
+def mlp_sce_loss_grads(params, feeds):
+    """tests/models/train/mlp_sce.onnx: Gemm(transB) -> Relu -> Gemm(transB)
+    = logits, loss = SoftmaxCrossEntropyLoss(logits, labels, mean)."""
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    x, labels = feeds["x"].astype(np.float64), feeds["labels"]
+    h = x @ p["W1"].T + p["b1"]
+    a = np.maximum(h, 0.0)
+    logits = a @ p["W2"].T + p["b2"]
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    rows = np.arange(len(labels))
+    loss = float(-np.mean(logp[rows, labels]))
+    dlogits = np.exp(logp)
+    dlogits[rows, labels] -= 1.0
+    dlogits /= len(labels)
+    dh = (dlogits @ p["W2"]) * (h > 0)
+    return loss, {"W1": dh.T @ x, "b1": dh.sum(0), "W2": dlogits.T @ a, "b2": dlogits.sum(0)}
+
+
+MODEL_GRADS = {"mlp_mse": mlp_mse_loss_grads, "mlp_sce": mlp_sce_loss_grads}
+
+
+def train(loss_grads, cfg, initial, batches):
+    """cfg["steps"] steps of loss_grads + the optimizer of cfg, step s on
+    batches[(s-1) % len(batches)]. Returns (losses, params); the weights are
+    kept in float32 between steps, as the model stores them."""
+    params, state, losses = dict(initial), {}, []
+    for s in range(1, cfg["steps"] + 1):
+        loss, grads = loss_grads(params, batches[(s - 1) % len(batches)])
+        grads = {k: g.astype(params[k].dtype) for k, g in grads.items()}
+        losses.append(loss)
+        params, state = optimizer_step(cfg, params, grads, state, s)
+    return np.array(losses), params
+
+
 def max_scaled_diff(a, b):
     """Largest |a-b| / max|b| of a tensor, over every tensor of two dicts.
     Scaled by the tensor's largest value rather than each element's, since a
@@ -157,23 +226,84 @@ def max_scaled_diff(a, b):
     return worst
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit("usage: np_reference.py RUN_DIR   (a run of ort_oracle.py --dump-grads)")
-    run = argv[1]
+def _load_run(run):
+    """config.json and initial.npz of an ort_oracle.py output folder, or of a
+    golden (whose initial weights are the model's: taken from the model)."""
     with open(os.path.join(run, "config.json")) as fh:
         cfg = json.load(fh)
-    initial = dict(np.load(os.path.join(run, "initial.npz")))
+    path = os.path.join(run, "initial.npz")
+    if os.path.exists(path):
+        return cfg, dict(np.load(path))
+    import onnx  # only here: replay and grads need numpy alone
+    from onnx import numpy_helper
+    model = onnx.load(cfg["model"])
+    return cfg, {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+                 if i.name in cfg["trainable"]}
+
+
+def _model_feeds(cfg):
+    """The fixed inputs beside the model (make_train_models.py), as one batch."""
+    stem = os.path.splitext(cfg["model"])[0]
+    return {n: np.load("%s.input_%s.npy" % (stem, n)) for n in cfg["inputs"]}
+
+
+def cmd_replay(run):
+    """ORT's weights after N steps against our optimizer fed ORT's gradients
+    (a run of ort_oracle.py --dump-grads)."""
+    cfg, initial = _load_run(run)
     recorded = np.load(os.path.join(run, "grads_steps.npz"))
     steps = [{} for _ in range(cfg["steps"])]
     for key in recorded.files:  # "s<step>.<name>"
         s, name = key.split(".", 1)
         steps[int(s[1:]) - 1][name] = recorded[key]
     ours = replay(cfg, initial, steps)
-    theirs = dict(np.load(os.path.join(run, "weights.npz")))
-    print("%s: numpy %s replay vs ORT weights after %d steps: max |diff|/max|w| %.3g"
-          % (run, cfg["optimizer"], cfg["steps"], max_scaled_diff(ours, theirs)))
-    return 0
+    return "weights", max_scaled_diff(ours, dict(np.load(os.path.join(run, "weights.npz"))))
+
+
+def cmd_grads(run):
+    """ORT's gradients (ort_oracle.py --grads-only) against the hand-written
+    backward of an MLP model."""
+    cfg, initial = _load_run(run)
+    name = os.path.splitext(os.path.basename(cfg["model"]))[0]
+    _, ours = MODEL_GRADS[name](initial, _model_feeds(cfg))
+    return "gradients", max_scaled_diff(ours, dict(np.load(os.path.join(run, "grads.npz"))))
+
+
+def cmd_train(run):
+    """A golden (or an ort_oracle.py run) of an MLP model against training
+    it here: forward, backward and optimizer all in numpy."""
+    cfg, initial = _load_run(run)
+    name = os.path.splitext(os.path.basename(cfg["model"]))[0]
+    losses, params = train(MODEL_GRADS[name], cfg, initial, [_model_feeds(cfg)])
+    theirs = np.load(os.path.join(run, "losses.npy"))
+    loss_diff = float(np.max(np.abs(losses - theirs) / np.abs(theirs)))
+    w_diff = max_scaled_diff(params, dict(np.load(os.path.join(run, "weights.npz"))))
+    return "losses and weights", max(loss_diff, w_diff)
+
+
+COMMANDS = {"replay": cmd_replay, "grads": cmd_grads, "train": cmd_train}
+
+
+def main(argv):
+    """np_reference.py replay|grads|train [--tol T] DIR...: prints the largest
+    scaled difference for each DIR; exits 1 if one exceeds T (default 1e-5:
+    float32 rounding over a few steps is about 1e-6)."""
+    args = argv[1:]
+    tol = 1e-5
+    if "--tol" in args:
+        i = args.index("--tol")
+        tol = float(args[i + 1])
+        del args[i:i + 2]
+    if len(args) < 2 or args[0] not in COMMANDS:
+        sys.exit("usage: np_reference.py replay|grads|train [--tol T] DIR...")
+    bad = 0
+    for run in args[1:]:
+        what, diff = COMMANDS[args[0]](run)
+        ok = diff <= tol
+        bad += not ok
+        print("np_reference %s %s: %s differ by %.3g (relative)%s"
+              % (args[0], run, what, diff, "" if ok else " > %g" % tol))
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
