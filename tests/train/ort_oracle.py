@@ -103,12 +103,12 @@ def _stub_torch():
 _stub_torch()
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
-
-onnxruntime.set_default_logger_severity(3)  # errors only: ORT logs every pass at info
 from onnx import numpy_helper  # noqa: E402
 from onnxruntime.training import artifacts, onnxblock  # noqa: E402
 from onnxruntime.training.onnxblock import _training_graph_utils  # noqa: E402
 from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402
+
+onnxruntime.set_default_logger_severity(3)  # errors only
 
 ADAM_MODES = {"torch": 0, "hf": 1}
 
@@ -158,9 +158,10 @@ def float_initializers(model):
             if i.data_type in (onnx.TensorProto.FLOAT,)]
 
 
-def loss_only(model, loss):
-    """The model with `loss` as its only output: ORT's training graph takes
-    every graph output as an input of the loss block, and we add none."""
+def prepare_model(model, loss):
+    """The model as ORT's gradient builder needs it: `loss` its only output
+    (ORT's training graph hands every graph output to the loss block, and we
+    add no loss block), and the optional outputs its gradients read named."""
     outs = [o for o in model.graph.output if o.name == loss]
     if not outs:
         sys.exit("ort_oracle: model has no output %r (outputs: %s)"
@@ -237,7 +238,7 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    model = loss_only(onnx.load(args.model), args.loss)
+    model = prepare_model(onnx.load(args.model), args.loss)
     floats = float_initializers(model)
     trainable = args.trainable.split(",") if args.trainable else list(floats)
     frozen = set(args.frozen.split(",")) if args.frozen else set()
