@@ -294,13 +294,17 @@ def main(argv):
         "inputs": {n: len(b) for n, b in feeds.items()},
         "onnxruntime_training": onnxruntime.__version__, "onnx": onnx.__version__,
     }
-    if args.optimizer == "adamw":
+    if args.grads_only:  # no update: the optimizer's settings mean nothing here
+        for k in ("optimizer", "lr", "max_grad_norm"):
+            del cfg[k]
+    elif args.optimizer == "adamw":
         cfg.update(beta1=args.beta1, beta2=args.beta2, eps=args.eps,
                    weight_decay=args.weight_decay, adam_mode=args.adam_mode)
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(cfg, fh, indent=1, sort_keys=True)
         fh.write("\n")
-    print("%s %s: losses %s" % (os.path.basename(args.model), args.optimizer,
+    print("%s %s: losses %s" % (os.path.basename(args.model),
+                                "gradients" if args.grads_only else args.optimizer,
                                 " ".join("%.6f" % x for x in losses)))
     return 0
 
