@@ -4,7 +4,12 @@
 # silent when everything is already there; prints the exact command and
 # fails when it cannot install (not root). With --xla also build/venv-xla:
 # jax on CPU, the peer `make bench` compares plans against (kept out of
-# build/venv, which the tests use, and out of `make test`).
+# build/venv, which the tests use, and out of `make test`). With --train
+# also build/venv-train: onnxruntime-training (CPU), the oracle of the
+# training goldens (tests/train/); it cannot share build/venv, since its
+# `onnxruntime` package collides with the plain onnxruntime wheel there, and
+# 1.19.2, its last release, wants an onnx of its time (1.16; numpy 1.26 and
+# 2.0 both work with it).
 set -euo pipefail
 
 PKGS="protobuf-c-compiler libprotobuf-c-dev libcmocka-dev openmpi-bin libopenmpi-dev
@@ -51,7 +56,16 @@ PYEOF
     echo "$PY_PINS" > "$stamp"
 fi
 
-if [ "${1:-}" = --xla ]; then
+want_xla=0 want_train=0
+for arg in "$@"; do
+    case "$arg" in
+        --xla) want_xla=1 ;;
+        --train) want_train=1 ;;
+        *) echo "deps: unknown option $arg (known: --xla, --train)" >&2; exit 2 ;;
+    esac
+done
+
+if [ "$want_xla" = 1 ]; then
     XLA_PINS="jax==0.10.2 jaxlib==0.10.2 onnx==1.22.0 numpy==2.4.6"
     XVENV=build/venv-xla
     if [ ! -x "$XVENV/bin/python" ] || [ "$(cat "$XVENV/.pins" 2>/dev/null)" != "$XLA_PINS" ]; then
@@ -59,5 +73,23 @@ if [ "${1:-}" = --xla ]; then
         "${PYTHON:-python3}" -m venv "$XVENV"
         "$XVENV/bin/pip" install -q --disable-pip-version-check $XLA_PINS
         echo "$XLA_PINS" > "$XVENV/.pins"
+    fi
+fi
+
+if [ "$want_train" = 1 ]; then
+    # protobuf is pinned too: onnx 1.16 is checked with this one, and a newer
+    # major may drop what its generated code uses.
+    TRAIN_PINS="onnxruntime-training==1.19.2 onnx==1.16.2 numpy==1.26.4 protobuf==7.36.2"
+    TVENV=build/venv-train
+    if [ ! -x "$TVENV/bin/python" ] || [ "$(cat "$TVENV/.pins" 2>/dev/null)" != "$TRAIN_PINS" ]; then
+        echo "deps: creating $TVENV with $TRAIN_PINS"
+        "${PYTHON:-python3}" -m venv "$TVENV"
+        "$TVENV/bin/pip" install -q --disable-pip-version-check $TRAIN_PINS
+        # The oracle's own import (with its torch stub) is the check that
+        # this set of versions works together.
+        "$TVENV/bin/python" -c "import importlib.util, sys; \
+s = importlib.util.spec_from_file_location('o', 'tests/train/ort_oracle.py'); \
+s.loader.exec_module(importlib.util.module_from_spec(s))"
+        echo "$TRAIN_PINS" > "$TVENV/.pins"
     fi
 fi
