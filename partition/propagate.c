@@ -741,9 +741,20 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
     const Mesh *m = &p->mesh;
     const int nf = r->nfactors;
     Candidate win[RULE_MAX_FACTORS];
+    const Tensor *bad = NULL;
+    if (ir_output_in_place(n, 0) >= 0 && !free_weight(p, n->inputs[0], taken)) {
+        /* An optimizer update runs where its weight is stored: the weight's
+         * layout decides, and the gradient and state come to it (a partial
+         * gradient all-reduced, or reduce-scattered onto a split weight). */
+        anchored(m, r, 0, &p->tensors[n->inputs[0]->id].sharding, np, 0, np->fnaxes, np->faxes);
+        int rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 1, NULL,
+                            &bad, d);
+        if (rc == 1)
+            annotation_conflict(p, n, r, bad, d);
+        return rc ? -1 : 0;
+    }
     merge_factors(p, r, np, win);
     make_representable(m, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes);
-    const Tensor *bad = NULL;
     LowerCost c0;
     int rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 0, &c0,
                         &bad, d);
