@@ -175,8 +175,13 @@ models: | deps
 # The suites below run thousands of short MPI jobs on one machine. OpenMPI's
 # default start probes UCX first; ob1 over shared memory (vader) starts a
 # 2-rank job in 0.19 s instead of 0.38 s. A setting in the environment wins.
-test e2e conformance fuzz-plans cuda-build: export OMPI_MCA_pml ?= ob1
-test e2e conformance fuzz-plans cuda-build: export OMPI_MCA_btl ?= self,vader
+test e2e train conformance fuzz-plans cuda-build: export OMPI_MCA_pml ?= ob1
+test e2e train conformance fuzz-plans cuda-build: export OMPI_MCA_btl ?= self,vader
+
+# Training: --train on the models of tests/models/train against
+# onnxruntime-training's goldens, numpy and finite differences (also in e2e).
+train: all
+	@$(PY) tests/train/run_train.py
 
 e2e: all
 	@bash tests/e2e/run_golden.sh
@@ -188,6 +193,7 @@ e2e: all
 	@$(PY) tests/e2e/pipeline.py
 	@$(PY) tests/e2e/trace.py
 	@$(PY) tests/e2e/test_hostile_names.py
+	@$(PY) tests/train/run_train.py
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
 	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto
 	@$(PY) tests/e2e/fuzz_plans.py --seed 3 --count 40 --pipeline

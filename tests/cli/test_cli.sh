@@ -57,6 +57,16 @@ plan_err 'tensor "W1" has rank 2' $M --mesh tp=2 --shard 'W1=[tp]'
 plan_err '--mesh is required' $M
 plan_err 'unknown link class' $M --mesh tp=2 --link tp=carrier-pigeon
 plan_err 'no tensor named "nope"' $M --mesh tp=2 --explain nope
+# --train: the loss, the weight lists and the optimizer are checked up front.
+plan_err 'has no scalar float output; name the loss with --loss' $M --mesh tp=2 --train
+T=tests/models/train/mlp_mse.onnx
+plan_err '--loss nope: the model has no output of that name' $T --mesh dp=1 --train --loss nope
+plan_err '--frozen W9: the model has no initializer of that name' $T --mesh dp=1 --train --frozen W9
+plan_err '--optimizer adam: expected sgd or adamw' $T --mesh dp=1 --train --optimizer adam
+plan_err '--betas 0.9: expected B1,B2' $T --mesh dp=1 --train --betas 0.9
+plan_err 'no trainable float initializer' $T --mesh dp=1 --train --frozen W1,b1,W2,b2
+plan_err 'pipeline stages do not train yet' $T --mesh pp=2 --train
+"$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train | grep -q "all-reduce .*W1" || err "plan --train: no gradient all-reduce for W1"
 # --auto: impossible constraints and bad flags, one line each.
 plan_err 'annotation l0_ln1=[_,_,tp] cannot hold' tests/models/tiny_gpt.onnx --mesh tp=2 --auto --shard 'l0_ln1=[_,_,tp]'
 plan_err 'no plan fits --mem-limit 1024' $M --mesh tp=2 --auto --mem-limit 1K

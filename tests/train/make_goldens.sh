@@ -18,7 +18,11 @@ STEPS=5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-for model in mlp_mse mlp_sce tiny_gpt_lm; do
+# tiny_gpt_lm has none: onnxruntime-training 1.19.2 gives zero gradients
+# for its first layer's LayerNorm scale and bias (and part of Wq), which
+# central differences of ORT's own inference refute (-0.0537 for
+# l0_ln1_g[0]); tests/train/run_train.py checks it by finite differences.
+for model in mlp_mse mlp_sce; do
     for opt in sgd adamw; do
         case $opt in
             sgd)   args="--optimizer sgd --lr 0.1" ;;
@@ -38,7 +42,7 @@ done
 # The gradients at the initial weights alone, <model>_grads/{grads.npz,
 # losses.npy, config.json}: a check of `--train`'s backward graph that no
 # optimizer difference can blur.
-for model in mlp_mse mlp_sce tiny_gpt_lm; do
+for model in mlp_mse mlp_sce; do
     run="$tmp/${model}_grads"
     "$PY" tests/train/ort_oracle.py "tests/models/train/$model.onnx" --loss loss --grads-only --out "$run"
     dest="$OUT/${model}_grads"

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""run_train.py [FILTER]: the training golden tests (tests/train/cases.txt).
+
+For each case: `onnx2spmd compile --train` the model of tests/models/train/
+on the case's mesh and shardings, build the rank programs with -Werror, run
+5 steps under mpirun from the model's fixed inputs, and compare the loss
+printed at every step (relative 1e-4) and every trained weight written by
+--out (max |ours - ref| over the tensor at most 1e-4 of max |ref|: a weight
+an update takes through zero has no meaningful element-wise relative error)
+with a reference:
+
+  * tests/golden/train/MODEL_OPT/ when it exists: onnxruntime-training's
+    losses and weights (tests/train/make_goldens.sh);
+  * for the MLP models otherwise (gradient clipping): training written in
+    numpy (tests/train/np_reference.py);
+  * otherwise the case MODEL_OPT_1 of this run: the same model on one rank,
+    itself checked by finite differences (below).
+
+An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
+each weight's gradient as (before - after); for every trained tensor its
+projection on a random direction v is compared with the central difference
+(L(w + e v) - L(w - e v)) / 2e that ONNX Runtime's inference computes.
+(tiny_gpt_lm has no onnxruntime-training golden: ORT 1.19.2 returns zero
+gradients for its first layer's LayerNorm scale and bias, which finite
+differences refute; see tests/train/README.md.)
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "train"))
+import np_reference  # noqa: E402
+
+BIN = os.environ.get("BIN", os.path.join(ROOT, "build", "onnx2spmd"))
+OUT = os.path.join(ROOT, "build", "train")
+MODELS = os.path.join(ROOT, "tests", "models", "train")
+GOLDEN = os.path.join(ROOT, "tests", "golden", "train")
+STEPS = 5
+OPTIMIZERS = {
+    "sgd": (["--optimizer", "sgd", "--lr", "0.1"], {"optimizer": "sgd", "lr": 0.1}),
+    "adamw": (["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.01"],
+              {"optimizer": "adamw", "lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+               "weight_decay": 0.01, "adam_mode": "torch"}),
+    "fd": (["--optimizer", "sgd", "--lr", "1"], None),
+}
+LOSS_RTOL = 1e-4
+WEIGHT_TOL = 1e-4
+# AdamW against another plan of ours: its step lr * m / (sqrt(v) + eps) is
+# about lr whatever the gradient's size, so an element whose gradient is at
+# rounding level (summed in another order over dp and tp) moves by lr in a
+# direction rounding picks. The weights then agree to 2.5e-4, the losses to
+# 3e-6; the cases also freeze the key biases, whose gradient is exactly zero
+# (softmax does not see a constant added to every key).
+WEIGHT_TOL_ADAMW_PLANS = 1e-3
+
+
+def model_parts(model):
+    m = onnx.load(os.path.join(MODELS, model + ".onnx"))
+    weights = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer
+               if i.data_type == onnx.TensorProto.FLOAT}
+    feeds = {}
+    for f in sorted(os.listdir(MODELS)):
+        if f.startswith(model + ".input_") and f.endswith(".npy"):
+            feeds[f[len(model) + 7:-4]] = os.path.join(MODELS, f)
+    return m, weights, feeds
+
+
+def run_case(name, model, opt, flags, steps):
+    """Compiles, builds and runs one case: (losses, {weight: final value})."""
+    d = os.path.join(OUT, name)
+    subprocess.run(["rm", "-rf", d], check=True)
+    _, weights, feeds = model_parts(model)
+    if "--frozen" in flags:
+        for k in flags[flags.index("--frozen") + 1].split(","):
+            weights.pop(k)
+    cmd = [BIN, "compile", "--train", os.path.join(MODELS, model + ".onnx"), "-o", d] + OPTIMIZERS[opt][0] + flags
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("compile: " + r.stderr.strip())
+    r = subprocess.run(["make", "-s", "-j%d" % os.cpu_count(), "-C", d, "WARN=-Wall -Wextra -Werror"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("build: " + (r.stdout + r.stderr)[-2000:])
+    args = [os.path.join(d, "run.sh"), "--steps", str(steps)]
+    for k, path in feeds.items():
+        args += ["--in", "%s=%s" % (k, path)]
+    for k in weights:
+        args += ["--out", "%s=%s/w_%s.npy" % (k, d, k)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    if r.returncode:
+        raise RuntimeError("run: " + (r.stdout + r.stderr)[-2000:])
+    losses = [float(m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", r.stdout, re.M)]
+    if len(losses) != steps:
+        raise RuntimeError("run printed %d losses, not %d:\n%s" % (len(losses), steps, r.stdout[-1000:]))
+    return np.array(losses), {k: np.load("%s/w_%s.npy" % (d, k)) for k in weights}
+
+
+def compare(losses, params, ref_losses, ref_params):
+    """The worst relative loss error and scaled weight error."""
+    le = float(np.max(np.abs(losses - ref_losses) / np.abs(ref_losses)))
+    we = np_reference.max_scaled_diff(params, ref_params)
+    return le, we
+
+
+def reference(name, model, opt, flags, results):
+    """(losses, weights, what) to compare a case with."""
+    gold = os.path.join(GOLDEN, "%s_%s" % (model, opt))
+    if "--clip-norm" not in flags and os.path.isdir(gold):
+        return np.load(os.path.join(gold, "losses.npy")), dict(np.load(os.path.join(gold, "weights.npz"))), \
+            "onnxruntime-training"
+    if model in np_reference.MODEL_GRADS:
+        _, weights, feeds = model_parts(model)
+        cfg = dict(OPTIMIZERS[opt][1], steps=STEPS)
+        if "--clip-norm" in flags:
+            cfg["max_grad_norm"] = float(flags[flags.index("--clip-norm") + 1])
+        batch = {k: np.load(v) for k, v in feeds.items()}
+        losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, [batch])
+        return losses, params, "numpy"
+    one = "%s_%s_1" % (model, opt)
+    if one not in results:
+        raise RuntimeError("no reference: run %s first (cases.txt order)" % one)
+    return results[one][0], results[one][1], "the 1-rank case " + one
+
+
+def fd_check(model, flags):
+    """The largest disagreement between our gradient's projection on a
+    random direction and ONNX Runtime's central difference, per tensor,
+    relative to the larger of the two and the gradient's norm."""
+    import onnxruntime as ort
+    m, weights, feeds = model_parts(model)
+    _, after = run_case(model + "_fd", model, "fd", flags, 1)
+    batch = {k: np.load(v) for k, v in feeds.items()}
+    loss_name = "loss"
+    rng = np.random.default_rng(0)
+    worst, where = 0.0, None
+    eps = 1e-2
+    for k, w0 in weights.items():
+        g = w0.astype(np.float64) - after[k].astype(np.float64)
+        v = rng.standard_normal(w0.shape)
+        v /= np.linalg.norm(v)
+        ls = []
+        for sign in (1, -1):
+            mm = onnx.ModelProto()
+            mm.CopyFrom(m)
+            for init in mm.graph.initializer:
+                if init.name == k:
+                    init.CopyFrom(numpy_helper.from_array((w0 + sign * eps * v).astype(np.float32), k))
+            s = ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"])
+            ls.append(float(s.run([loss_name], batch)[0]))
+        fd = (ls[0] - ls[1]) / (2 * eps)
+        ours = float(np.sum(g * v))
+        # float32 losses: the difference quotient carries ~1e-6 / eps of noise
+        err = abs(fd - ours) / max(abs(fd), abs(ours), np.linalg.norm(g), 1e-3)
+        if err > worst:
+            worst, where = err, "%s (ours %.6g, finite difference %.6g)" % (k, ours, fd)
+    return worst, where
+
+
+def main(argv):
+    filt = argv[1] if len(argv) > 1 else ""
+    os.makedirs(OUT, exist_ok=True)
+    cases = []
+    with open(os.path.join(ROOT, "tests", "train", "cases.txt")) as fh:
+        for line in fh:
+            parts = line.split()
+            if parts and not parts[0].startswith("#"):
+                cases.append((parts[0], parts[1], parts[2], parts[3:]))
+    results, fails, n = {}, 0, 0
+    for name, model, opt, flags in cases:
+        if filt not in name:
+            continue
+        n += 1
+        try:
+            if opt == "fd":
+                err, where = fd_check(model, flags)
+                ok = err < 2e-2
+                print("%s %s: gradients against finite differences, worst %.2e at %s" %
+                      ("ok  " if ok else "FAIL", name, err, where))
+                fails += not ok
+                continue
+            losses, params = run_case(name, model, opt, flags, STEPS)
+            results[name] = (losses, params)
+            ref_l, ref_p, what = reference(name, model, opt, flags, results)
+            le, we = compare(losses, params, ref_l, ref_p)
+            tol = WEIGHT_TOL_ADAMW_PLANS if opt == "adamw" and what.startswith("the 1-rank") else WEIGHT_TOL
+            ok = le <= LOSS_RTOL and we <= tol
+            print("%s %s: %d steps against %s: losses %.1e, weights %.1e" %
+                  ("ok  " if ok else "FAIL", name, STEPS, what, le, we))
+            fails += not ok
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print("FAIL %s: %s" % (name, e))
+            fails += 1
+    print("train: %d of %d cases passed" % (n - fails, n))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
