@@ -1405,6 +1405,7 @@ typedef struct RtArgs {
     const char *in_name[64], *in_path[64], *out_name[64], *out_path[64];
     const char *trace; /* --trace FILE, or NULL */
     int nin, nout, iters;
+    long steps, log_every; /* training programs: --steps N (1), --log-every K (1) */
 } RtArgs;
 
 #define RT_MAX_ITERS 1000000000
@@ -1442,14 +1443,20 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
                                  const char *const *outputs)
 {
     memset(a, 0, sizeof *a);
+    a->steps = a->log_every = 1;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
+        if ((strcmp(flag, "--steps") == 0 || strcmp(flag, "--log-every") == 0) && i + 1 < argc) {
+            long v = rt_parse_int(flag, argv[++i], 1, RT_MAX_ITERS);
+            *(flag[2] == 's' ? &a->steps : &a->log_every) = v;
+            continue;
+        }
         int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
         int is_iters = strcmp(flag, "--iters") == 0, is_timeout = strcmp(flag, "--timeout") == 0;
         int is_trace = strcmp(flag, "--trace") == 0, is_comms = strcmp(flag, "--comms") == 0;
         if ((!is_in && !is_out && !is_iters && !is_timeout && !is_trace && !is_comms) || i + 1 >= argc)
             rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
-                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] (bad argument \"%s\")", argv[0], flag);
+                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] [--steps N] [--log-every K] (bad argument \"%s\")", argv[0], flag);
         char *arg = argv[++i];
         if (is_iters) {
             a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);

@@ -184,6 +184,16 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
     }
 }
 
+/* One float32 of device memory, read once the stream has finished (the
+ * training loop's loss). */
+static inline double rt_cuda_read_f32(cudaStream_t s, const float *dev)
+{
+    float h = 0;
+    rt_cuda_sync(s, "the training step");
+    CHECK_CUDA(cudaMemcpy(&h, dev, sizeof h, cudaMemcpyDeviceToHost));
+    return h;
+}
+
 /* ---- traces on the GPU (--trace FILE) and NVTX ranges ----
  * Every node is an NVTX range named after its ONNX node, so Nsight
  * Systems shows the model's names over the kernels. With --trace, spans
