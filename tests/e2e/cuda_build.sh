@@ -35,7 +35,11 @@ compile_case() {
 }
 export -f compile_case
 export BIN OUT
-awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt \
+# and two training programs (--train: backward, optimizer_step, the loss read back)
+{ awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt
+  printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
+      "train_gpt_sgd_dp2tp2 train/tiny_gpt_lm dp=2,tp=2 --train --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_] --shard l0_Wq=[_,tp] --shard l1_Wq=[_,tp]" \
+      | awk -v f="$filter" 'index($1, f)'; } \
     | xargs -P "$JOBS" -d '\n' -I{} bash -c 'compile_case "$@"' _ {} > "$OUT/compiled.txt"
 grep "^FAIL" "$OUT/compiled.txt" && fail=1
 n=$(grep -c "^ok" "$OUT/compiled.txt")
