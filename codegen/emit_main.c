@@ -164,12 +164,20 @@ void emit_inputs(Emitter *e)
     }
 }
 
-void emit_train_loop(Emitter *e, const char *loss)
+void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier)
 {
     fprintf(e->f, "    for (long s = 1; s <= args.steps; s++) {\n"
                   "        train_step();\n"
-                  "        if (RANK == 0 && (s %% args.log_every == 0 || s == args.steps))\n"
-                  "            printf(\"step %%ld loss %%.9g\\n\", s, %s);\n"
+                  "        if (RANK == 0 && (g_step %% args.log_every == 0 || s == args.steps))\n"
+                  "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
+                  "        if (args.save && ((args.save_every && g_step %% args.save_every == 0) || s == args.steps)) {\n"
+                  "            /* every rank its file, then rank 0 publishes the step (rt_ckpt_write) */\n"
+                  "            rt_ckpt_write(args.save, RANK, WORLD, (long)g_step, %s, WEIGHT_BYTES);\n"
+                  "            %s;\n"
+                  "            if (RANK == 0)\n"
+                  "                rt_ckpt_publish(args.save, (long)g_step);\n"
+                  "            %s;\n"
+                  "        }\n"
                   "    }\n",
-            loss);
+            loss, blob, barrier, barrier);
 }

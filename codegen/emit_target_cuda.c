@@ -275,11 +275,16 @@ static void cuda_main(Emitter *e)
                "    CHECK_CUBLAS(cublasSetMathMode(g_blas, O2S_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));\n"
                "    init_comms();\n"
                "    {\n        unsigned char *host = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
+               "%s"
                "        CHECK_CUDA(cudaMalloc((void **)&g_weights, WEIGHT_BYTES + 64));\n"
                "        CHECK_CUDA(cudaMemcpy(g_weights, host, WEIGHT_BYTES, cudaMemcpyHostToDevice));\n"
                "        free(host);\n    }\n"
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
-            pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
+            pr->rank,
+            program_trains(pr) ? "        if (args.resume) /* the weights and optimizer state of a checkpoint instead */\n"
+                                 "            g_step = rt_ckpt_read(args.resume, RANK, WORLD, host, WEIGHT_BYTES);\n"
+                               : "",
+            (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
     emit_inputs(e);
@@ -292,7 +297,8 @@ static void cuda_main(Emitter *e)
         char loss[200];
         snprintf(loss, sizeof loss, "rt_cuda_read_f32(g_stream, %s)",
                  pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
-        emit_train_loop(e, loss);
+        emit_train_loop(e, loss, "rt_cuda_to_host(g_stream, g_weights, WEIGHT_BYTES)",
+                        "rt_barrier(\"the other ranks (checkpoint)\")");
         fprintf(f, "    rt_cuda_sync(g_stream, \"the training steps\");\n    rt_trace_write();\n");
     } else
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"

@@ -16,7 +16,9 @@ with a reference:
   * otherwise the case MODEL_OPT_1 of this run: the same model on one rank,
     itself checked by finite differences (below).
 
-An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
+A `resume` case checks checkpoints: AdamW for 5 steps straight against 2
+steps saved and 3 resumed (losses and weights bit for bit), and a truncated
+checkpoint refused with one line. An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
 each weight's gradient as (before - after); for every trained tensor its
 projection on a random direction v is compared with the central difference
 (L(w + e v) - L(w - e v)) / 2e that ONNX Runtime's inference computes.
@@ -162,6 +164,40 @@ def fd_check(model, flags):
     return worst, where
 
 
+def resume_check(name, model, opt, flags):
+    """5 steps straight, against 2 steps saved (--save-every 1) and 3
+    resumed: the same losses and final weights, bit for bit; then a
+    truncated checkpoint must stop --resume with one line naming it."""
+    d = os.path.join(OUT, name)
+    full_losses, full_w = run_case(name, model, opt, flags, STEPS)
+    _, weights, feeds = model_parts(model)
+    ck = os.path.join(d, "ckpt")
+    base = [os.path.join(d, "run.sh")]
+    for k, path in feeds.items():
+        base += ["--in", "%s=%s" % (k, path)]
+    outs = []
+    for k in weights:
+        outs += ["--out", "%s=%s/r_%s.npy" % (k, d, k)]
+    r1 = subprocess.run(base + ["--steps", "2", "--save", ck, "--save-every", "1"], capture_output=True, text=True,
+                        timeout=300, stdin=subprocess.DEVNULL)
+    r2 = subprocess.run(base + outs + ["--steps", "3", "--resume", ck], capture_output=True, text=True, timeout=300,
+                        stdin=subprocess.DEVNULL)
+    if r1.returncode or r2.returncode:
+        raise RuntimeError("save/resume run failed: " + (r1.stderr + r2.stderr)[-1500:])
+    got = [float(m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", r1.stdout + r2.stdout, re.M)]
+    steps = sorted(os.listdir(ck))
+    same_w = all(np.array_equal(np.load("%s/r_%s.npy" % (d, k)), full_w[k]) for k in weights)
+    ok = got == list(full_losses) and same_w and steps == ["latest", "step2"]
+    with open(os.path.join(ck, "step2", "rank0.ckpt"), "r+b") as fh:
+        fh.truncate(100)
+    r3 = subprocess.run(base + ["--steps", "1", "--resume", ck], capture_output=True, text=True, timeout=300,
+                        stdin=subprocess.DEVNULL)
+    err_ok = r3.returncode != 0 and "rank0.ckpt" in r3.stderr and "bytes" in r3.stderr
+    return ok and err_ok, "losses %s, weights %s, kept %s, truncated file %s" % (
+        "equal" if got == list(full_losses) else "%s != %s" % (got, list(full_losses)),
+        "equal" if same_w else "DIFFER", steps, "refused" if err_ok else "NOT refused: " + r3.stderr[-300:])
+
+
 def main(argv):
     filt = argv[1] if len(argv) > 1 else ""
     os.makedirs(OUT, exist_ok=True)
@@ -177,6 +213,11 @@ def main(argv):
             continue
         n += 1
         try:
+            if opt == "resume":
+                ok, what = resume_check(name, model, "adamw", flags)
+                print("%s %s: 2 steps saved + 3 resumed against 5 straight: %s" % ("ok  " if ok else "FAIL", name, what))
+                fails += not ok
+                continue
             if opt == "fd":
                 err, where = fd_check(model, flags)
                 ok = err < 2e-2
