@@ -100,6 +100,8 @@ static const char usage_text[] =
     "  --weight-decay X  SGD: added to the gradient; AdamW: decoupled (default 0)\n"
     "  --betas B1,B2     AdamW (default 0.9,0.999)      --eps X (AdamW, default 1e-8)\n"
     "  --clip-norm X     scale the gradients to global norm at most X (default: off)\n"
+    "  --bucket-mb N     all-reduce data-parallel gradients in buckets of N MiB, each\n"
+    "                    started when its last gradient is computed (default 25, as DDP)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
@@ -308,7 +310,7 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
-       OPT_BETAS, OPT_EPS, OPT_CLIP_NORM };
+       OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -500,6 +502,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"microbatches", required_argument, 0, OPT_MICROBATCHES},
         {"stage-boundaries", required_argument, 0, OPT_STAGE_BOUNDARIES},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
+        {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
         {"train", no_argument, 0, OPT_TRAIN},
@@ -520,7 +523,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .frontend = {.dims = st->dims, .consts = st->consts},
         .shards = st->shards,
         .autoopt = {.mem_limit = 0, .time_limit_s = 30},
-        .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536},
+        .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536, .bucket_bytes = 25 << 20},
         .microbatches = 1,
         .target = "c",
         .cuda_arch = "sm_90",
@@ -590,6 +593,15 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             break;
         }
         case OPT_TRAIN: o->train = 1; break;
+        case OPT_BUCKET_MB: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= 0 && v <= 65536))
+                return usage_error("--bucket-mb %s: expected MiB from 0 to 65536 (0: one all-reduce per gradient)",
+                                   optarg);
+            o->prog.bucket_bytes = (int64_t)(v * (1 << 20));
+            break;
+        }
         case OPT_LOSS: o->trainopt.loss = optarg; break;
         case OPT_FROZEN: o->trainopt.frozen = optarg; break;
         case OPT_TRAINABLE: o->trainopt.trainable = optarg; break;

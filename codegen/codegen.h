@@ -65,6 +65,7 @@ typedef struct ProgramOptions {
     int prefetch;          /* weight gathers start this many weight-reading nodes ahead */
     int64_t mem_limit;     /* bytes per rank (arena + weights + inputs); 0: none */
     int64_t fuse_bytes;    /* fuse ready-together all-reduces smaller than this; 0: off */
+    int64_t bucket_bytes;  /* --train: gradient all-reduces in buckets of this size (--bucket-mb) */
     int cuda;              /* CUDA kernels: float16/bfloat16 MatMuls run as such (cublasGemmEx) */
 } ProgramOptions;
 
@@ -115,6 +116,7 @@ typedef struct ProgramReshard {
     StepBufs steps[RESHARD_MAX_STEPS];
     int start_at, wait_at;  /* instruction indices */
     int fused_leader;       /* first member of its fused call, or -1 */
+    char bucket;            /* a leader: its call is a bucket of weight gradients (--bucket-mb) */
     int fused_send, fused_recv; /* for a leader: its packed buffers */
     /* 1 when the C target calls its all-reduce blocking: one step, not
      * fused, and waited for before any compute runs (a Megatron partial
@@ -183,9 +185,9 @@ int program_group_color(const Program *prog, unsigned axes);
 void program_fold_views(Program *pr, int packs);
 void program_fold_aliases(Program *pr);
 
-/* schedule.c: the instruction list, fused all-reduces (fuse_bytes 0: none)
- * and the C target's blocking all-reduces. */
-void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes);
+/* schedule.c: the instruction list, fused all-reduces (fuse_bytes 0: none),
+ * gradient buckets and the C target's blocking all-reduces. */
+void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes, int64_t bucket_bytes);
 /* The cost model over this program's schedule (its starts and waits, as
  * the generated code runs them), per pass. */
 typedef struct ProgramEstimate {
