@@ -53,6 +53,9 @@ typedef struct Buffer {
      * Flatten or Identity result: same bytes, new shape), or -1 (views.c
      * find_aliases). */
     int alias_of;
+    /* Bytes into alias_of's storage where this view starts: a ZeRO update's
+     * block of its weight (views.c), else 0. */
+    int64_t alias_offset;
 } Buffer;
 
 typedef enum InstKind {
