@@ -74,6 +74,8 @@ static double reshard_seconds(const Reshard *rs)
  * outputs). Reshards at the same place go in index order. The times are
  * the plan's, the same on every rank, so the ranks of a group start their
  * collectives in one order. */
+#define ZERO2_LAG 3
+
 static void schedule(Program *pr, int prefetch)
 {
     const Plan *p = pr->plan;
@@ -105,6 +107,17 @@ static void schedule(Program *pr, int prefetch)
             if (r >= 0 && r < nr)
                 reader[r] = i;
         }
+    /* ZeRO-2: a gradient's reduce-scatter is waited for ZERO2_LAG nodes
+     * after the one that computed it (not at its optimizer update), so the
+     * full gradient's buffer is free from there and only the block lives
+     * on to the update. */
+    for (int i = 0; p->zero >= 2 && i < nn; i++) {
+        const Node *n = g->nodes[i];
+        int r = ir_output_in_place(n, 0) >= 0 && n->ninputs > 1 ? p->nodes[i].in_reshard[1] : -1;
+        const Node *prod = r >= 0 ? p->reshards[r].tensor->producer : NULL;
+        if (prod && program_runs(pr, prod) && prod->id + ZERO2_LAG < reader[r])
+            reader[r] = prod->id + ZERO2_LAG;
+    }
     for (int r = 0; r < nr; r++)
         if (p->reshards[r].weight_gather && reader[r] >= 0 && reader[r] < nn)
             is_reader[reader[r]] = 1;
