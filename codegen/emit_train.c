@@ -50,8 +50,14 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
     if (zero) /* the update reads and writes the block in place */
         w = y;
     int64_t count = y->bytes / 4;
-    char lr[40], wd[40], a[40], b[40], e[40];
-    emit_cf(node_attr_float(n, "lr", 0), lr);
+    char lr[160], base[40], wd[40], a[40], b[40], e[40];
+    emit_cf(node_attr_float(n, "lr", 0), base);
+    int64_t warm = node_attr_int(n, "warmup_steps", 0), total = node_attr_int(n, "total_steps", 0);
+    if (warm || node_attr_int(n, "cosine", 0))
+        snprintf(lr, sizeof lr, "%s * rt_lr_factor(g_step, %lld, %lld, %d)", base, (long long)warm, (long long)total,
+                 (int)node_attr_int(n, "cosine", 0));
+    else
+        snprintf(lr, sizeof lr, "%s", base);
     emit_cf(node_attr_float(n, "weight_decay", 0), wd);
     if (n->op == OP_SGD) {
         const Buffer *m = n->ninputs > 2 ? emit_in(c, 2) : NULL;

@@ -1514,6 +1514,24 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
     }
 }
 
+/* The learning-rate factor of optimizer step `step` (1, 2, ...), as
+ * Hugging Face's schedules count them (s = step - 1, so a warm-up's first
+ * step has factor 0): a linear warm-up s / warmup over the first warmup
+ * steps, then 1 (constant) or 0.5 (1 + cos(pi p)) with p the progress from
+ * the warm-up's end to total (cosine, 0 from total on). */
+static inline float rt_lr_factor(int64_t step, int64_t warmup, int64_t total, int cosine)
+{
+    int64_t s = step - 1;
+    if (s < warmup)
+        return (float)s / (float)warmup;
+    if (!cosine)
+        return 1.0f;
+    if (total <= warmup || s >= total)
+        return 0.0f;
+    double p = (double)(s - warmup) / (double)(total - warmup);
+    return (float)(0.5 * (1.0 + cos(3.14159265358979323846 * p)));
+}
+
 /* ---- checkpoints (--save DIR, --resume DIR): training programs ----
  *
  * A checkpoint is DIR/step<N>/rank<k>.ckpt for every rank, each this

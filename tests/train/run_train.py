@@ -113,7 +113,8 @@ def compare(losses, params, ref_losses, ref_params):
 def reference(name, model, opt, flags, results, cases):
     """(losses, weights, what) to compare a case with."""
     gold = os.path.join(GOLDEN, "%s_%s" % (model, opt))
-    if "--clip-norm" not in flags and os.path.isdir(gold):
+    numpy_only = ("--clip-norm", "--lr-schedule", "--warmup-steps", "--momentum", "--weight-decay")
+    if not any(f in flags for f in numpy_only) and os.path.isdir(gold):
         return np.load(os.path.join(gold, "losses.npy")), dict(np.load(os.path.join(gold, "weights.npz"))), \
             "onnxruntime-training"
     if model in np_reference.MODEL_GRADS:
@@ -121,6 +122,11 @@ def reference(name, model, opt, flags, results, cases):
         cfg = dict(OPTIMIZERS[opt][1], steps=STEPS)
         if "--clip-norm" in flags:
             cfg["max_grad_norm"] = float(flags[flags.index("--clip-norm") + 1])
+        for flag, key, conv in (("--lr-schedule", "lr_schedule", str), ("--warmup-steps", "warmup_steps", int),
+                                ("--total-steps", "total_steps", int), ("--momentum", "momentum", float),
+                                ("--weight-decay", "sgd_weight_decay" if opt == "sgd" else "weight_decay", float)):
+            if flag in flags:
+                cfg[key] = conv(flags[flags.index(flag) + 1])
         batch = {k: np.load(v) for k, v in feeds.items()}
         losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, [batch])
         return losses, params, "numpy"
