@@ -106,7 +106,8 @@ static const char usage_text[] =
     "                    started when its last gradient is computed (default 25, as DDP)\n"
     "  --zero N          1: optimizer state split over the data-parallel axis (gradients\n"
     "                    reduce-scattered, each rank updates its block, blocks all-gathered);\n"
-    "                    2: also the gradient's full copy freed as soon as it is reduced\n"
+    "                    2: also the gradient's full copy freed as soon as it is reduced;\n"
+    "                    3: also the weights stored split, gathered in forward and backward\n"
     "  --zero-axis A     the data-parallel axis --zero splits over (default dp)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
@@ -699,9 +700,11 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
     if (o->zero && !o->train)
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
+    if (o->zero == 3 && o->shard_weights)
+        return usage_error("--zero 3 stores the weights split over --zero-axis; drop --shard-weights %s",
+                           o->shard_weights);
     if (o->zero == 3)
-        return usage_error("--zero 3: %s", "not yet with --train (weights stored split need their updates planned on "
-                                            "the stored layout); --shard-weights is inference only");
+        o->shard_weights = o->zero_axis ? o->zero_axis : "dp";
     if (compile && !o->out_dir)
         return usage_error("compile: -o DIR is required%s", "");
     if (compile && strcmp(o->target, "c") != 0 && strcmp(o->target, "cuda") != 0)
