@@ -34,6 +34,7 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
 /* ZeRO's write-back: every rank's block_bytes at its place in buf (its
  * rank in comm), gathered in place on the compute stream, after the
  * update that wrote the block. */
+#if WORLD > 1
 static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, ncclComm_t comm, const char *what)
 {
     (void)what;
@@ -42,3 +43,4 @@ static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, ncclComm
     CHECK_NCCL(ncclAllGather((char *)buf + (int64_t)me * block_bytes, buf, (size_t)block_bytes, ncclChar, comm,
                              g_stream));
 }
+#endif

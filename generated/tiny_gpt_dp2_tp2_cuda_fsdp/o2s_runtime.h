@@ -1672,7 +1672,7 @@ static inline long rt_ckpt_read(const char *dir, int rank, int world, void *blob
     if (b != bytes || size - sizeof hdr != bytes)
         rt_die("checkpoint %s: holds %llu bytes, this program's weights and optimizer state are %zu (another "
                "compile?)", path, (unsigned long long)b, bytes);
-    rt_read_all(fd, blob, bytes, "checkpoint ", path);
+    rt_read_all(fd, (unsigned char *)blob, bytes, "checkpoint ", path);
     close(fd);
     if (rt_fnv1a((const unsigned char *)blob, bytes) != sum)
         rt_die("checkpoint %s: checksum mismatch (corrupt)", path);
