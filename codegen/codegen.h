@@ -371,8 +371,9 @@ void emit_output_write(Emitter *e, int i, const char *data);
 /* main()'s training loop (--steps, --log-every, --save, --save-every),
  * printing the loss on rank 0 from `loss` (an expression of its value as
  * a double); a checkpoint writes `blob` (the weight blob in host memory)
- * and waits for the other ranks with the statement `barrier`. */
-void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier);
+ * and waits for the other ranks with the statement `barrier`; `sync`
+ * waits for the device before the timing (steps 2 to N, printed). */
+void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync);
 /* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
 void emit_trace_init(Emitter *e);
 /* main()'s reading of this rank's input blocks (in a pipeline, stage 0's

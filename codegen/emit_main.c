@@ -164,9 +164,15 @@ void emit_inputs(Emitter *e)
     }
 }
 
-void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier)
+void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync)
 {
-    fprintf(e->f, "    for (long s = 1; s <= args.steps; s++) {\n"
+    fprintf(e->f, "    double t_timed = 0; /* from the start of step 2: step 1 is the warm-up */\n"
+                  "    for (long s = 1; s <= args.steps; s++) {\n"
+                  "        if (s == 2) {\n"
+                  "            %s;\n"
+                  "            %s;\n"
+                  "            t_timed = rt_now();\n"
+                  "        }\n"
                   "        train_step();\n"
                   "        if (RANK == 0 && (g_step %% args.log_every == 0 || s == args.steps))\n"
                   "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
@@ -178,6 +184,15 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "                rt_ckpt_publish(args.save, (long)g_step);\n"
                   "            %s;\n"
                   "        }\n"
+                  "    }\n"
+                  "    if (args.steps > 1) {\n"
+                  "        %s;\n"
+                  "        %s;\n"
+                  "        if (RANK == 0)\n"
+                  "            printf(\"time per step: %%.3f ms (%%ld steps after 1 warm-up, %%d ranks)\\n\"\n"
+                  "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
+                  "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
+                  "                   rt_peak_rss_kib() / 1024.0);\n"
                   "    }\n",
-            loss, blob, barrier, barrier);
+            sync, barrier, loss, blob, barrier, barrier, sync, barrier);
 }

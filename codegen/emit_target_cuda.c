@@ -298,7 +298,8 @@ static void cuda_main(Emitter *e)
         snprintf(loss, sizeof loss, "rt_cuda_read_f32(g_stream, %s)",
                  pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
         emit_train_loop(e, loss, "rt_cuda_to_host(g_stream, g_weights, WEIGHT_BYTES)",
-                        "rt_barrier(\"the other ranks (checkpoint)\")");
+                        "rt_barrier(\"the other ranks (checkpoint or timing)\")",
+                        "rt_cuda_sync(g_stream, \"the training steps\")");
         fprintf(f, "    rt_cuda_sync(g_stream, \"the training steps\");\n    rt_trace_write();\n");
     } else
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"

@@ -235,7 +235,8 @@ static void mpi_main(Emitter *e)
         char loss[200];
         snprintf(loss, sizeof loss, "(double)%s[0]", pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
         emit_train_loop(e, loss, "g_weights",
-                        "CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (checkpoint)\")");
+                        "CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (checkpoint or timing)\")",
+                        "(void)0");
         fprintf(f, "    rt_trace_write();\n");
     } else
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
