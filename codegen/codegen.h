@@ -330,6 +330,8 @@ struct EmitTarget {
     /* main(): where an input block goes once read; main() itself, after
      * WEIGHT_BYTES, WEIGHT_CHECKSUM and the model's names */
     void (*input_block)(Emitter *e, const char *indent, const char *dst, const Buffer *b);
+    /* a training step's batch: `block` (host) into input buffer b */
+    void (*input_refresh)(Emitter *e, const Buffer *b);
     void (*main)(Emitter *e);
 };
 
@@ -374,6 +376,10 @@ void emit_output_write(Emitter *e, int i, const char *data);
  * and waits for the other ranks with the statement `barrier`; `sync`
  * waits for the device before the timing (steps 2 to N, printed). */
 void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync);
+/* Training programs: g_data[], g_batches[] and load_batch(step), which
+ * puts batch (step-1) mod k of every --in file of k batches into its input
+ * buffer (before main; nothing for other programs). */
+void emit_batch_loader(Emitter *e);
 /* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
 void emit_trace_init(Emitter *e);
 /* main()'s reading of this rank's input blocks (in a pipeline, stage 0's

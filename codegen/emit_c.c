@@ -231,6 +231,7 @@ int emit_rank(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)opt->weight_bytes, (unsigned long long)opt->weight_checksum);
     emit_model_names(&e);
+    emit_batch_loader(&e);
     e.t->main(&e);
     return e.rc;
 }

@@ -252,6 +252,14 @@ static void cuda_input_block(Emitter *e, const char *in, const char *dst, const 
             in, dst, (long long)(b->bytes ? b->bytes : 1), in, dst, (long long)b->bytes, in);
 }
 
+static void cuda_input_refresh(Emitter *e, const Buffer *b)
+{
+    /* ordered after the last step's kernels on the compute stream; from
+     * pageable memory, so the host block is free again on return */
+    fprintf(e->f, "        CHECK_CUDA(cudaMemcpyAsync(%s, block, %lld, cudaMemcpyHostToDevice, g_stream));\n", b->name,
+            (long long)b->bytes);
+}
+
 static void cuda_main(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -366,5 +374,6 @@ const EmitTarget emit_target_cuda = {
     .pipe_wait_sends = cuda_pipe_wait_sends,
     .pipe_keep_output = cuda_pipe_keep_output,
     .input_block = cuda_input_block,
+    .input_refresh = cuda_input_refresh,
     .main = cuda_main,
 };

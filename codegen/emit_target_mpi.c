@@ -199,6 +199,11 @@ static void mpi_input_block(Emitter *e, const char *indent, const char *dst, con
     fprintf(e->f, "%s        %s = (%s *)block;\n", indent, dst, emit_ctype(b->dtype));
 }
 
+static void mpi_input_refresh(Emitter *e, const Buffer *b)
+{
+    fprintf(e->f, "        memcpy(%s, block, %lld);\n", b->name, (long long)b->bytes);
+}
+
 static void mpi_main(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -290,5 +295,6 @@ const EmitTarget emit_target_mpi = {
     .pipe_wait_sends = mpi_pipe_wait_sends,
     .pipe_keep_output = mpi_pipe_keep_output,
     .input_block = mpi_input_block,
+    .input_refresh = mpi_input_refresh,
     .main = mpi_main,
 };

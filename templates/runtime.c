@@ -1108,6 +1108,27 @@ static inline void rt_check_input(const char *name, const char *path, const RtTe
            got, rt_dtype_name(dtype), want);
 }
 
+/* A training input: the model's shape, or k batches of it along dim 0
+ * (step s reads batch (s-1) mod k). Returns k. */
+static inline int64_t rt_check_batches(const char *name, const char *path, const RtTensor *t, int dtype, int rank,
+                                       const int64_t *dims)
+{
+    int ok = t->dtype == dtype && t->rank == rank && (rank == 0 || (t->dims[0] > 0 && dims[0] > 0 &&
+                                                                   t->dims[0] % dims[0] == 0));
+    for (int i = 1; ok && i < rank; i++)
+        ok = t->dims[i] == dims[i];
+    if (!ok) {
+        char want[160] = "", got[160] = "";
+        for (int i = 0; i < rank; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)dims[i]);
+        for (int i = 0; i < t->rank; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+        rt_die("input \"%s\" from %s is %s [%s]; the model needs %s [%s], or k batches of it along dim 0", name,
+               path, rt_dtype_name(t->dtype), got, rt_dtype_name(dtype), want);
+    }
+    return rank == 0 ? 1 : t->dims[0] / dims[0];
+}
+
 static inline void rt_write_npy(const char *path, int dtype, int rank, const int64_t *dims, const void *data)
 {
     char hdr[256], shape[160] = "";

@@ -73,11 +73,36 @@ def model_parts(model):
     return m, weights, feeds
 
 
+def batched(name, flags, feeds):
+    """A case's `@batches=K` (not a compiler flag): its --in files hold K
+    batches (the model's inputs, then K-1 more drawn from a fixed seed, of
+    the same kind), so step s trains on batch (s-1) mod K."""
+    k = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")]
+    flags = [f for f in flags if not f.startswith("@batches=")]
+    if not k or k[0] == 1:
+        return flags, feeds
+    os.makedirs(os.path.join(OUT, "data"), exist_ok=True)
+    rng = np.random.default_rng(7)
+    out = {}
+    for n, path in feeds.items():
+        a = np.load(path)
+        more = [a]
+        for _ in range(k[0] - 1):
+            if a.dtype.kind == "f":
+                more.append(rng.standard_normal(a.shape).astype(a.dtype))
+            else:
+                more.append(rng.integers(0, int(a.max()) + 1, a.shape).astype(a.dtype))
+        out[n] = os.path.join(OUT, "data", "%s.%s.npy" % (name, n))
+        np.save(out[n], np.concatenate(more, axis=0))
+    return flags, out
+
+
 def run_case(name, model, opt, flags, steps):
     """Compiles, builds and runs one case: (losses, {weight: final value})."""
     d = os.path.join(OUT, name)
     subprocess.run(["rm", "-rf", d], check=True)
     _, weights, feeds = model_parts(model)
+    flags, feeds = batched(name, flags, feeds)
     if "--frozen" in flags:
         for k in flags[flags.index("--frozen") + 1].split(","):
             weights.pop(k)
@@ -114,7 +139,7 @@ def reference(name, model, opt, flags, results, cases):
     """(losses, weights, what) to compare a case with."""
     gold = os.path.join(GOLDEN, "%s_%s" % (model, opt))
     numpy_only = ("--clip-norm", "--lr-schedule", "--warmup-steps", "--momentum", "--weight-decay")
-    if not any(f in flags for f in numpy_only) and os.path.isdir(gold):
+    if not any(f in numpy_only or f.startswith("@") for f in flags) and os.path.isdir(gold):
         return np.load(os.path.join(gold, "losses.npy")), dict(np.load(os.path.join(gold, "weights.npz"))), \
             "onnxruntime-training"
     if model in np_reference.MODEL_GRADS:
@@ -127,8 +152,11 @@ def reference(name, model, opt, flags, results, cases):
                                 ("--weight-decay", "sgd_weight_decay" if opt == "sgd" else "weight_decay", float)):
             if flag in flags:
                 cfg[key] = conv(flags[flags.index(flag) + 1])
-        batch = {k: np.load(v) for k, v in feeds.items()}
-        losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, [batch])
+        _, files = batched(name, flags, feeds)
+        data = {k: np.load(v) for k, v in files.items()}
+        kb = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")] or [1]
+        batches = [{k: np.split(v, kb[0])[j] for k, v in data.items()} for j in range(kb[0])]
+        losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, batches)
         return losses, params, "numpy"
     one = "%s_%s_1" % (model, opt)
     if one not in results:  # filtered out: run it now
