@@ -102,6 +102,8 @@ static const char usage_text[] =
     "  --clip-norm X     scale the gradients to global norm at most X (default: off)\n"
     "  --lr-schedule S   constant (default) or cosine, after --warmup-steps N of linear warm-up,\n"
     "                    reaching 0 at --total-steps M (Hugging Face's step counting)\n"
+    "  --accum K         accumulate the gradients of K microbatches (each the model's\n"
+    "                    batch) per optimizer step; the loss and gradients are their mean\n"
     "  --bucket-mb N     all-reduce data-parallel gradients in buckets of N MiB, each\n"
     "                    started when its last gradient is computed (default 25, as DDP)\n"
     "  --zero N          1: optimizer state split over the data-parallel axis (gradients\n"
@@ -318,7 +320,7 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
-       OPT_WARMUP, OPT_TOTAL_STEPS };
+       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -516,6 +518,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
         {"warmup-steps", required_argument, 0, OPT_WARMUP},
         {"total-steps", required_argument, 0, OPT_TOTAL_STEPS},
+        {"accum", required_argument, 0, OPT_ACCUM},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
         {"train", no_argument, 0, OPT_TRAIN},
@@ -617,6 +620,14 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
                 return usage_error("--lr-schedule %s: expected constant or cosine", optarg);
             o->trainopt.cosine = strcmp(optarg, "cosine") == 0;
             break;
+        case OPT_ACCUM: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > 65536)
+                return usage_error("--accum %s: expected microbatches per step, from 1 to 65536", optarg);
+            o->trainopt.accum = (int)v;
+            break;
+        }
         case OPT_WARMUP:
         case OPT_TOTAL_STEPS: {
             char *end;
@@ -698,6 +709,8 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
     if (o->trainopt.cosine && o->trainopt.total_steps <= o->trainopt.warmup_steps)
         return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
+    if (o->trainopt.accum > 1 && o->trainopt.clip_norm > 0)
+        return usage_error("--accum with --clip-norm: %s", "not yet (the norm must be of the accumulated gradient)");
     if (o->zero && !o->train)
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
     if (o->zero == 3 && o->shard_weights)

@@ -36,6 +36,7 @@ typedef enum BufKind {
     BUF_RESHARD,  /* a step of a reshard (result or packing scratch), in the arena */
     BUF_SCRATCH,  /* a node's scratch (im2col), in the arena */
     BUF_RECV,     /* pipeline: a value another stage sends, in receive slots */
+    BUF_ACCUM,    /* --accum: a gradient's (or the loss's) sum over microbatches, live throughout */
 } BufKind;
 
 typedef struct Buffer {
@@ -109,6 +110,9 @@ typedef struct ProgramNode {
      * output a view of the MatMul's (views.c find_aliases). */
     int gemm_bias;
     char alias;             /* 1: its output is a view of its input's storage; it copies nothing */
+    /* --accum: the accumulator of its output 0 (a weight's gradient or the
+     * loss), added to over the microbatches, or -1 (schedule.c). */
+    int accum_buf;
 } ProgramNode;
 
 /* What this rank's program decided for one reshard of the plan
@@ -128,6 +132,9 @@ typedef struct ProgramReshard {
      * the same one (libnbc; 1 MiB over two ranks: 155-190 against 180-220
      * us). Decided once, after fusion (schedule.c). */
     char blocking;
+    /* --accum: started (and waited for) in the last microbatch only: it
+     * moves an accumulated value, or is waited for in optimizer_step(). */
+    char last_micro;
 } ProgramReshard;
 
 typedef struct Program {
@@ -155,6 +162,7 @@ typedef struct Program {
     Inst *insts;
     int ninsts, insts_cap;
     int prefetch_used;      /* prefetch depth that fit the memory limit */
+    int first_update;       /* --train: the first optimizer update's instruction (ninsts: none) */
     int64_t arena_bytes, weight_bytes, input_bytes;
 } Program;
 

@@ -193,6 +193,14 @@ static void emit_forward(Emitter *e)
         }
         if (bwd > opt)
             bwd = opt;
+        if (program_trains(pr))
+            fprintf(fw, "\n/* ---- training state ---- */\n\n"
+                        "static int64_t g_step; /* optimizer steps taken, counted from 1 (AdamW's bias correction) */\n"
+                        "static void load_batch(long batch);\n");
+        if (program_trains(pr) && pr->g->accum > 1)
+            fprintf(fw, "#define ACCUM %d /* microbatches per step (--accum) */\n"
+                        "static int g_micro = 1; /* the microbatch being run, 1..ACCUM */\n",
+                    pr->g->accum);
         fprintf(fw, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{\n    rt_step_begin();\n");
         for (int i = 0; i < bwd; i++)
             emit_inst(e, i);
@@ -201,15 +209,21 @@ static void emit_forward(Emitter *e)
             for (int i = bwd; i < opt; i++)
                 emit_inst(e, i);
             fprintf(fw, "}\n\n/* ---- the optimizer: each weight updated in place ---- */\n\n"
-                        "static int64_t g_step; /* steps taken, counted from 1 (AdamW's bias correction) */\n\n"
                         "static void optimizer_step(void)\n{\n    g_step++;\n");
         }
         for (int i = opt; i < pr->ninsts; i++)
             emit_inst(e, i);
         fprintf(fw, "    rt_step_end();\n}\n");
-        if (program_trains(pr))
+        if (program_trains(pr) && pr->g->accum > 1)
+            fprintf(fw, "\n/* ---- one training step: ACCUM microbatches, then the update ---- */\n\n"
+                        "static void train_step(void)\n{\n"
+                        "    for (g_micro = 1; g_micro <= ACCUM; g_micro++) {\n"
+                        "        load_batch((long)g_step * ACCUM + g_micro);\n"
+                        "        forward();\n        backward();\n    }\n"
+                        "    g_micro = ACCUM;\n    optimizer_step();\n}\n");
+        else if (program_trains(pr))
             fprintf(fw, "\n/* ---- one training step ---- */\n\nstatic void train_step(void)\n{\n"
-                        "    forward();\n    backward();\n    optimizer_step();\n}\n");
+                        "    load_batch((long)g_step + 1);\n    forward();\n    backward();\n    optimizer_step();\n}\n");
     }
     fclose(fw);
     e->f = f;

@@ -180,7 +180,6 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "            %s;\n"
                   "            t_timed = rt_now();\n"
                   "        }\n"
-                  "        load_batch((long)g_step + 1);\n"
                   "        train_step();\n"
                   "        if (RANK == 0 && (g_step %% args.log_every == 0 || s == args.steps))\n"
                   "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
@@ -214,10 +213,11 @@ void emit_batch_loader(Emitter *e)
     if (!program_trains(pr) || pr->plan->pipe)
         return;
     fprintf(f, "/* Training data: each --in file holds the model's input, or k batches of it along\n"
-               " * dim 0; step s reads batch (s-1) mod k (counted from the checkpoint's step on\n"
-               " * --resume), this rank its block of it. */\n"
+               " * dim 0; batch b (from 1: the step, or with --accum (step-1) * ACCUM + microbatch)\n"
+               " * reads batch (b-1) mod k, counted on from the checkpoint's step on --resume, this\n"
+               " * rank its block of it. */\n"
                "static RtTensor g_data[%d];\nstatic int64_t g_batches[%d];\n\n"
-               "static void load_batch(long step)\n{\n",
+               "static void load_batch(long batch)\n{\n",
             g->ninputs ? g->ninputs : 1, g->ninputs ? g->ninputs : 1);
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
@@ -233,11 +233,11 @@ void emit_batch_loader(Emitter *e)
         fprintf(f, ", index[] = ");
         emit_dims(f, idx, t->rank);
         fprintf(f, ";\n        static void *block;\n        if (!block)\n            block = rt_alloc(%lld);\n"
-                   "        const char *src = (const char *)g_data[%d].data + ((step - 1) %% g_batches[%d]) * %lldLL;\n"
+                   "        const char *src = (const char *)g_data[%d].data + ((batch - 1) %% g_batches[%d]) * %lldLL;\n"
                    "        rt_take_block(block, src, %d, gdims, blocks, index, %zu);\n",
                 (long long)(b->bytes ? b->bytes : 1), i, i, (long long)batch, t->rank, dtype_size(t->dtype));
         e->t->input_refresh(e, b);
         fprintf(f, "    }\n");
     }
-    fprintf(f, "    (void)step;\n}\n\n");
+    fprintf(f, "    (void)batch;\n}\n\n");
 }

@@ -446,6 +446,8 @@ static void emit_rt_node(FILE *f, const char *label)
     fputs(";\n", f);
 }
 
+static void emit_inst_body(Emitter *e, int i);
+
 void emit_inst(Emitter *e, int i)
 {
     const Program *pr = e->pr;
@@ -454,8 +456,30 @@ void emit_inst(Emitter *e, int i)
     if (in->kind == INST_COMPUTE) {
         if (emit_node(pr, in->node, &e->trace, f, e->d))
             e->rc = -1;
+        int a = pr->nodes[in->node->id].accum_buf;
+        if (a >= 0) {
+            const Buffer *y = &pr->bufs[pr->tensor_buf[in->node->outputs[0]->id]], *acc = &pr->bufs[a];
+            fprintf(f, "    /* --accum: summed over the microbatches; the last leaves the mean in %s */\n"
+                       "    k_accumulate_f32(%s, %s, %lld, g_micro, ACCUM);\n",
+                    y->name, y->name, acc->name, (long long)(y->bytes / 4));
+        }
         return;
     }
+    /* (a fused member's line is a comment; optimizer_step() runs once, after the last microbatch) */
+    if (in->reshard < 0 || !pr->reshards[in->reshard].last_micro || i >= pr->first_update) {
+        emit_inst_body(e, i);
+        return;
+    }
+    fprintf(f, "\n    if (g_micro == ACCUM) { /* the last microbatch only (--accum) */");
+    emit_inst_body(e, i);
+    fprintf(f, "    }\n");
+}
+
+static void emit_inst_body(Emitter *e, int i)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Inst *in = &pr->insts[i];
     if (in->reshard < 0) {
         int m = -1 - in->reshard;
         char nm[ESC_NAME_CAP];

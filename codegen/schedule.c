@@ -340,10 +340,54 @@ static void fuse(Program *pr, int64_t fuse_bytes, int64_t bucket_bytes)
     free(bucket);
 }
 
+/* --accum K: the weights' gradients and the loss are summed over the
+ * microbatches in accumulators that live throughout (the last microbatch
+ * leaves their mean in the value itself), and every reshard that moves one
+ * of them, or is waited for in optimizer_step() (after the microbatch
+ * loop), runs in the last microbatch only. */
+static void mark_accum(Program *pr)
+{
+    const Graph *g = pr->g;
+    const Plan *p = pr->plan;
+    for (int i = 0; i < g->nnodes; i++)
+        pr->nodes[i].accum_buf = -1;
+    for (int r = 0; r < p->nreshards; r++)
+        pr->reshards[r].last_micro = 0;
+    pr->first_update = pr->ninsts;
+    for (int i = pr->ninsts - 1; i >= 0; i--)
+        if (pr->insts[i].kind == INST_COMPUTE && ir_output_in_place(pr->insts[i].node, 0) >= 0)
+            pr->first_update = i;
+    if (g->accum <= 1)
+        return;
+    char *acc = calloc((size_t)g->ntensors + 1, 1);
+    if (!acc)
+        abort();
+    for (int i = 0; i <= g->nnodes; i++) {
+        const Tensor *t = i < g->nnodes ? (ir_output_in_place(g->nodes[i], 0) >= 0 ? g->nodes[i]->inputs[1] : NULL)
+                                        : g->loss;
+        const Node *prod = t ? t->producer : NULL;
+        if (!prod || !program_runs(pr, prod) || prod->outputs[0] != t || acc[t->id])
+            continue;
+        acc[t->id] = 1;
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        char base[160];
+        snprintf(base, sizeof base, "acc_%s", b->name + 2);
+        Sharding lay = b->layout;
+        pr->nodes[prod->id].accum_buf = program_buf_new(pr, base, t, BUF_ACCUM, b->dtype, b->rank, b->dims, &lay);
+    }
+    int first_update = pr->first_update;
+    for (int r = 0; r < p->nreshards; r++)
+        pr->reshards[r].last_micro = pr->reshards[r].here &&
+                                     (acc[p->reshards[r].tensor->id] ||
+                                      (pr->reshards[r].start_at < first_update && pr->reshards[r].wait_at >= first_update));
+    free(acc);
+}
+
 void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes, int64_t bucket_bytes)
 {
     schedule(pr, prefetch);
     fuse(pr, fuse_bytes, bucket_bytes);
+    mark_accum(pr);
     find_blocking(pr);
 }
 

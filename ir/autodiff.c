@@ -590,6 +590,7 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     g->outputs = outs;
     g->noutputs = nout;
     g->loss = loss;
+    g->accum = o->accum > 1 ? o->accum : 0;
     if (graph_toposort(g, d))
         goto out;
     rc = 0;

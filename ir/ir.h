@@ -242,6 +242,7 @@ typedef struct Graph {
     ModelShardSpec *shard_specs;
     int nshard_specs;
     const Tensor *loss;    /* --train: the output it minimises, else NULL */
+    int accum;             /* --train --accum K: microbatches per step (0: none) */
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -357,6 +358,7 @@ typedef struct TrainOptions {
     int cosine;              /* --lr-schedule cosine (else constant) */
     int64_t warmup_steps;    /* --warmup-steps: linear warm-up from 0 */
     int64_t total_steps;     /* --total-steps: where the cosine reaches 0 */
+    int accum;               /* --accum K: microbatches per optimizer step (0 or 1: none) */
 } TrainOptions;
 
 void train_options_default(TrainOptions *o);

@@ -26,3 +26,13 @@ O2S_HD static inline void k_adamw_elem(float *w, float g, float *m, float *v, fl
     *v = b2 * *v + (1.0f - b2) * g * g;
     *w -= (lr / bc1) * *m / (sqrtf(*v) / sqrt_bc2 + eps);
 }
+
+/* --accum: microbatch `micro` of k's value g into the accumulator; the
+ * last microbatch leaves the mean of all k in g. */
+O2S_HD static inline void k_accum_elem(float *g, float *acc, int micro, int k)
+{
+    if (micro < k)
+        *acc = micro == 1 ? *g : *acc + *g;
+    else
+        *g = (*g + *acc) / (float)k;
+}

@@ -31,6 +31,19 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
         kk_adamw_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, sqrt_bc2);
 }
 
+__global__ void kk_accumulate_f32(float *g, float *acc, int64_t n, int micro, int k)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        k_accum_elem(&g[i], &acc[i], micro, k);
+}
+
+static inline void k_accumulate_f32(float *g, float *acc, int64_t n, int micro, int k)
+{
+    if (n > 0 && k > 1)
+        kk_accumulate_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(g, acc, n, micro, k);
+}
+
 /* ZeRO's write-back: every rank's block_bytes at its place in buf (its
  * rank in comm), gathered in place on the compute stream, after the
  * update that wrote the block. */

@@ -17,6 +17,12 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
         k_adamw_elem(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, sqrt_bc2);
 }
 
+static inline void k_accumulate_f32(float *g, float *acc, int64_t n, int micro, int k)
+{
+    for (int64_t i = 0; k > 1 && i < n; i++)
+        k_accum_elem(&g[i], &acc[i], micro, k);
+}
+
 /* ZeRO's write-back: every rank's block_bytes at its place in buf (its
  * index in comm), gathered so every rank holds them all. */
 static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, MPI_Comm comm, const char *what)

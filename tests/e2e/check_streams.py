@@ -4,7 +4,7 @@ streams never touch the same memory unordered.
 A CUDA rank program runs kernels on the compute stream (g_stream) and NCCL
 collectives on the communication stream (g_comm); cudaEventRecord and
 cudaStreamWaitEvent are the only edges between them. This script reads
-forward() of each rank<k>.cu, replays it twice in a row (as the timed loop
+forward() (a training program's train_step()) of each rank<k>.cu, replays it twice in a row (as the timed loop
 does, with no host sync between calls) on a model of the two streams with
 vector clocks, and reports every pair of operations on different streams
 that touch overlapping arena bytes, at least one of them writing, with
@@ -13,10 +13,17 @@ neither ordered before the other. Arena buffers are the `#define B_x
 liveness plan placed on the same bytes count as the same memory.
 
 What an operation touches: an NCCL call reads its send buffer and writes
-its receive buffer; a compute statement (a k_* launch, a cuBLAS call, an
-async copy or memset) is taken to write every arena buffer it names
-(conservative: a kernel's inputs count as writes too). Weights (W_) and
+its receive buffer; a k_* launch reads the buffers it takes as const
+pointers and writes the others (its signature, from the folder's
+o2s_kernels.cuh); any other compute statement (a cuBLAS call, an async
+copy or memset, a kernel not in the header) is taken to write every
+arena buffer it names. Weights (W_) and
 inputs (I_) are never written after start-up and are not modelled.
+
+A training program's step is train_step(): forward(), backward() and
+optimizer_step() inlined, its microbatch loop (--accum) unrolled and its
+`if (g_micro == ACCUM)` evaluated, so a collective started in backward and
+waited for in optimizer_step is checked across the whole step.
 
 A pipeline stage's forward() loops over microbatches and calls step(mb,
 slot): the loops and ifs are unrolled with MICROBATCHES, step() is inlined,
@@ -33,6 +40,7 @@ Usage: check_streams.py RANK.cu...   (exit 1 on any race)
        for a received slot and the receive's wait for the slot's last
        reader on rank 1)
 """
+import os
 import re
 import sys
 
@@ -48,6 +56,9 @@ SLOT = re.compile(r"^static unsigned char \*((?:send|slot)_\w+)\[2\];")
 INDEX = re.compile(r"\b(\w+)\[([^\[\]]+)\]")
 POINT = re.compile(r"^(\w+) = \([\w ]+\*\)(%s);" % NAME)  # R_x = (float *)slot_R_x[slot]
 LOOP = re.compile(r"^for \(int (\w+) = ([^;]+); \1 < ([^;]+); \1\+\+\)")
+LOOP_LE = re.compile(r"^for \((\w+) = ([^;]+); \1 <= ([^;]+); \1\+\+\)")  # train_step's microbatches
+ASSIGN = re.compile(r"^(g_micro) = ([^;]+);")
+CALL = re.compile(r"^(forward|backward|optimizer_step)\(\);")
 IF = re.compile(r"^if \((.*)\)")
 LET = re.compile(r"^const int (\w+) = ([^;]+);")
 
@@ -87,6 +98,9 @@ def block(lines, i):
     raise ValueError("unbalanced braces after %r" % lines[i - 1].strip())
 
 
+FUNCTIONS = {}  # a training program's forward, backward, optimizer_step: inlined where train_step calls them
+
+
 def unroll(lines, env, step, out):
     """Appends to out the statements of lines in the order they run, with
     env's values: loops and ifs over known values unrolled, step(mb, slot)
@@ -99,6 +113,20 @@ def unroll(lines, env, step, out):
         lo = hi = None
         if loop:
             lo, hi = c_eval(loop.group(2), env), c_eval(loop.group(3), env)
+        elif LOOP_LE.match(code):
+            loop = LOOP_LE.match(code)
+            lo, hi = c_eval(loop.group(2), env), c_eval(loop.group(3), env)
+            hi = None if hi is None else hi + 1
+        assign = ASSIGN.match(code)
+        if assign and c_eval(assign.group(2), env) is not None:
+            env = dict(env, **{assign.group(1): c_eval(assign.group(2), env)})
+            i += 1
+            continue
+        call = CALL.match(code)
+        if call and call.group(1) in FUNCTIONS:
+            unroll(FUNCTIONS[call.group(1)], env, step, out)
+            i += 1
+            continue
         if loop and lo is not None and hi is not None:
             body, i = block(lines, i + 1)
             for v in range(lo, hi):
@@ -145,8 +173,17 @@ def parse(text):
         raise ValueError("no forward() found")
     mb = re.search(r"^#define MICROBATCHES (\d+)$", text, re.M)
     step = function_body(text, "static void step(int mb, int slot)")
+    env = {"MICROBATCHES": int(mb.group(1)) if mb else 1}
+    FUNCTIONS.clear()
+    train = function_body(text, "static void train_step(void)")
+    if train is not None:  # a training program: a step is forward, backward, optimizer_step
+        for f in ("forward", "backward", "optimizer_step"):
+            FUNCTIONS[f] = function_body(text, "static void %s(void)" % f)
+        acc = re.search(r"^#define ACCUM (\d+)", text, re.M)
+        env.update(ACCUM=int(acc.group(1)) if acc else 1, g_micro=1)
+        body = train
     statements = []
-    unroll(body, {"MICROBATCHES": int(mb.group(1)) if mb else 1}, step, statements)
+    unroll(body, env, step, statements)
     ops = []  # (kind, stream or event info, reads, writes, line)
     points = {}  # R_x -> the slot it reads now
     for line in statements:
@@ -183,8 +220,49 @@ def parse(text):
         if COMPUTE.search(code) and "static const" not in code:
             bufs = BUF.findall(code)
             if bufs:
-                ops.append(("op", "g_stream", ([], bufs), line.strip()))
+                ops.append(("op", "g_stream", kernel_access(code, bufs), line.strip()))
     return ranges, ops
+
+
+SIGNATURE = re.compile(r"static inline \w[\w ]*?\b(k_\w+)\(([^)]*)\)", re.S)
+WRITES = {}  # k_ function -> the argument positions it may write (its non-const pointers)
+
+
+def load_signatures(header):
+    """The k_* functions of the folder's kernels header and, for each, which
+    arguments are non-const pointers: the only ones it can write."""
+    WRITES.clear()
+    try:
+        text = open(header).read()
+    except OSError:
+        return
+    for m in SIGNATURE.finditer(text):
+        params = [p.strip() for p in m.group(2).split(",")]
+        WRITES[m.group(1)] = {i for i, p in enumerate(params) if "*" in p and not p.startswith("const")}
+
+
+def kernel_access(code, bufs):
+    """(reads, writes) of a compute statement: for a k_* call whose
+    signature is known, a buffer passed where the kernel takes a const
+    pointer is read, anywhere else written; for anything else (cuBLAS, an
+    async copy, a kernel not in the header) every buffer counts as written."""
+    m = re.search(r"\b(k_\w+)\((.*)\);", code)
+    if not m or m.group(1) not in WRITES:
+        return [], bufs
+    args, depth, cur = [], 0, ""
+    for ch in m.group(2):
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+            continue
+        depth += ch in "([" and 1 or ch in ")]" and -1 or 0
+        cur += ch
+    args.append(cur)
+    reads, writes = [], []
+    for i, a in enumerate(args):
+        for b in BUF.findall(a):
+            (writes if i in WRITES[m.group(1)] else reads).append(b)
+    return reads, writes
 
 
 def races(ranges, ops, iterations=2):
@@ -221,6 +299,7 @@ def races(ranges, ops, iterations=2):
 
 def check(path, text=None):
     text = text if text is not None else open(path).read()
+    load_signatures(os.path.join(os.path.dirname(path) or ".", "o2s_kernels.cuh"))
     ranges, ops = parse(text)
     return races(ranges, ops)
 
