@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Appends a loss to the convnet and the exported GPT-2, BERT and Llama test
-models, so that `compile --train` can train them (issue 26), and writes a
-small convolution model whose loss reaches every option of the nn family's
-gradients.
+models, so that `compile --train` can train them (issue 26), and writes two
+small models whose losses reach every option of the nn family's gradients
+and the index family's.
 
 The inference models are read, never rebuilt: tests/models/convnet.onnx
 (make_models.py) and tests/models/exports/*.onnx (make_exports.py, real
@@ -29,6 +29,9 @@ torch.onnx.export output). Each gets one loss node after its output:
                      ragged: its last input row and column are never read)
                      into an AveragePool (count_include_pad 1) beside it;
                      loss = ReduceMean((y - target)^2)
+  index_ops_mse      Sin, Cos, Sum, Mean, GatherElements, GatherND, Trilu,
+                     Pad and Tile of one weight, concatenated; mean squared
+                     error against a fixed target
 
 The exports' scalar float initializers (literals of the model's code, as
 the dynamo exporter writes them) become Constant nodes first, so that
@@ -204,6 +207,47 @@ def make_conv_ops(rng):
     return model(g), feeds
 
 
+def make_index_ops(rng):
+    """The index-family and elementwise gradients beyond the core set:
+    Sin, Cos, Sum, Mean (broadcast), GatherElements and GatherND (negative
+    and repeated indices), Trilu, Pad (a negative pad crops; its constant
+    value is a weight) and Tile."""
+    I64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Sin", ["W"], ["sin"], name="sin"),
+        helper.make_node("Cos", ["W"], ["cos"], name="cos"),
+        helper.make_node("Sum", ["sin", "B", "cos"], ["s"], name="sum"),
+        helper.make_node("Mean", ["W", "B"], ["m"], name="mean"),
+        helper.make_node("GatherElements", ["W", "ge_idx"], ["ge"], axis=1, name="gather_elements"),
+        helper.make_node("GatherND", ["s", "gn_idx"], ["gn"], name="gather_nd"),
+        helper.make_node("Trilu", ["m", "k"], ["tri"], upper=0, name="trilu"),
+        helper.make_node("Pad", ["tri", "pads", "pad_value"], ["pad"], name="pad"),
+        helper.make_node("Tile", ["ge", "repeats"], ["tile"], name="tile"),
+        helper.make_node("Flatten", ["gn"], ["f1"], axis=0, name="flat_gn"),
+        helper.make_node("Flatten", ["pad"], ["f2"], axis=0, name="flat_pad"),
+        helper.make_node("Flatten", ["tile"], ["f3"], axis=0, name="flat_tile"),
+        helper.make_node("Concat", ["f1", "f2", "f3"], ["y"], axis=1, name="cat"),
+        helper.make_node("Sub", ["y", "target"], ["diff"], name="err"),
+        helper.make_node("Mul", ["diff", "diff"], ["sq"], name="err_sq"),
+        helper.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0, name="mse"),
+    ]
+    inits = [
+        init("W", rng.standard_normal((3, 4, 5))),
+        init("B", rng.standard_normal((5,))),
+        init("pad_value", np.array(0.5, dtype=np.float32)),
+        numpy_helper.from_array(np.array([[[0, -1, 2, 2, 0], [3, 3, -4, 1, 0]]] * 3, dtype=np.int64), "ge_idx"),
+        numpy_helper.from_array(np.array([[0, 1], [-1, 3], [0, 1], [2, -2]], dtype=np.int64), "gn_idx"),
+        numpy_helper.from_array(np.array(1, dtype=np.int64), "k"),
+        numpy_helper.from_array(np.array([1, -1, 2, 0, 2, -1], dtype=np.int64), "pads"),
+        numpy_helper.from_array(np.array([2, 1, 3], dtype=np.int64), "repeats"),
+    ]
+    # gn [4, 5]: 20; pad [4, 5, 6]: 120; tile [6, 2, 15]: 180
+    total = 20 + 120 + 180
+    g = helper.make_graph(nodes, "index_ops_mse", [helper.make_tensor_value_info("target", F32, [1, total])],
+                          [scalar_loss()], inits)
+    return model(g), {"target": rng.standard_normal((1, total), dtype=np.float32)}
+
+
 MAKERS = [
     ("convnet_sce", make_convnet),
     ("conv_ops_mse", make_conv_ops),
@@ -213,6 +257,7 @@ MAKERS = [
     ("bert_dynamo_mse", make_export("bert_dynamo", "mse")),
     ("llama_ts_lm", make_export("llama_ts", "lm")),
     ("llama_dynamo_lm", make_export("llama_dynamo", "lm")),
+    ("index_ops_mse", make_index_ops),
 ]
 
 
