@@ -216,7 +216,7 @@ generated: all
 
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all
-	@bash tools/deps.sh --xla
+	@bash tools/deps.sh --xla --train
 	@bash bench/plan_bench.sh
 	@$(PY) bench/compile_scale.py
 	@$(PY) bench/codegen_bench.py
@@ -224,6 +224,7 @@ bench: deps all
 	@$(PY) bench/overlap_bench.py
 	@$(PY) bench/auto_bench.py
 	@build/venv-xla/bin/python bench/xla_bench.py
+	@$(PY) bench/train_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps lint all unit cli

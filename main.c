@@ -100,6 +100,15 @@ static const char usage_text[] =
     "  --weight-decay X  SGD: added to the gradient; AdamW: decoupled (default 0)\n"
     "  --betas B1,B2     AdamW (default 0.9,0.999)      --eps X (AdamW, default 1e-8)\n"
     "  --clip-norm X     scale the gradients to global norm at most X (default: off)\n"
+    "  --lr-schedule S   constant (default) or cosine, after --warmup-steps N of linear warm-up,\n"
+    "                    reaching 0 at --total-steps M (Hugging Face's step counting)\n"
+    "  --bucket-mb N     all-reduce data-parallel gradients in buckets of N MiB, each\n"
+    "                    started when its last gradient is computed (default 25, as DDP)\n"
+    "  --zero N          1: optimizer state split over the data-parallel axis (gradients\n"
+    "                    reduce-scattered, each rank updates its block, blocks all-gathered);\n"
+    "                    2: also the gradient's full copy freed as soon as it is reduced;\n"
+    "                    3: also the weights stored split, gathered in forward and backward\n"
+    "  --zero-axis A     the data-parallel axis --zero splits over (default dp)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  -V, --version     print the version and exit\n";
@@ -308,7 +317,8 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
-       OPT_BETAS, OPT_EPS, OPT_CLIP_NORM };
+       OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
+       OPT_WARMUP, OPT_TOTAL_STEPS };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -500,6 +510,12 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"microbatches", required_argument, 0, OPT_MICROBATCHES},
         {"stage-boundaries", required_argument, 0, OPT_STAGE_BOUNDARIES},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
+        {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
+        {"zero", required_argument, 0, OPT_ZERO},
+        {"zero-axis", required_argument, 0, OPT_ZERO_AXIS},
+        {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
+        {"warmup-steps", required_argument, 0, OPT_WARMUP},
+        {"total-steps", required_argument, 0, OPT_TOTAL_STEPS},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
         {"train", no_argument, 0, OPT_TRAIN},
@@ -520,7 +536,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .frontend = {.dims = st->dims, .consts = st->consts},
         .shards = st->shards,
         .autoopt = {.mem_limit = 0, .time_limit_s = 30},
-        .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536},
+        .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536, .bucket_bytes = 25 << 20},
         .microbatches = 1,
         .target = "c",
         .cuda_arch = "sm_90",
@@ -590,6 +606,35 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             break;
         }
         case OPT_TRAIN: o->train = 1; break;
+        case OPT_ZERO:
+            if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2") && strcmp(optarg, "3"))
+                return usage_error("--zero %s: expected 0, 1, 2 or 3", optarg);
+            o->zero = optarg[0] - '0';
+            break;
+        case OPT_ZERO_AXIS: o->zero_axis = optarg; break;
+        case OPT_LR_SCHEDULE:
+            if (strcmp(optarg, "constant") && strcmp(optarg, "cosine"))
+                return usage_error("--lr-schedule %s: expected constant or cosine", optarg);
+            o->trainopt.cosine = strcmp(optarg, "cosine") == 0;
+            break;
+        case OPT_WARMUP:
+        case OPT_TOTAL_STEPS: {
+            char *end;
+            long long v = strtoll(optarg, &end, 10);
+            if (*end || end == optarg || v < 0 || v > 1000000000)
+                return usage_error("%s: expected a step count from 0 to 1e9", argv[optind - 1]);
+            *(c == OPT_WARMUP ? &o->trainopt.warmup_steps : &o->trainopt.total_steps) = v;
+            break;
+        }
+        case OPT_BUCKET_MB: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= 0 && v <= 65536))
+                return usage_error("--bucket-mb %s: expected MiB from 0 to 65536 (0: one all-reduce per gradient)",
+                                   optarg);
+            o->prog.bucket_bytes = (int64_t)(v * (1 << 20));
+            break;
+        }
         case OPT_LOSS: o->trainopt.loss = optarg; break;
         case OPT_FROZEN: o->trainopt.frozen = optarg; break;
         case OPT_TRAINABLE: o->trainopt.trainable = optarg; break;
@@ -651,6 +696,15 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("plan: expected exactly one MODEL%s", "");
     if (!o->mesh)
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
+    if (o->trainopt.cosine && o->trainopt.total_steps <= o->trainopt.warmup_steps)
+        return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
+    if (o->zero && !o->train)
+        return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
+    if (o->zero == 3 && o->shard_weights)
+        return usage_error("--zero 3 stores the weights split over --zero-axis; drop --shard-weights %s",
+                           o->shard_weights);
+    if (o->zero == 3)
+        o->shard_weights = o->zero_axis ? o->zero_axis : "dp";
     if (compile && !o->out_dir)
         return usage_error("compile: -o DIR is required%s", "");
     if (compile && strcmp(o->target, "c") != 0 && strcmp(o->target, "cuda") != 0)

@@ -53,6 +53,9 @@ typedef struct Buffer {
      * Flatten or Identity result: same bytes, new shape), or -1 (views.c
      * find_aliases). */
     int alias_of;
+    /* Bytes into alias_of's storage where this view starts: a ZeRO update's
+     * block of its weight (views.c), else 0. */
+    int64_t alias_offset;
 } Buffer;
 
 typedef enum InstKind {
@@ -65,6 +68,7 @@ typedef struct ProgramOptions {
     int prefetch;          /* weight gathers start this many weight-reading nodes ahead */
     int64_t mem_limit;     /* bytes per rank (arena + weights + inputs); 0: none */
     int64_t fuse_bytes;    /* fuse ready-together all-reduces smaller than this; 0: off */
+    int64_t bucket_bytes;  /* --train: gradient all-reduces in buckets of this size (--bucket-mb) */
     int cuda;              /* CUDA kernels: float16/bfloat16 MatMuls run as such (cublasGemmEx) */
 } ProgramOptions;
 
@@ -115,6 +119,7 @@ typedef struct ProgramReshard {
     StepBufs steps[RESHARD_MAX_STEPS];
     int start_at, wait_at;  /* instruction indices */
     int fused_leader;       /* first member of its fused call, or -1 */
+    char bucket;            /* a leader: its call is a bucket of weight gradients (--bucket-mb) */
     int fused_send, fused_recv; /* for a leader: its packed buffers */
     /* 1 when the C target calls its all-reduce blocking: one step, not
      * fused, and waited for before any compute runs (a Megatron partial
@@ -183,9 +188,9 @@ int program_group_color(const Program *prog, unsigned axes);
 void program_fold_views(Program *pr, int packs);
 void program_fold_aliases(Program *pr);
 
-/* schedule.c: the instruction list, fused all-reduces (fuse_bytes 0: none)
- * and the C target's blocking all-reduces. */
-void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes);
+/* schedule.c: the instruction list, fused all-reduces (fuse_bytes 0: none),
+ * gradient buckets and the C target's blocking all-reduces. */
+void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes, int64_t bucket_bytes);
 /* The cost model over this program's schedule (its starts and waits, as
  * the generated code runs them), per pass. */
 typedef struct ProgramEstimate {
@@ -325,6 +330,8 @@ struct EmitTarget {
     /* main(): where an input block goes once read; main() itself, after
      * WEIGHT_BYTES, WEIGHT_CHECKSUM and the model's names */
     void (*input_block)(Emitter *e, const char *indent, const char *dst, const Buffer *b);
+    /* a training step's batch: `block` (host) into input buffer b */
+    void (*input_refresh)(Emitter *e, const Buffer *b);
     void (*main)(Emitter *e);
 };
 
@@ -363,9 +370,16 @@ void emit_model_names(Emitter *e);
  * value on a replicated layout; else this rank's block, which
  * rt_gather_output assembles on rank 0). */
 void emit_output_write(Emitter *e, int i, const char *data);
-/* main()'s training loop (--steps, --log-every), printing the loss on
- * rank 0 from `loss`, an expression of its value as a double. */
-void emit_train_loop(Emitter *e, const char *loss);
+/* main()'s training loop (--steps, --log-every, --save, --save-every),
+ * printing the loss on rank 0 from `loss` (an expression of its value as
+ * a double); a checkpoint writes `blob` (the weight blob in host memory)
+ * and waits for the other ranks with the statement `barrier`; `sync`
+ * waits for the device before the timing (steps 2 to N, printed). */
+void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync);
+/* Training programs: g_data[], g_batches[] and load_batch(step), which
+ * puts batch (step-1) mod k of every --in file of k batches into its input
+ * buffer (before main; nothing for other programs). */
+void emit_batch_loader(Emitter *e);
 /* rt_trace_init(args.trace, ...) in main(), before the warm-up. */
 void emit_trace_init(Emitter *e);
 /* main()'s reading of this rank's input blocks (in a pipeline, stage 0's

@@ -82,6 +82,10 @@ static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
         fprintf(f, "static %s *%s; /* from stage %d: local %s of %s, %s, in its receive slot */\n",
                 emit_ctype(b->dtype), b->name, pr->plan->pipe->tensor_stage[t->id], l,
                 shape_str(t->dims, t->rank, g, sizeof g), sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
+    } else if (b->alias_of >= 0 && pr->bufs[b->alias_of].kind == BUF_WEIGHT && b->alias_offset) {
+        fprintf(f, "#define %s ((%s *)((char *)%s + %lld)) /* %s: this rank's block %s of it, updated in place */\n",
+                b->name, emit_ctype(b->dtype), pr->bufs[b->alias_of].name, (long long)b->alias_offset,
+                t ? CMT(t->name, nm) : "", l);
     } else if (b->alias_of >= 0 && pr->bufs[b->alias_of].kind == BUF_WEIGHT) {
         fprintf(f, "#define %s %s /* %s, updated in place */\n", b->name, pr->bufs[b->alias_of].name,
                 t ? CMT(t->name, nm) : "");
@@ -227,6 +231,7 @@ int emit_rank(const Program *pr, const EmitOptions *opt, FILE *f, Diag *d)
     fprintf(f, "\n/* ---- main ---- */\n\n#define WEIGHT_BYTES %lldULL\n#define WEIGHT_CHECKSUM 0x%016llxULL\n\n",
             (long long)opt->weight_bytes, (unsigned long long)opt->weight_checksum);
     emit_model_names(&e);
+    emit_batch_loader(&e);
     e.t->main(&e);
     return e.rc;
 }

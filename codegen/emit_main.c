@@ -149,10 +149,17 @@ void emit_inputs(Emitter *e)
         fprintf(f, ", label[] = ");
         esc_c_string(f, t->label);
         fprintf(f, ";\n        const char *path = rt_find_arg(args.in_name, args.in_path, args.nin, name);\n"
-                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n"
-                   "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
-                   "        rt_check_input(label, path, &t, %d, %d, gdims);\n",
-                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf), (int)t->dtype, t->rank);
+                   "        if (!path)\n            rt_die(\"missing --in %%s=FILE (%s %s)\", label);\n",
+                dtype_name(t->dtype), shape_str(t->dims, t->rank, buf, sizeof buf));
+        if (program_trains(pr) && !pp)
+            fprintf(f, "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                       "        g_batches[%d] = rt_check_batches(label, path, &t, %d, %d, gdims); /* batch 0 first */\n"
+                       "        g_data[%d] = t;\n",
+                    i, (int)t->dtype, t->rank, i);
+        else
+            fprintf(f, "        RtTensor t;\n        rt_read_tensor(path, &t);\n"
+                       "        rt_check_input(label, path, &t, %d, %d, gdims);\n",
+                    (int)t->dtype, t->rank);
         if (pp)
             fprintf(f, "        for (int mb = 0; mb < MICROBATCHES; mb++) {\n");
         fprintf(f, "%s        void *block = rt_alloc(%lld);\n"
@@ -164,12 +171,73 @@ void emit_inputs(Emitter *e)
     }
 }
 
-void emit_train_loop(Emitter *e, const char *loss)
+void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync)
 {
-    fprintf(e->f, "    for (long s = 1; s <= args.steps; s++) {\n"
+    fprintf(e->f, "    double t_timed = 0; /* from the start of step 2: step 1 is the warm-up */\n"
+                  "    for (long s = 1; s <= args.steps; s++) {\n"
+                  "        if (s == 2) {\n"
+                  "            %s;\n"
+                  "            %s;\n"
+                  "            t_timed = rt_now();\n"
+                  "        }\n"
+                  "        load_batch((long)g_step + 1);\n"
                   "        train_step();\n"
-                  "        if (RANK == 0 && (s %% args.log_every == 0 || s == args.steps))\n"
-                  "            printf(\"step %%ld loss %%.9g\\n\", s, %s);\n"
+                  "        if (RANK == 0 && (g_step %% args.log_every == 0 || s == args.steps))\n"
+                  "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
+                  "        if (args.save && ((args.save_every && g_step %% args.save_every == 0) || s == args.steps)) {\n"
+                  "            /* every rank its file, then rank 0 publishes the step (rt_ckpt_write) */\n"
+                  "            rt_ckpt_write(args.save, RANK, WORLD, (long)g_step, %s, WEIGHT_BYTES);\n"
+                  "            %s;\n"
+                  "            if (RANK == 0)\n"
+                  "                rt_ckpt_publish(args.save, (long)g_step);\n"
+                  "            %s;\n"
+                  "        }\n"
+                  "    }\n"
+                  "    if (args.steps > 1) {\n"
+                  "        %s;\n"
+                  "        %s;\n"
+                  "        if (RANK == 0)\n"
+                  "            printf(\"time per step: %%.3f ms (%%ld steps after 1 warm-up, %%d ranks)\\n\"\n"
+                  "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
+                  "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
+                  "                   rt_peak_rss_kib() / 1024.0);\n"
                   "    }\n",
-            loss);
+            sync, barrier, loss, blob, barrier, barrier, sync, barrier);
+}
+
+void emit_batch_loader(Emitter *e)
+{
+    const Program *pr = e->pr;
+    const Graph *g = pr->g;
+    FILE *f = e->f;
+    char nm[ESC_NAME_CAP];
+    if (!program_trains(pr) || pr->plan->pipe)
+        return;
+    fprintf(f, "/* Training data: each --in file holds the model's input, or k batches of it along\n"
+               " * dim 0; step s reads batch (s-1) mod k (counted from the checkpoint's step on\n"
+               " * --resume), this rank its block of it. */\n"
+               "static RtTensor g_data[%d];\nstatic int64_t g_batches[%d];\n\n"
+               "static void load_batch(long step)\n{\n",
+            g->ninputs ? g->ninputs : 1, g->ninputs ? g->ninputs : 1);
+    for (int i = 0; i < g->ninputs; i++) {
+        const Tensor *t = g->inputs[i];
+        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+        int64_t idx[IR_MAX_RANK], batch = tensor_numel(t) * (int64_t)dtype_size(t->dtype);
+        for (int k = 0; k < t->rank; k++)
+            idx[k] = mesh_block_index(&pr->plan->mesh, pr->vrank, b->layout.axes[k], b->layout.naxes[k]);
+        fprintf(f, "    if (g_batches[%d] > 1) { /* %s */\n        static const int64_t gdims[] = ", i,
+                CMT(t->name, nm));
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
+        fprintf(f, ", index[] = ");
+        emit_dims(f, idx, t->rank);
+        fprintf(f, ";\n        static void *block;\n        if (!block)\n            block = rt_alloc(%lld);\n"
+                   "        const char *src = (const char *)g_data[%d].data + ((step - 1) %% g_batches[%d]) * %lldLL;\n"
+                   "        rt_take_block(block, src, %d, gdims, blocks, index, %zu);\n",
+                (long long)(b->bytes ? b->bytes : 1), i, i, (long long)batch, t->rank, dtype_size(t->dtype));
+        e->t->input_refresh(e, b);
+        fprintf(f, "    }\n");
+    }
+    fprintf(f, "    (void)step;\n}\n\n");
 }

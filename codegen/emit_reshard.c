@@ -387,17 +387,36 @@ static void emit_fused(Emitter *e, int leader, int start, int at)
             n += (size_t)snprintf(tensors + n, sizeof tensors - n, "%s%s", n ? ", " : "", p->reshards[m].tensor->label);
             bytes += p->reshards[m].r.steps[0].bytes;
         }
-        snprintf(what, sizeof what, "fused all-reduce (reshard %d)", leader);
+        snprintf(what, sizeof what, "%s (reshard %d)", pr->reshards[leader].bucket ? "gradient bucket" : "fused all-reduce",
+                 leader);
         axes_list(pr, axes, na, al, sizeof al);
         trace_overlaps(pr, at, overlaps, sizeof overlaps);
         e->comm_of[leader] = trace_comm(&e->trace, what, "all-reduce", tensors, al, overlaps, (long long)bytes);
-        fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
-        for (int m = leader; m >= 0; m = e->fused_next[m])
-            fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
-        fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
+        if (pr->reshards[leader].bucket) {
+            const Node *first = pr->insts[pr->reshards[leader].wait_at].node;
+            fprintf(f, "\n    /* start gradient bucket (reshard %d): all-reduce over %s of %lld bytes, the gradients of",
+                    leader, comm + 5, (long long)bytes);
+            for (int m = leader; m >= 0; m = e->fused_next[m]) {
+                const Node *upd = NULL; /* the update that reads it */
+                for (int i = 0; !upd && i < pr->g->nnodes; i++)
+                    if (ir_output_in_place(pr->g->nodes[i], 0) >= 0 && p->nodes[i].in_reshard[1] == m)
+                        upd = pr->g->nodes[i];
+                fprintf(f, "\n     *   %s", CMT(p->reshards[m].tensor->name, nm));
+                if (upd)
+                    fprintf(f, " (of %s)", CMT(upd->inputs[0]->name, nm));
+            }
+            fprintf(f, "\n     * now that the last of them is computed (--bucket-mb); backward goes on meanwhile,\n"
+                       "     * and it is waited for at the first update that reads it, node %s */\n",
+                    first ? CMT(first->name, nm) : "(end)");
+        } else {
+            fprintf(f, "\n    /* start fused all-reduce over %s of", comm + 5);
+            for (int m = leader; m >= 0; m = e->fused_next[m])
+                fprintf(f, " %s", CMT(p->reshards[m].tensor->name, nm));
+            fprintf(f, ": small all-reduces ready together, one call over a packed buffer (--fuse-bytes) */\n");
+        }
     } else {
-        fprintf(f, "\n    /* wait for the fused all-reduce of reshard %d here: its first member's reader is next */\n",
-                leader);
+        fprintf(f, "\n    /* wait for the %s of reshard %d here: its first member's reader is next */\n",
+                pr->reshards[leader].bucket ? "gradient bucket" : "fused all-reduce", leader);
         e->t->wait(e, leader, e->comm_of[leader], 0);
     }
     trace_copy(e, start ? "RT_EV_PACK" : "RT_EV_UNPACK", e->comm_of[leader]);

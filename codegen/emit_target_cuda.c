@@ -252,6 +252,14 @@ static void cuda_input_block(Emitter *e, const char *in, const char *dst, const 
             in, dst, (long long)(b->bytes ? b->bytes : 1), in, dst, (long long)b->bytes, in);
 }
 
+static void cuda_input_refresh(Emitter *e, const Buffer *b)
+{
+    /* ordered after the last step's kernels on the compute stream; from
+     * pageable memory, so the host block is free again on return */
+    fprintf(e->f, "        CHECK_CUDA(cudaMemcpyAsync(%s, block, %lld, cudaMemcpyHostToDevice, g_stream));\n", b->name,
+            (long long)b->bytes);
+}
+
 static void cuda_main(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -275,11 +283,16 @@ static void cuda_main(Emitter *e)
                "    CHECK_CUBLAS(cublasSetMathMode(g_blas, O2S_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));\n"
                "    init_comms();\n"
                "    {\n        unsigned char *host = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
+               "%s"
                "        CHECK_CUDA(cudaMalloc((void **)&g_weights, WEIGHT_BYTES + 64));\n"
                "        CHECK_CUDA(cudaMemcpy(g_weights, host, WEIGHT_BYTES, cudaMemcpyHostToDevice));\n"
                "        free(host);\n    }\n"
                "    CHECK_CUDA(cudaMalloc((void **)&g_arena, %lld));\n",
-            pr->rank, (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
+            pr->rank,
+            program_trains(pr) ? "        if (args.resume) /* the weights and optimizer state of a checkpoint instead */\n"
+                                 "            g_step = rt_ckpt_read(args.resume, RANK, WORLD, host, WEIGHT_BYTES);\n"
+                               : "",
+            (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
     emit_inputs(e);
@@ -292,7 +305,9 @@ static void cuda_main(Emitter *e)
         char loss[200];
         snprintf(loss, sizeof loss, "rt_cuda_read_f32(g_stream, %s)",
                  pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
-        emit_train_loop(e, loss);
+        emit_train_loop(e, loss, "rt_cuda_to_host(g_stream, g_weights, WEIGHT_BYTES)",
+                        "rt_barrier(\"the other ranks (checkpoint or timing)\")",
+                        "rt_cuda_sync(g_stream, \"the training steps\")");
         fprintf(f, "    rt_cuda_sync(g_stream, \"the training steps\");\n    rt_trace_write();\n");
     } else
     fprintf(f, "    if (args.iters > 0) {\n        cudaEvent_t t0, t1;\n"
@@ -359,5 +374,6 @@ const EmitTarget emit_target_cuda = {
     .pipe_wait_sends = cuda_pipe_wait_sends,
     .pipe_keep_output = cuda_pipe_keep_output,
     .input_block = cuda_input_block,
+    .input_refresh = cuda_input_refresh,
     .main = cuda_main,
 };

@@ -199,6 +199,11 @@ static void mpi_input_block(Emitter *e, const char *indent, const char *dst, con
     fprintf(e->f, "%s        %s = (%s *)block;\n", indent, dst, emit_ctype(b->dtype));
 }
 
+static void mpi_input_refresh(Emitter *e, const Buffer *b)
+{
+    fprintf(e->f, "        memcpy(%s, block, %lld);\n", b->name, (long long)b->bytes);
+}
+
 static void mpi_main(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -222,6 +227,9 @@ static void mpi_main(Emitter *e)
                "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
                "    g_arena = rt_alloc(%lld);\n",
             pr->rank, (long long)pr->arena_bytes);
+    if (program_trains(pr))
+        fprintf(f, "    if (args.resume) /* the weights and optimizer state of a checkpoint instead */\n"
+                   "        g_step = rt_ckpt_read(args.resume, RANK, WORLD, g_weights, WEIGHT_BYTES);\n");
     if (pr->npacks)
         fprintf(f, "    pack_weights();\n");
     if (pr->plan->pipe)
@@ -231,7 +239,9 @@ static void mpi_main(Emitter *e)
     if (program_trains(pr)) {
         char loss[200];
         snprintf(loss, sizeof loss, "(double)%s[0]", pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
-        emit_train_loop(e, loss);
+        emit_train_loop(e, loss, "g_weights",
+                        "CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (checkpoint or timing)\")",
+                        "(void)0");
         fprintf(f, "    rt_trace_write();\n");
     } else
     fprintf(f, "    if (args.iters > 0) {\n        forward(); /* warm-up */\n"
@@ -285,5 +295,6 @@ const EmitTarget emit_target_mpi = {
     .pipe_wait_sends = mpi_pipe_wait_sends,
     .pipe_keep_output = mpi_pipe_keep_output,
     .input_block = mpi_input_block,
+    .input_refresh = mpi_input_refresh,
     .main = mpi_main,
 };

@@ -6,11 +6,30 @@
  * step's forward reads it and where a checkpoint finds it. The gradient
  * arrives in the weight's layout: when it was partial over a data-parallel
  * axis, the reshard lowering all-reduced it first, and this node is where
- * that all-reduce is waited for.
+ * that all-reduce is waited for. Under --zero 1/2 the update runs on this
+ * rank's block of the weight (the gradient reduce-scattered to it, the
+ * optimizer state stored split) and an in-place all-gather follows.
  */
 #include "codegen.h"
 
 #include <string.h>
+
+/* ZeRO: each rank updated its block of the weight in the weight's own
+ * storage; one in-place all-gather over the zero axis makes the whole
+ * updated weight every rank's again, for the next forward. */
+static int write_back(const EmitCtx *c, const Buffer *home, const Buffer *block, Diag *d)
+{
+    (void)d;
+    const Program *pr = c->pr;
+    unsigned char ax = (unsigned char)pr->plan->zero_axis;
+    char comm[96], nm[ESC_NAME_CAP];
+    emit_comm_name(pr, &ax, 1, comm, sizeof comm);
+    fprintf(c->f, "    /* ZeRO: every rank updated its block of %s; gather the blocks over %s, in place */\n",
+            CMT(c->n->inputs[0]->name, nm), comm + 5);
+    fprintf(c->f, "    rt_allgather_inplace(%s, %lld, %s, \"all-gather of the updated weight (ZeRO)\");\n", home->name,
+            (long long)block->bytes, comm);
+    return 0;
+}
 
 int emit_optimizer(const EmitCtx *c, Diag *d)
 {
@@ -21,21 +40,31 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
                  dtype_name(w->dtype));
         return -1;
     }
-    if (w->kind != BUF_WEIGHT || y->alias_of < 0 || &c->pr->bufs[y->alias_of] != w) {
+    const Buffer *home = y->alias_of >= 0 ? &c->pr->bufs[y->alias_of] : NULL;
+    int zero = home && home != w && home->tensor == n->inputs[0];
+    if (!home || home->kind != BUF_WEIGHT || (!zero && home != w)) {
         diag_add(d, "--train: weight \"%s\": its update is not planned in the weight's own layout (%s)",
                  n->inputs[0]->label, w->kind != BUF_WEIGHT ? "the weight is resharded first" : "no in-place view");
         return -1;
     }
-    int64_t count = w->bytes / 4;
-    char lr[40], wd[40], a[40], b[40], e[40];
-    emit_cf(node_attr_float(n, "lr", 0), lr);
+    if (zero) /* the update reads and writes the block in place */
+        w = y;
+    int64_t count = y->bytes / 4;
+    char lr[160], base[40], wd[40], a[40], b[40], e[40];
+    emit_cf(node_attr_float(n, "lr", 0), base);
+    int64_t warm = node_attr_int(n, "warmup_steps", 0), total = node_attr_int(n, "total_steps", 0);
+    if (warm || node_attr_int(n, "cosine", 0))
+        snprintf(lr, sizeof lr, "%s * rt_lr_factor(g_step, %lld, %lld, %d)", base, (long long)warm, (long long)total,
+                 (int)node_attr_int(n, "cosine", 0));
+    else
+        snprintf(lr, sizeof lr, "%s", base);
     emit_cf(node_attr_float(n, "weight_decay", 0), wd);
     if (n->op == OP_SGD) {
         const Buffer *m = n->ninputs > 2 ? emit_in(c, 2) : NULL;
         emit_cf(node_attr_float(n, "momentum", 0), a);
         fprintf(c->f, "    k_sgd_f32(%s, %s, %s, %lld, %s, %s, %s); /* w, grad, momentum, n, lr, momentum, weight decay */\n",
                 w->name, g->name, m ? m->name : "NULL", (long long)count, lr, a, wd);
-        return 0;
+        return zero ? write_back(c, home, y, d) : 0;
     }
     const Buffer *m = emit_in(c, 2), *v = emit_in(c, 3);
     emit_cf(node_attr_float(n, "beta1", 0.9f), a);
@@ -45,5 +74,5 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
             "    k_adamw_f32(%s, %s, %s, %s, %lld, %s, %s, %s, %s, %s, g_step); /* w, grad, m, v, n, lr, beta1, beta2, "
             "eps, weight decay, step */\n",
             w->name, g->name, m->name, v->name, (long long)count, lr, a, b, e, wd);
-    return 0;
+    return zero ? write_back(c, home, y, d) : 0;
 }

@@ -14,7 +14,7 @@ static Program *build_once(const Plan *p, int rank, const ProgramOptions *opt, i
 {
     Program *pr = program_new(p, rank, opt);
     program_fold_views(pr, packs);
-    program_schedule(pr, prefetch, opt->fuse_bytes);
+    program_schedule(pr, prefetch, opt->fuse_bytes, opt->bucket_bytes);
     program_fold_aliases(pr);
     if (program_plan_memory(pr, d)) {
         program_free(pr);

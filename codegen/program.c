@@ -146,20 +146,19 @@ static int reads(const Program *pr, const Tensor *t)
 
 /* A reshard is held where a node reads its result (one reshard can serve
  * several readers of a tensor), or, for a graph output's, on the last
- * stage. */
+ * stage; one no node reads any more (--zero 3's update of a weight stored
+ * as it updates it, partition/fsdp.c) nowhere. */
 static void mark_reshards(Program *pr)
 {
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
     for (int r = 0; r < p->nreshards; r++)
-        pr->reshards[r].here = pr->stage < 0;
-    if (pr->stage < 0)
-        return;
+        pr->reshards[r].here = 0;
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; program_runs(pr, g->nodes[i]) && k < g->nodes[i]->ninputs; k++)
             if (p->nodes[i].in_reshard[k] >= 0)
                 pr->reshards[p->nodes[i].in_reshard[k]].here = 1;
-    for (int i = 0; pr->stage == p->pipe->nstages - 1 && i < g->noutputs; i++)
+    for (int i = 0; (pr->stage < 0 || pr->stage == p->pipe->nstages - 1) && i < g->noutputs; i++)
         if (p->out_reshard[i] >= 0)
             pr->reshards[p->out_reshard[i]].here = 1;
 }

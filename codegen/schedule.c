@@ -6,7 +6,8 @@
  * number of nodes ahead) and is waited for just before the first node
  * that reads its result, so communication overlaps the compute in
  * between. Multi-step reshards run their later steps at the wait. Small
- * all-reduces ready together on one group are fused into one call; a lone
+ * all-reduces ready together on one group are fused into one call, and
+ * weight gradients into DDP buckets (--bucket-mb); a lone
  * all-reduce nothing could overlap is called blocking on the C target.
  * program_estimate runs the cost model over the resulting order. Linear
  * or n log n in the graph (a million-node chain compiles in seconds).
@@ -73,6 +74,8 @@ static double reshard_seconds(const Reshard *rs)
  * outputs). Reshards at the same place go in index order. The times are
  * the plan's, the same on every rank, so the ranks of a group start their
  * collectives in one order. */
+#define ZERO2_LAG 3
+
 static void schedule(Program *pr, int prefetch)
 {
     const Plan *p = pr->plan;
@@ -104,6 +107,17 @@ static void schedule(Program *pr, int prefetch)
             if (r >= 0 && r < nr)
                 reader[r] = i;
         }
+    /* ZeRO-2: a gradient's reduce-scatter is waited for ZERO2_LAG nodes
+     * after the one that computed it (not at its optimizer update), so the
+     * full gradient's buffer is free from there and only the block lives
+     * on to the update. */
+    for (int i = 0; p->zero >= 2 && i < nn; i++) {
+        const Node *n = g->nodes[i];
+        int r = ir_output_in_place(n, 0) >= 0 && n->ninputs > 1 ? p->nodes[i].in_reshard[1] : -1;
+        const Node *prod = r >= 0 ? p->reshards[r].tensor->producer : NULL;
+        if (prod && program_runs(pr, prod) && prod->id + ZERO2_LAG < reader[r])
+            reader[r] = prod->id + ZERO2_LAG;
+    }
     for (int r = 0; r < nr; r++)
         if (p->reshards[r].weight_gather && reader[r] >= 0 && reader[r] < nn)
             is_reader[reader[r]] = 1;
@@ -198,75 +212,138 @@ static void find_blocking(Program *pr)
     }
 }
 
-/* Fusion: all-reduces on the same group and dtype, each smaller than
- * fuse_bytes, started one after another with none of them waited on in
- * between, become one call over a packed buffer. The call starts where
- * the last of them would have and is waited on where the first would
- * have been, so no member is waited on later than before. */
-static void fuse(Program *pr, int64_t fuse_bytes)
+/* One fused call: the members' calls become the leader's, over a packed
+ * buffer, started where the last member would have been and waited on
+ * where the first member would have been, so no member is waited on later
+ * than before. */
+static void fuse_group(Program *pr, const int *group, int ng, int bucket)
 {
     const Plan *p = pr->plan;
-    int nr = p->nreshards;
-    for (int r = 0; r < nr; r++)
-        pr->reshards[r].fused_leader = -1;
-    if (fuse_bytes <= 0)
-        return;
-    int group[64], ng = 0;
-    for (int i = 0; i <= pr->ninsts; i++) {
-        const Inst *in = i < pr->ninsts ? &pr->insts[i] : NULL;
-        int r = in ? in->reshard : -1;
-        int cand = in && in->kind == INST_START && p->reshards[r].r.nsteps == 1 &&
-                   p->reshards[r].r.steps[0].kind == COLL_ALL_REDUCE &&
-                   pr->bufs[pr->reshards[r].steps[0].in].bytes < fuse_bytes;
-        int joins = cand && ng > 0 && ng < 64 &&
-                    p->reshards[r].r.steps[0].axes == p->reshards[group[0]].r.steps[0].axes &&
-                    p->reshards[r].tensor->dtype == p->reshards[group[0]].tensor->dtype;
-        int breaks = !in || (in->kind == INST_WAIT && ng > 0) || (cand && !joins);
-        if (in && in->kind == INST_WAIT)
-            for (int k = 0; k < ng; k++)
-                breaks |= group[k] == r;
-        if (breaks && ng >= 2) {
-            int leader = group[0], last_start = pr->reshards[group[ng - 1]].start_at, first_wait = pr->reshards[leader].wait_at;
-            int64_t total = 0;
-            for (int k = 0; k < ng; k++) {
-                pr->reshards[group[k]].fused_leader = leader;
-                if (total >= 0 && ck_add_i64(total, pr->bufs[pr->reshards[group[k]].steps[0].in].bytes, &total))
-                    total = -1;
-                if (pr->reshards[group[k]].wait_at < first_wait)
-                    first_wait = pr->reshards[group[k]].wait_at;
-            }
-            int64_t elems = total < 0 ? -1 : total / (int64_t)dtype_size(p->reshards[leader].tensor->dtype);
-            char base[160];
-            snprintf(base, sizeof base, "fused_r%d_send", leader);
-            pr->reshards[leader].fused_send = program_buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1,
-                                             &elems, NULL);
-            snprintf(base, sizeof base, "fused_r%d_recv", leader);
-            pr->reshards[leader].fused_recv = program_buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1,
-                                             &elems, NULL);
-            /* Only the leader's START (at the last member's place) and the
-             * leader's WAIT (at the earliest member wait) remain. */
-            for (int k = 0; k < ng; k++) {
-                pr->insts[pr->reshards[group[k]].start_at].reshard = -1 - group[k];
-                pr->insts[pr->reshards[group[k]].wait_at].reshard = -1 - group[k];
-            }
-            pr->insts[last_start].reshard = leader;
-            pr->insts[first_wait].reshard = leader;
-            for (int k = 0; k < ng; k++) {
-                pr->reshards[group[k]].start_at = last_start;
-                pr->reshards[group[k]].wait_at = first_wait;
-            }
-        }
-        if (breaks)
-            ng = 0;
-        if (cand && (ng == 0 || joins))
-            group[ng++] = r;
+    int leader = group[0], last_start = pr->reshards[group[ng - 1]].start_at, first_wait = pr->reshards[leader].wait_at;
+    int64_t total = 0;
+    for (int k = 0; k < ng; k++) {
+        pr->reshards[group[k]].fused_leader = leader;
+        if (total >= 0 && ck_add_i64(total, pr->bufs[pr->reshards[group[k]].steps[0].in].bytes, &total))
+            total = -1;
+        if (pr->reshards[group[k]].wait_at < first_wait)
+            first_wait = pr->reshards[group[k]].wait_at;
+    }
+    pr->reshards[leader].bucket = (char)bucket;
+    int64_t elems = total < 0 ? -1 : total / (int64_t)dtype_size(p->reshards[leader].tensor->dtype);
+    char base[160];
+    snprintf(base, sizeof base, "%s_r%d_send", bucket ? "bucket" : "fused", leader);
+    pr->reshards[leader].fused_send =
+        program_buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1, &elems, NULL);
+    snprintf(base, sizeof base, "%s_r%d_recv", bucket ? "bucket" : "fused", leader);
+    pr->reshards[leader].fused_recv =
+        program_buf_new(pr, base, NULL, BUF_RESHARD, p->reshards[leader].tensor->dtype, 1, &elems, NULL);
+    /* Only the leader's START (at the last member's place) and the
+     * leader's WAIT (at the earliest member wait) remain. */
+    for (int k = 0; k < ng; k++) {
+        pr->insts[pr->reshards[group[k]].start_at].reshard = -1 - group[k];
+        pr->insts[pr->reshards[group[k]].wait_at].reshard = -1 - group[k];
+    }
+    pr->insts[last_start].reshard = leader;
+    pr->insts[first_wait].reshard = leader;
+    for (int k = 0; k < ng; k++) {
+        pr->reshards[group[k]].start_at = last_start;
+        pr->reshards[group[k]].wait_at = first_wait;
     }
 }
 
-void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes)
+/* Fusion, two kinds.
+ *
+ * Small all-reduces: on the same group and dtype, each smaller than
+ * fuse_bytes, started one after another with none of them waited on in
+ * between, become one call.
+ *
+ * Gradient buckets (--train, as PyTorch DDP): the all-reduces of weight
+ * gradients that optimizer updates wait for, in the order backward
+ * computes them (reverse parameter order), fill buckets on the same group
+ * and dtype; a bucket is started as soon as its last gradient is computed
+ * and it holds bucket_bytes, or when the next gradient goes elsewhere,
+ * or at the end of backward. Waits of other reshards in between do not
+ * close it: its members are waited for only at their optimizer updates,
+ * and each update waits for its own bucket only. bucket_bytes 0: one
+ * bucket per gradient. */
+static void fuse(Program *pr, int64_t fuse_bytes, int64_t bucket_bytes)
+{
+    const Plan *p = pr->plan;
+    const Graph *g = pr->g;
+    int nr = p->nreshards;
+    char *grad = calloc((size_t)nr + 1, 1);
+    int *small = malloc(sizeof(int) * (size_t)(nr + 1)), *bucket = malloc(sizeof(int) * (size_t)(nr + 1));
+    if (!grad || !small || !bucket)
+        abort();
+    for (int r = 0; r < nr; r++) {
+        pr->reshards[r].fused_leader = -1;
+        pr->reshards[r].bucket = 0;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        int r = ir_output_in_place(n, 0) >= 0 && n->ninputs > 1 ? p->nodes[i].in_reshard[1] : -1;
+        if (r >= 0 && pr->reshards[r].here && p->reshards[r].r.nsteps == 1 &&
+            p->reshards[r].r.steps[0].kind == COLL_ALL_REDUCE)
+            grad[r] = 1;
+    }
+    int ns = 0, nb = 0;
+    int64_t filled = 0;
+    for (int i = 0; i <= pr->ninsts; i++) {
+        const Inst *in = i < pr->ninsts ? &pr->insts[i] : NULL;
+        int r = in ? in->reshard : -1;
+        int start = in && in->kind == INST_START && r >= 0, wait = in && in->kind == INST_WAIT && r >= 0;
+        /* the gradient bucket */
+        if (start && grad[r]) {
+            int joins = nb > 0 && p->reshards[r].r.steps[0].axes == p->reshards[bucket[0]].r.steps[0].axes &&
+                        p->reshards[r].tensor->dtype == p->reshards[bucket[0]].tensor->dtype;
+            if (nb > 0 && !joins) {
+                if (nb >= 2)
+                    fuse_group(pr, bucket, nb, 1);
+                nb = 0;
+                filled = 0;
+            }
+            bucket[nb++] = r;
+            filled += pr->bufs[pr->reshards[r].steps[0].in].bytes;
+            if (filled >= bucket_bytes) {
+                if (nb >= 2)
+                    fuse_group(pr, bucket, nb, 1);
+                nb = 0;
+                filled = 0;
+            }
+            continue;
+        }
+        int member = 0;
+        for (int k = 0; wait && k < nb; k++)
+            member |= bucket[k] == r;
+        if (!in || member) {
+            if (nb >= 2)
+                fuse_group(pr, bucket, nb, 1);
+            nb = 0;
+            filled = 0;
+        }
+        /* small all-reduces */
+        int cand = fuse_bytes > 0 && start && p->reshards[r].r.nsteps == 1 &&
+                   p->reshards[r].r.steps[0].kind == COLL_ALL_REDUCE &&
+                   pr->bufs[pr->reshards[r].steps[0].in].bytes < fuse_bytes;
+        int joins = cand && ns > 0 && ns < 64 && p->reshards[r].r.steps[0].axes == p->reshards[small[0]].r.steps[0].axes &&
+                    p->reshards[r].tensor->dtype == p->reshards[small[0]].tensor->dtype;
+        int breaks = !in || (in->kind == INST_WAIT && ns > 0) || (cand && !joins);
+        if (breaks && ns >= 2)
+            fuse_group(pr, small, ns, 0);
+        if (breaks)
+            ns = 0;
+        if (cand && (ns == 0 || joins))
+            small[ns++] = r;
+    }
+    free(grad);
+    free(small);
+    free(bucket);
+}
+
+void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes, int64_t bucket_bytes)
 {
     schedule(pr, prefetch);
-    fuse(pr, fuse_bytes);
+    fuse(pr, fuse_bytes, bucket_bytes);
     find_blocking(pr);
 }
 

@@ -260,8 +260,10 @@ static void find_aliases(Program *pr)
 {
     const Graph *g = pr->g;
     const Plan *p = pr->plan;
-    for (int b = 0; b < pr->nbufs; b++)
+    for (int b = 0; b < pr->nbufs; b++) {
         pr->bufs[b].alias_of = -1;
+        pr->bufs[b].alias_offset = 0;
+    }
     for (int i = 0; i < g->nnodes; i++)
         pr->nodes[i].alias = 0;
     char *resharded = calloc((size_t)g->ntensors + 1, 1);
@@ -281,8 +283,24 @@ static void find_aliases(Program *pr)
             if (j < 0 || !n->outputs[k])
                 continue;
             int xb = program_operand_buf(pr, n, j), yb = pr->tensor_buf[n->outputs[k]->id];
-            if (xb >= 0 && yb >= 0 && pr->bufs[xb].kind == BUF_WEIGHT && pr->bufs[xb].bytes == pr->bufs[yb].bytes)
+            if (xb >= 0 && yb >= 0 && pr->bufs[xb].kind == BUF_WEIGHT && pr->bufs[xb].bytes == pr->bufs[yb].bytes) {
                 pr->bufs[yb].alias_of = xb;
+                continue;
+            }
+            /* ZeRO: the update runs on this rank's block of dim 0 of its
+             * local weight (the zero axis minor to dim 0's other axes):
+             * the block's place in the weight's own storage. */
+            int wb = pr->tensor_buf[n->inputs[j]->id], ax = p->zero_axis;
+            if (yb < 0 || wb < 0 || ax < 0 || pr->bufs[wb].kind != BUF_WEIGHT)
+                continue;
+            Sharding z = pr->bufs[wb].layout;
+            if (z.rank < 1 || (sharding_used_axes(&z) & (1u << ax)))
+                continue;
+            z.axes[0][z.naxes[0]++] = (unsigned char)ax;
+            if (!sharding_equal(&z, &pr->bufs[yb].layout))
+                continue;
+            pr->bufs[yb].alias_of = wb;
+            pr->bufs[yb].alias_offset = mesh_coord(&p->mesh, pr->vrank, ax) * pr->bufs[yb].bytes;
         }
     }
     for (int i = 0; i < g->nnodes; i++) {

@@ -145,6 +145,8 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     }
     if (o->train && ir_build_training(r->graph, &o->trainopt, d))
         goto out;
+    r->ann.zero = o->zero;
+    r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
     const Graph *g = r->graph;
     if (annotate_add_model(&r->ann, &r->arena, g, &mesh, d))
         goto out;

@@ -40,6 +40,8 @@ typedef struct DriverOptions {
     const char *stage_boundaries;  /* --stage-boundaries, or NULL */
     int microbatches;              /* --microbatches (1: none) */
     int train;                     /* --train */
+    int zero;                      /* --zero 0..3 */
+    const char *zero_axis;         /* --zero-axis, or NULL: dp */
     TrainOptions trainopt;         /* --loss, --optimizer, --lr, ... */
     /* compile only */
     const char *target;            /* "c" or "cuda" */

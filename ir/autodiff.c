@@ -581,6 +581,9 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
             outs[nout++] = new_output(g, n, 1, n->inputs[2], "updated");
         }
         node_attr_set_float(g, n, "lr", o->lr);
+        node_attr_set_int(g, n, "cosine", o->cosine);
+        node_attr_set_int(g, n, "warmup_steps", o->warmup_steps);
+        node_attr_set_int(g, n, "total_steps", o->total_steps);
         node_attr_set_float(g, n, "weight_decay", o->weight_decay);
         if (adam) {
             node_attr_set_float(g, n, "beta1", o->beta1);

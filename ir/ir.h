@@ -354,6 +354,9 @@ typedef struct TrainOptions {
     float weight_decay;      /* --weight-decay (SGD: added to the gradient; AdamW: decoupled) */
     float beta1, beta2, eps; /* --betas B1,B2 --eps (AdamW) */
     float clip_norm;         /* --clip-norm: global gradient norm cap, 0: none */
+    int cosine;              /* --lr-schedule cosine (else constant) */
+    int64_t warmup_steps;    /* --warmup-steps: linear warm-up from 0 */
+    int64_t total_steps;     /* --total-steps: where the cosine reaches 0 */
 } TrainOptions;
 
 void train_options_default(TrainOptions *o);

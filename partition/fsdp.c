@@ -14,6 +14,18 @@
 
 #include <string.h>
 
+/* Does an optimizer update read weight t through reshard r (whichever
+ * reader the reshard was made for)? */
+static int is_update(const Plan *p, const Tensor *t, int r)
+{
+    for (int c = 0; c < t->nconsumers; c++) {
+        const Node *n = t->consumers[c];
+        if (ir_output_in_place(n, 0) >= 0 && n->inputs[0] == t && p->nodes[n->id].in_reshard[0] == r)
+            return 1;
+    }
+    return 0;
+}
+
 int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
 {
     const Graph *g = p->g;
@@ -50,12 +62,24 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
          * rather than leave an empty reshard behind (fuzz_plans --auto). */
         int same = 0;
         for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor)
-            same |= sharding_equal(&p->reshards[r].dst, &store);
+            same |= !is_update(p, t, r) && sharding_equal(&p->reshards[r].dst, &store);
         if (same)
             continue;
         tp->sharding = store;
-        /* Existing reshards of this weight now start from the stored layout. */
+        /* Existing reshards of this weight now start from the stored layout.
+         * A training update planned on this very block (--zero 3: the
+         * optimizer runs where the weight is stored) reads it as stored:
+         * its reshard is dropped. */
         for (int r = p->tensor_reshard ? p->tensor_reshard[t->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor) {
+            if (is_update(p, t, r) && sharding_equal(&p->reshards[r].dst, &store)) {
+                for (int c = 0; c < t->nconsumers; c++)
+                    for (int k = 0; k < t->consumers[c]->ninputs; k++)
+                        if (t->consumers[c]->inputs[k] == t && p->nodes[t->consumers[c]->id].in_reshard[k] == r)
+                            p->nodes[t->consumers[c]->id].in_reshard[k] = -2; /* reads it as stored */
+                p->reshards[r].r.nsteps = 0;
+                p->reshards[r].src = store;
+                continue;
+            }
             p->reshards[r].src = store;
             p->reshards[r].weight_gather = 1;
             reshard_lower(m, t, &store, &p->reshards[r].dst, &p->reshards[r].r);
@@ -65,7 +89,9 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
             const Node *n = t->consumers[c];
             NodePlan *np = &p->nodes[n->id];
             for (int k = 0; k < n->ninputs; k++)
-                if (n->inputs[k] == t && np->in_reshard[k] < 0) {
+                if (n->inputs[k] == t && np->in_reshard[k] == -2)
+                    np->in_reshard[k] = -1;
+                else if (n->inputs[k] == t && np->in_reshard[k] < 0) {
                     np->in_reshard[k] = plan_add_reshard(p, t, n, k, reason, &store, &use);
                     p->reshards[np->in_reshard[k]].weight_gather = 1;
                 }

@@ -337,6 +337,11 @@ typedef struct Plan {
     int iterations;        /* propagation node visits */
     AutoReport *auto_report; /* --auto: the search's decisions, else NULL */
     struct Pipeline *pipe;   /* pipeline stages (pipeline.c), else NULL */
+    /* --zero 1 or 2: optimizer updates run on this mesh axis's shard of each
+     * weight (state stored split, gradient reduce-scattered, the updated
+     * block all-gathered back); -1: off. */
+    int zero_axis;
+    int zero;                /* the ZeRO stage (0 off) */
 } Plan;
 
 /* ---- annotate.c --------------------------------------------------------- */
@@ -346,6 +351,10 @@ typedef struct AnnotationList {
     int n, cap;
     int *by_tensor;        /* tensor id -> item index + 1 (in the caller's arena) */
     int by_n;
+    /* --zero: the stage (0 off) and its mesh axis, for the optimizer
+     * updates' layouts (Plan.zero_axis) */
+    int zero;
+    const char *zero_axis;
 } AnnotationList;
 
 /* "NAME=SPEC" from --shard. */

@@ -184,6 +184,7 @@ Plan *plan_new(const Graph *g, const Mesh *m)
         abort();
     p->g = g;
     p->mesh = *m;
+    p->zero_axis = -1;
     p->tensors = arena_alloc(&p->arena, (size_t)(g->ntensors + 1) * sizeof(TensorPlan));
     p->nodes = arena_alloc(&p->arena, (size_t)(g->nnodes + 1) * sizeof(NodePlan));
     for (int i = 0; i < g->ntensors; i++)
@@ -734,6 +735,24 @@ static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *
  * nothing to read in slices (lower_node's reshard to the split layout is
  * a local slice), so slicing a pinned weight and reducing a small result
  * competes fairly with gathering a large activation. */
+/* ZeRO-1/2: an optimizer update runs on the zero axis's block of its
+ * weight: dim 0 split over that axis as well, minor to any axis that
+ * splits it already, so the block is contiguous in the rank's local
+ * copy of the weight and the updated blocks all-gather back in place.
+ * Only when dim 0 divides evenly and the weight is not split over that
+ * axis already. */
+static void zero_shard(const Plan *p, const Tensor *w, Sharding *s)
+{
+    const Mesh *m = &p->mesh;
+    int ax = p->zero_axis;
+    if (ax < 0 || w->rank < 1 || (sharding_used_axes(s) & (1u << ax)) || s->partial)
+        return;
+    Sharding z = *s;
+    z.axes[0][z.naxes[0]++] = (unsigned char)ax;
+    if (w->dims[0] % sharding_dim_shards(&z, m, 0) == 0 && !sharding_dim_uneven(&z, m, w, 0))
+        *s = z;
+}
+
 static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
 {
     NodePlan *np = &p->nodes[n->id];
@@ -746,7 +765,9 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
         /* An optimizer update runs where its weight is stored: the weight's
          * layout decides, and the gradient and state come to it (a partial
          * gradient all-reduced, or reduce-scattered onto a split weight). */
-        anchored(m, r, 0, &p->tensors[n->inputs[0]->id].sharding, np, 0, np->fnaxes, np->faxes);
+        Sharding at = p->tensors[n->inputs[0]->id].sharding;
+        zero_shard(p, n->inputs[0], &at);
+        anchored(m, r, 0, &at, np, 0, np->fnaxes, np->faxes);
         int rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 1, NULL,
                             &bad, d);
         if (rc == 1)
@@ -953,6 +974,14 @@ Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *a
     Plan *p = plan_new(g, m);
     if (plan_build_rules(p, d))
         goto fail;
+    if (ann->zero && ann->zero_axis) {
+        p->zero = ann->zero;
+        p->zero_axis = mesh_axis_find(m, ann->zero_axis);
+        if (p->zero_axis < 0) {
+            diag_add(d, "--zero %d: the mesh has no axis \"%s\" (name it with --zero-axis)", ann->zero, ann->zero_axis);
+            goto fail;
+        }
+    }
     apply_annotations(p, ann);
     if (propagate(p, d) || plan_lower(p, 0, d))
         goto fail;

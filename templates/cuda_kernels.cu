@@ -91,6 +91,18 @@ static inline void rt_cuda_sync(cudaStream_t s, const char *what)
     }
 }
 
+/* The weight blob in host memory for a checkpoint, once the stream has
+ * finished the step (one host buffer, reused). */
+static inline void *rt_cuda_to_host(cudaStream_t s, const void *dev, size_t bytes)
+{
+    static void *host;
+    if (!host)
+        host = rt_alloc(bytes);
+    rt_cuda_sync(s, "the step before a checkpoint");
+    CHECK_CUDA(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+    return host;
+}
+
 /* One float32 of device memory, read once the stream has finished (the
  * training loop's loss). */
 static inline double rt_cuda_read_f32(cudaStream_t s, const float *dev)

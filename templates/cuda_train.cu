@@ -30,3 +30,17 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
     if (n > 0)
         kk_adamw_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, sqrt_bc2);
 }
+
+/* ZeRO's write-back: every rank's block_bytes at its place in buf (its
+ * rank in comm), gathered in place on the compute stream, after the
+ * update that wrote the block. */
+#if WORLD > 1
+static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, ncclComm_t comm, const char *what)
+{
+    (void)what;
+    int me = 0;
+    CHECK_NCCL(ncclCommUserRank(comm, &me));
+    CHECK_NCCL(ncclAllGather((char *)buf + (int64_t)me * block_bytes, buf, (size_t)block_bytes, ncclChar, comm,
+                             g_stream));
+}
+#endif

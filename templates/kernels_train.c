@@ -16,3 +16,12 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
     for (int64_t i = 0; i < n; i++)
         k_adamw_elem(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, sqrt_bc2);
 }
+
+/* ZeRO's write-back: every rank's block_bytes at its place in buf (its
+ * index in comm), gathered so every rank holds them all. */
+static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, MPI_Comm comm, const char *what)
+{
+    if (block_bytes > INT32_MAX)
+        rt_die("%s: a block of %lld bytes is past MPI's int count", what, (long long)block_bytes);
+    CHECK_MPI_WATCHED(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)block_bytes, MPI_BYTE, comm), what);
+}

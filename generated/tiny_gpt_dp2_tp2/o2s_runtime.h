@@ -23,6 +23,7 @@
 /* Each rank program uses some of these helpers; unused ones are fine. */
 #pragma nv_diag_suppress 177
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -1114,6 +1115,27 @@ static inline void rt_check_input(const char *name, const char *path, const RtTe
            got, rt_dtype_name(dtype), want);
 }
 
+/* A training input: the model's shape, or k batches of it along dim 0
+ * (step s reads batch (s-1) mod k). Returns k. */
+static inline int64_t rt_check_batches(const char *name, const char *path, const RtTensor *t, int dtype, int rank,
+                                       const int64_t *dims)
+{
+    int ok = t->dtype == dtype && t->rank == rank && (rank == 0 || (t->dims[0] > 0 && dims[0] > 0 &&
+                                                                   t->dims[0] % dims[0] == 0));
+    for (int i = 1; ok && i < rank; i++)
+        ok = t->dims[i] == dims[i];
+    if (!ok) {
+        char want[160] = "", got[160] = "";
+        for (int i = 0; i < rank; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)dims[i]);
+        for (int i = 0; i < t->rank; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+        rt_die("input \"%s\" from %s is %s [%s]; the model needs %s [%s], or k batches of it along dim 0", name,
+               path, rt_dtype_name(t->dtype), got, rt_dtype_name(dtype), want);
+    }
+    return rank == 0 ? 1 : t->dims[0] / dims[0];
+}
+
 static inline void rt_write_npy(const char *path, int dtype, int rank, const int64_t *dims, const void *data)
 {
     char hdr[256], shape[160] = "";
@@ -1406,6 +1428,8 @@ typedef struct RtArgs {
     const char *trace; /* --trace FILE, or NULL */
     int nin, nout, iters;
     long steps, log_every; /* training programs: --steps N (1), --log-every K (1) */
+    const char *save, *resume; /* --save DIR, --resume DIR, or NULL */
+    long save_every;           /* --save-every K: also every K steps (0: at the end only) */
 } RtArgs;
 
 #define RT_MAX_ITERS 1000000000
@@ -1446,9 +1470,14 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
     a->steps = a->log_every = 1;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if ((strcmp(flag, "--steps") == 0 || strcmp(flag, "--log-every") == 0) && i + 1 < argc) {
+        if ((strcmp(flag, "--steps") == 0 || strcmp(flag, "--log-every") == 0 || strcmp(flag, "--save-every") == 0) &&
+            i + 1 < argc) {
             long v = rt_parse_int(flag, argv[++i], 1, RT_MAX_ITERS);
-            *(flag[2] == 's' ? &a->steps : &a->log_every) = v;
+            *(flag[3] == 't' ? &a->steps : flag[3] == 'o' ? &a->log_every : &a->save_every) = v;
+            continue;
+        }
+        if ((strcmp(flag, "--save") == 0 || strcmp(flag, "--resume") == 0) && i + 1 < argc) {
+            *(flag[2] == 's' ? &a->save : &a->resume) = argv[++i];
             continue;
         }
         int is_in = strcmp(flag, "--in") == 0, is_out = strcmp(flag, "--out") == 0;
@@ -1456,7 +1485,7 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         int is_trace = strcmp(flag, "--trace") == 0, is_comms = strcmp(flag, "--comms") == 0;
         if ((!is_in && !is_out && !is_iters && !is_timeout && !is_trace && !is_comms) || i + 1 >= argc)
             rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
-                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] [--steps N] [--log-every K] (bad argument \"%s\")", argv[0], flag);
+                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] [--steps N] [--log-every K] [--save DIR] [--save-every K] [--resume DIR] (bad argument \"%s\")", argv[0], flag);
         char *arg = argv[++i];
         if (is_iters) {
             a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);
@@ -1504,6 +1533,173 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         a->out_name[a->nout] = arg;
         a->out_path[a->nout++] = eq + 1;
     }
+}
+
+/* The learning-rate factor of optimizer step `step` (1, 2, ...), as
+ * Hugging Face's schedules count them (s = step - 1, so a warm-up's first
+ * step has factor 0): a linear warm-up s / warmup over the first warmup
+ * steps, then 1 (constant) or 0.5 (1 + cos(pi p)) with p the progress from
+ * the warm-up's end to total (cosine, 0 from total on). */
+static inline float rt_lr_factor(int64_t step, int64_t warmup, int64_t total, int cosine)
+{
+    int64_t s = step - 1;
+    if (s < warmup)
+        return (float)s / (float)warmup;
+    if (!cosine)
+        return 1.0f;
+    if (total <= warmup || s >= total)
+        return 0.0f;
+    double p = (double)(s - warmup) / (double)(total - warmup);
+    return (float)(0.5 * (1.0 + cos(3.14159265358979323846 * p)));
+}
+
+/* ---- checkpoints (--save DIR, --resume DIR): training programs ----
+ *
+ * A checkpoint is DIR/step<N>/rank<k>.ckpt for every rank, each this
+ * rank's whole weight blob (its shards of the weights and of the optimizer
+ * state, which the compiler stores beside them) after step N, behind a
+ * header: magic, rank, world, step, bytes and FNV-1a checksum. Each rank
+ * writes into DIR/step<N>.tmp/ (each file under a temporary name, renamed
+ * when complete); once every rank has written (a barrier), rank 0 renames
+ * the folder to step<N> and then points DIR/latest at it, the same way.
+ * A crash at any point leaves the previous checkpoint whole and latest
+ * naming it: a torn checkpoint is never what --resume reads. Only the
+ * latest step is kept. */
+#define RT_CKPT_MAGIC "O2SCKPT1"
+
+static inline void rt_ckpt_write(const char *dir, int rank, int world, long step, const void *blob, size_t bytes)
+{
+    char tmpdir[4200], path[4300], part[4400];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rt_die("--save %s: cannot create the folder: %s", dir, strerror(errno));
+    snprintf(tmpdir, sizeof tmpdir, "%s/step%ld.tmp", dir, step);
+    if (mkdir(tmpdir, 0777) != 0 && errno != EEXIST)
+        rt_die("--save %s: cannot create %s: %s", dir, tmpdir, strerror(errno));
+    snprintf(path, sizeof path, "%s/rank%d.ckpt", tmpdir, rank);
+    snprintf(part, sizeof part, "%s.part", path);
+    FILE *f = fopen(part, "wb");
+    if (!f)
+        rt_die("--save %s: cannot write %s: %s", dir, part, strerror(errno));
+    unsigned char hdr[48];
+    int64_t r = rank, w = world, st = step;
+    uint64_t b = bytes, sum = rt_fnv1a((const unsigned char *)blob, bytes);
+    memcpy(hdr, RT_CKPT_MAGIC, 8);
+    memcpy(hdr + 8, &r, 8);
+    memcpy(hdr + 16, &w, 8);
+    memcpy(hdr + 24, &st, 8);
+    memcpy(hdr + 32, &b, 8);
+    memcpy(hdr + 40, &sum, 8);
+    if (fwrite(hdr, 1, sizeof hdr, f) != sizeof hdr || fwrite(blob, 1, bytes, f) != bytes || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        fclose(f);
+        rt_die("--save %s: writing %s failed: %s", dir, part, strerror(errno));
+    }
+    if (fclose(f) != 0 || rename(part, path) != 0)
+        rt_die("--save %s: writing %s failed: %s", dir, path, strerror(errno));
+}
+
+/* Rank 0, after every rank's rt_ckpt_write: step<N>.tmp becomes step<N>,
+ * then latest names it. */
+static inline void rt_ckpt_publish(const char *dir, long step)
+{
+    char tmpdir[4200], final[4200], latest[4200], part[4300];
+    snprintf(tmpdir, sizeof tmpdir, "%s/step%ld.tmp", dir, step);
+    snprintf(final, sizeof final, "%s/step%ld", dir, step);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(part, sizeof part, "%s.part", latest);
+    struct stat st;
+    if (stat(final, &st) == 0) { /* an earlier save of the same step: replaced */
+        char old[4300];
+        snprintf(old, sizeof old, "%s.old", final);
+        if (rename(final, old) != 0)
+            rt_die("--save %s: cannot replace %s: %s", dir, final, strerror(errno));
+        DIR *dd = opendir(old);
+        struct dirent *e;
+        while (dd && (e = readdir(dd))) {
+            char f[4600];
+            snprintf(f, sizeof f, "%s/%s", old, e->d_name);
+            if (e->d_name[0] != '.')
+                unlink(f);
+        }
+        if (dd)
+            closedir(dd);
+        rmdir(old);
+    }
+    if (rename(tmpdir, final) != 0)
+        rt_die("--save %s: cannot rename %s: %s", dir, tmpdir, strerror(errno));
+    FILE *f = fopen(part, "w");
+    if (!f || fprintf(f, "step%ld\n", step) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 ||
+        rename(part, latest) != 0)
+        rt_die("--save %s: cannot write %s: %s", dir, latest, strerror(errno));
+    /* Only the latest is kept: earlier steps (and what a crashed save left)
+     * go once the new one is in place. */
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    char keep[64];
+    snprintf(keep, sizeof keep, "step%ld", step);
+    while (dd && (e = readdir(dd))) {
+        if (strncmp(e->d_name, "step", 4) != 0 || strcmp(e->d_name, keep) == 0)
+            continue;
+        char sub[4600];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        DIR *sd = opendir(sub);
+        struct dirent *fe;
+        while (sd && (fe = readdir(sd))) {
+            char fp[4900];
+            snprintf(fp, sizeof fp, "%s/%s", sub, fe->d_name);
+            if (fe->d_name[0] != '.')
+                unlink(fp);
+        }
+        if (sd)
+            closedir(sd);
+        rmdir(sub);
+    }
+    if (dd)
+        closedir(dd);
+}
+
+/* --resume DIR: this rank's blob of DIR/latest, checked against this
+ * program (rank, world, size, checksum); returns the step it was saved at. */
+static inline long rt_ckpt_read(const char *dir, int rank, int world, void *blob, size_t bytes)
+{
+    char latest[4200], name[256] = "", path[4600];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    FILE *f = fopen(latest, "r");
+    if (!f || !fgets(name, sizeof name, f) || strncmp(name, "step", 4) != 0)
+        rt_die("--resume %s: no checkpoint (%s is missing or unreadable)", dir, latest);
+    fclose(f);
+    name[strcspn(name, "\n")] = 0;
+    if (strchr(name, '/'))
+        rt_die("--resume %s: %s names %s, not a step folder", dir, latest, name);
+    snprintf(path, sizeof path, "%s/%s/rank%d.ckpt", dir, name, rank);
+    size_t size;
+    int fd = rt_open_regular(path, "checkpoint ", &size);
+    unsigned char hdr[48];
+    if (size < sizeof hdr)
+        rt_die("checkpoint %s: not an onnx2spmd checkpoint", path);
+    rt_read_all(fd, hdr, sizeof hdr, "checkpoint ", path);
+    int64_t r, w, st;
+    uint64_t b, sum;
+    memcpy(&r, hdr + 8, 8);
+    memcpy(&w, hdr + 16, 8);
+    memcpy(&st, hdr + 24, 8);
+    memcpy(&b, hdr + 32, 8);
+    memcpy(&sum, hdr + 40, 8);
+    if (memcmp(hdr, RT_CKPT_MAGIC, 8) != 0)
+        rt_die("checkpoint %s: not an onnx2spmd checkpoint", path);
+    if (r != rank || w != world)
+        rt_die("checkpoint %s: saved by rank %lld of %lld, this is rank %d of %d", path, (long long)r, (long long)w,
+               rank, world);
+    if (b != bytes || size - sizeof hdr != bytes)
+        rt_die("checkpoint %s: holds %llu bytes, this program's weights and optimizer state are %zu (another "
+               "compile?)", path, (unsigned long long)b, bytes);
+    rt_read_all(fd, (unsigned char *)blob, bytes, "checkpoint ", path);
+    close(fd);
+    if (rt_fnv1a((const unsigned char *)blob, bytes) != sum)
+        rt_die("checkpoint %s: checksum mismatch (corrupt)", path);
+    if (st < 0)
+        rt_die("checkpoint %s: step %lld", path, (long long)st);
+    return (long)st;
 }
 
 /* The FILE of --in/--out NAME=FILE, or NULL. */

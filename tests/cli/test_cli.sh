@@ -66,6 +66,11 @@ plan_err '--optimizer adam: expected sgd or adamw' $T --mesh dp=1 --train --opti
 plan_err '--betas 0.9: expected B1,B2' $T --mesh dp=1 --train --betas 0.9
 plan_err 'no trainable float initializer' $T --mesh dp=1 --train --frozen W1,b1,W2,b2
 plan_err 'pipeline stages do not train yet' $T --mesh pp=2 --train
+plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
+plan_err '--zero 4: expected 0, 1, 2 or 3' $T --mesh dp=2 --train --zero 4
+plan_err 'the mesh has no axis "data"' $T --mesh dp=2 --train --zero 1 --zero-axis data
+plan_err '--zero 3 stores the weights split over --zero-axis; drop --shard-weights dp' $T --mesh dp=2 --train --zero 3 --shard-weights dp
+"$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train --zero 1 | grep -q "reduce-scatter .*W1" || err "plan --train --zero 1: no gradient reduce-scatter for W1"
 "$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train | grep -q "all-reduce .*W1" || err "plan --train: no gradient all-reduce for W1"
 # --auto: impossible constraints and bad flags, one line each.
 plan_err 'annotation l0_ln1=[_,_,tp] cannot hold' tests/models/tiny_gpt.onnx --mesh tp=2 --auto --shard 'l0_ln1=[_,_,tp]'

@@ -27,7 +27,7 @@ compile_case() {
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; return
     fi
     echo "ok $name"
-    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1)
+    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1|train_mlp_adamw_dp2tp2)
         # shellcheck disable=SC2086
         "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda -o "$OUT/${name}_nompi" \
             >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && echo "ok ${name}_nompi";;
@@ -37,7 +37,7 @@ export -f compile_case
 export BIN OUT
 # and two training programs (--train: backward, optimizer_step, the loss read back)
 { awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt
-  printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
+  printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --zero 1 --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
       "train_gpt_sgd_dp2tp2 train/tiny_gpt_lm dp=2,tp=2 --train --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_] --shard l0_Wq=[_,tp] --shard l1_Wq=[_,tp]" \
       | awk -v f="$filter" 'index($1, f)'; } \
     | xargs -P "$JOBS" -d '\n' -I{} bash -c 'compile_case "$@"' _ {} > "$OUT/compiled.txt"

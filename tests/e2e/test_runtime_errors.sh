@@ -66,29 +66,37 @@ timeout 60 "$D/out/run.sh" --in x=$GOOD --out y="$D/y.npy" </dev/null >/dev/null
 [ -L "$D/y.npy" ] && err "--out left the symlink in place"
 
 # Peers that die or stop mid-run: every rank exits within 30 s with a line.
-fault() { # signal, expected substring
-    local sig=$1 want=$2 t0 rc
+fault() { # signal, expected substring, output folder, run flags...
+    local sig=$1 want=$2 out=$3 t0 rc
+    shift 3
     t0=$(date +%s)
-    timeout 60 "$D/out/run.sh" --in x=$GOOD --iters 1000000000 --timeout 8 </dev/null >"$D/fault.log" 2>&1 &
+    timeout 60 "$out/run.sh" "$@" --timeout 8 </dev/null >"$D/fault.log" 2>&1 &
     local job=$!
-    for _ in $(seq 100); do pgrep -f "^$PWD/$D/out/rank1" >/dev/null && break; sleep 0.1; done
+    for _ in $(seq 100); do pgrep -f "^$PWD/$out/rank1" >/dev/null && break; sleep 0.1; done
     sleep 1
-    pkill "-$sig" -f "^$PWD/$D/out/rank1"
+    pkill "-$sig" -f "^$PWD/$out/rank1"
     wait $job; rc=$?
     local dt=$(( $(date +%s) - t0 ))
     sleep 1
     # A stopped rank is still "alive" to pgrep until mpirun reaps the job.
-    pgrep -f "^$PWD/$D/out/rank0" >/dev/null && err "rank1 $sig: rank0 survived the job"
-    [ $rc -ne 0 ] || err "rank1 $sig: job exited 0"
-    [ $rc -ne 124 ] || err "rank1 $sig: job still running after 60 s"
-    [ $dt -le 30 ] || err "rank1 $sig: job took $dt s to end"
-    grep -q -- "$want" "$D/fault.log" || err "rank1 $sig: no line saying '$want' in: $(head -5 "$D/fault.log")"
-    pkill -KILL -f "^$PWD/$D/out/rank" 2>/dev/null
-    echo "fault: rank1 SIG$sig -> job ended in $dt s"
+    pgrep -f "^$PWD/$out/rank0" >/dev/null && err "$out rank1 $sig: rank0 survived the job"
+    [ $rc -ne 0 ] || err "$out rank1 $sig: job exited 0"
+    [ $rc -ne 124 ] || err "$out rank1 $sig: job still running after 60 s"
+    [ $dt -le 30 ] || err "$out rank1 $sig: job took $dt s to end"
+    grep -q -- "$want" "$D/fault.log" || err "$out rank1 $sig: no line saying '$want' in: $(head -5 "$D/fault.log")"
+    pkill -KILL -f "^$PWD/$out/rank" 2>/dev/null
+    echo "fault: $out rank1 SIG$sig -> job ended in $dt s"
 }
-fault KILL 'rank 1 with PID'
-fault STOP 'waited 8 s for'
+fault KILL 'rank 1 with PID' "$D/out" --in x=$GOOD --iters 1000000000
+fault STOP 'waited 8 s for' "$D/out" --in x=$GOOD --iters 1000000000
 pkill -CONT -f "^$PWD/$D/out/rank" 2>/dev/null
+# A training program whose peer stops during its gradient all-reduces.
+T=tests/models/train/mlp_mse
+"$BIN" compile $T.onnx --train --mesh dp=2 --shard 'x=[dp,_]' --shard 'target=[dp,_]' -o "$D/train" >/dev/null &&
+    make -s -C "$D/train" >/dev/null || err "the training program did not compile and build"
+fault STOP 'waited 8 s for' "$D/train" --in x=$T.input_x.npy --in target=$T.input_target.npy --steps 1000000000 \
+    --log-every 1000000000
+pkill -CONT -f "^$PWD/$D/train/rank" 2>/dev/null
 cp "$D/out/weights.rank1.bin" "$D/saved.bin"
 rm "$D/out/weights.rank1.bin"
 expect "missing weight file" 'weights.rank1.bin: cannot open: No such file' "$D/out/run.sh" --in x=$GOOD

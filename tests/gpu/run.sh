@@ -95,6 +95,33 @@ if compile_build gpt_pp1_mb2 tests/models/tiny_gpt.onnx pp=1 --microbatches 2; t
         && compare tiny_gpt "$d" "tiny_gpt pp=1, 2 microbatches" || err "gpt_pp1_mb2: run (exit $?): $(tail -3 "$d.log")"
 fi
 
+step "2d. --train on one GPU: mlp_mse and mlp_sce, 5 SGD and AdamW steps against onnxruntime-training's losses"
+for m in mlp_mse mlp_sce; do
+    for opt in sgd adamw; do
+        case $opt in
+            sgd) oflags="--optimizer sgd --lr 0.1" ;;
+            adamw) oflags="--optimizer adamw --lr 0.01 --weight-decay 0.01" ;;
+        esac
+        # shellcheck disable=SC2086
+        compile_build "train_${m}_$opt" "tests/models/train/$m.onnx" r=1 --train $oflags || continue
+        d=$OUT/train_${m}_$opt
+        ins=()
+        for f in tests/models/train/$m.input_*.npy; do
+            n=${f##*.input_}; ins+=(--in "${n%.npy}=$f")
+        done
+        timeout 120 "$d/rank0" "${ins[@]}" --steps 5 --timeout 60 </dev/null >"$d.log" 2>&1 \
+            || { err "train_${m}_$opt: run (exit $?): $(tail -3 "$d.log")"; continue; }
+        "$PY" - "$d.log" "tests/golden/train/${m}_$opt/losses.npy" <<'PYEOF' || err "train_${m}_$opt: losses differ"
+import re, sys, numpy as np
+ours = np.array([float(v) for v in re.findall(r"^step \d+ loss (\S+)$", open(sys.argv[1]).read(), re.M)])
+ref = np.load(sys.argv[2])
+rel = np.max(np.abs(ours - ref) / np.abs(ref)) if len(ours) == len(ref) else float("inf")
+print("train %s: 5 steps, losses within %.1e of onnxruntime-training" % (sys.argv[1], rel))
+sys.exit(0 if rel < 1e-4 else 1)
+PYEOF
+    done
+done
+
 step "2c. --trace on the GPU: CUDA-event spans for every node, valid trace JSON, same numbers"
 d=$OUT/tiny_gpt_1
 if [ -x "$d/rank0" ]; then

@@ -201,6 +201,21 @@ def mlp_sce_loss_grads(params, feeds):
 MODEL_GRADS = {"mlp_mse": mlp_mse_loss_grads, "mlp_sce": mlp_sce_loss_grads}
 
 
+def lr_factor(cfg, step):
+    """The learning-rate factor of optimizer step `step` (1, 2, ...) in
+    Hugging Face's counting (transformers' get_cosine_schedule_with_warmup
+    and get_constant_schedule_with_warmup, s = step - 1): s / warmup during
+    the warm-up, then 1 or 0.5 (1 + cos(pi p)) to total_steps."""
+    warmup, total, s = cfg.get("warmup_steps", 0), cfg.get("total_steps", 0), step - 1
+    if s < warmup:
+        return s / warmup
+    if cfg.get("lr_schedule", "constant") != "cosine":
+        return 1.0
+    if total <= warmup or s >= total:
+        return 0.0
+    return 0.5 * (1.0 + np.cos(np.pi * (s - warmup) / (total - warmup)))
+
+
 def train(loss_grads, cfg, initial, batches):
     """cfg["steps"] steps of loss_grads + the optimizer of cfg, step s on
     batches[(s-1) % len(batches)]. Returns (losses, params); the weights are
@@ -210,7 +225,8 @@ def train(loss_grads, cfg, initial, batches):
         loss, grads = loss_grads(params, batches[(s - 1) % len(batches)])
         grads = {k: g.astype(params[k].dtype) for k, g in grads.items()}
         losses.append(loss)
-        params, state = optimizer_step(cfg, params, grads, state, s)
+        step_cfg = dict(cfg, lr=cfg["lr"] * lr_factor(cfg, s))
+        params, state = optimizer_step(step_cfg, params, grads, state, s)
     return np.array(losses), params
 
 

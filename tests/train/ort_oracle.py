@@ -62,6 +62,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import types
 
 import numpy as np
@@ -229,6 +230,9 @@ def parse_args(argv):
     ap.add_argument("--grads-only", action="store_true",
                     help="one forward+backward at the initial weights: write grads.npz, no update")
     ap.add_argument("--dump-grads", action="store_true", help="also write grads_steps.npz")
+    ap.add_argument("--threads", type=int, default=1, help="ORT's intra-op threads (bench/train_bench.py)")
+    ap.add_argument("--time", action="store_true",
+                    help="print 'time per step: MS ms' over steps 2..N and the peak RSS (bench/train_bench.py)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.lr is None and not args.grads_only:
@@ -254,7 +258,7 @@ def main(argv):
         artifacts.generate_artifacts(model, requires_grad=trainable, loss=None,
                                      optimizer=optimizer_block(args), artifact_directory=tmp)
         so = onnxruntime.SessionOptions()
-        so.intra_op_num_threads = 1
+        so.intra_op_num_threads = args.threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
         state = CheckpointState.load_checkpoint(os.path.join(tmp, "checkpoint"))
@@ -264,7 +268,10 @@ def main(argv):
         module.train()
         order = module.input_names()
         losses, grads_steps = [], {}
+        t_timed = None
         for step in range(1, (1 if args.grads_only else args.steps) + 1):
+            if step == 2:
+                t_timed = time.perf_counter()
             batch = [feeds[n][(step - 1) % len(feeds[n])] for n in order]
             out = module(*batch)
             loss = out[0] if isinstance(out, (list, tuple)) else out
@@ -276,6 +283,11 @@ def main(argv):
                 break
             opt.step()
             module.lazy_reset_grad()
+        if args.time and t_timed is not None:
+            import resource
+            print("time per step: %.3f ms (%d steps after 1 warm-up, %d threads)\npeak memory: %.1f MiB" %
+                  ((time.perf_counter() - t_timed) * 1e3 / (args.steps - 1), args.steps - 1, args.threads,
+                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
         weights = {n: np.array(state.parameters[n].data) for n in trainable}
 
     np.save(os.path.join(args.out, "losses.npy"), np.array(losses, dtype=np.float64))

@@ -16,7 +16,9 @@ with a reference:
   * otherwise the case MODEL_OPT_1 of this run: the same model on one rank,
     itself checked by finite differences (below).
 
-An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
+A `resume` case checks checkpoints: AdamW for 5 steps straight against 2
+steps saved and 3 resumed (losses and weights bit for bit), and a truncated
+checkpoint refused with one line. An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
 each weight's gradient as (before - after); for every trained tensor its
 projection on a random direction v is compared with the central difference
 (L(w + e v) - L(w - e v)) / 2e that ONNX Runtime's inference computes
@@ -72,11 +74,36 @@ def model_parts(model):
     return m, weights, feeds
 
 
+def batched(name, flags, feeds):
+    """A case's `@batches=K` (not a compiler flag): its --in files hold K
+    batches (the model's inputs, then K-1 more drawn from a fixed seed, of
+    the same kind), so step s trains on batch (s-1) mod K."""
+    k = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")]
+    flags = [f for f in flags if not f.startswith("@batches=")]
+    if not k or k[0] == 1:
+        return flags, feeds
+    os.makedirs(os.path.join(OUT, "data"), exist_ok=True)
+    rng = np.random.default_rng(7)
+    out = {}
+    for n, path in feeds.items():
+        a = np.load(path)
+        more = [a]
+        for _ in range(k[0] - 1):
+            if a.dtype.kind == "f":
+                more.append(rng.standard_normal(a.shape).astype(a.dtype))
+            else:
+                more.append(rng.integers(0, int(a.max()) + 1, a.shape).astype(a.dtype))
+        out[n] = os.path.join(OUT, "data", "%s.%s.npy" % (name, n))
+        np.save(out[n], np.concatenate(more, axis=0))
+    return flags, out
+
+
 def run_case(name, model, opt, flags, steps):
     """Compiles, builds and runs one case: (losses, {weight: final value})."""
     d = os.path.join(OUT, name)
     subprocess.run(["rm", "-rf", d], check=True)
     _, weights, feeds = model_parts(model)
+    flags, feeds = batched(name, flags, feeds)
     if "--frozen" in flags:
         for k in flags[flags.index("--frozen") + 1].split(","):
             weights.pop(k)
@@ -109,10 +136,11 @@ def compare(losses, params, ref_losses, ref_params):
     return le, we
 
 
-def reference(name, model, opt, flags, results):
+def reference(name, model, opt, flags, results, cases):
     """(losses, weights, what) to compare a case with."""
     gold = os.path.join(GOLDEN, "%s_%s" % (model, opt))
-    if "--clip-norm" not in flags and os.path.isdir(gold):
+    numpy_only = ("--clip-norm", "--lr-schedule", "--warmup-steps", "--momentum", "--weight-decay")
+    if not any(f in numpy_only or f.startswith("@") for f in flags) and os.path.isdir(gold):
         return np.load(os.path.join(gold, "losses.npy")), dict(np.load(os.path.join(gold, "weights.npz"))), \
             "onnxruntime-training"
     if model in np_reference.MODEL_GRADS:
@@ -120,12 +148,23 @@ def reference(name, model, opt, flags, results):
         cfg = dict(OPTIMIZERS[opt][1], steps=STEPS)
         if "--clip-norm" in flags:
             cfg["max_grad_norm"] = float(flags[flags.index("--clip-norm") + 1])
-        batch = {k: np.load(v) for k, v in feeds.items()}
-        losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, [batch])
+        for flag, key, conv in (("--lr-schedule", "lr_schedule", str), ("--warmup-steps", "warmup_steps", int),
+                                ("--total-steps", "total_steps", int), ("--momentum", "momentum", float),
+                                ("--weight-decay", "sgd_weight_decay" if opt == "sgd" else "weight_decay", float)):
+            if flag in flags:
+                cfg[key] = conv(flags[flags.index(flag) + 1])
+        _, files = batched(name, flags, feeds)
+        data = {k: np.load(v) for k, v in files.items()}
+        kb = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")] or [1]
+        batches = [{k: np.split(v, kb[0])[j] for k, v in data.items()} for j in range(kb[0])]
+        losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, batches)
         return losses, params, "numpy"
     one = "%s_%s_1" % (model, opt)
-    if one not in results:
-        raise RuntimeError("no reference: run %s first (cases.txt order)" % one)
+    if one not in results:  # filtered out: run it now
+        spec = [c for c in cases if c[0] == one]
+        if not spec:
+            raise RuntimeError("no reference: cases.txt has no case %s" % one)
+        results[one] = run_case(*spec[0], STEPS)
     return results[one][0], results[one][1], "the 1-rank case " + one
 
 
@@ -178,6 +217,40 @@ def fd_check(model, flags):
     return worst, where
 
 
+def resume_check(name, model, opt, flags):
+    """5 steps straight, against 2 steps saved (--save-every 1) and 3
+    resumed: the same losses and final weights, bit for bit; then a
+    truncated checkpoint must stop --resume with one line naming it."""
+    d = os.path.join(OUT, name)
+    full_losses, full_w = run_case(name, model, opt, flags, STEPS)
+    _, weights, feeds = model_parts(model)
+    ck = os.path.join(d, "ckpt")
+    base = [os.path.join(d, "run.sh")]
+    for k, path in feeds.items():
+        base += ["--in", "%s=%s" % (k, path)]
+    outs = []
+    for k in weights:
+        outs += ["--out", "%s=%s/r_%s.npy" % (k, d, k)]
+    r1 = subprocess.run(base + ["--steps", "2", "--save", ck, "--save-every", "1"], capture_output=True, text=True,
+                        timeout=300, stdin=subprocess.DEVNULL)
+    r2 = subprocess.run(base + outs + ["--steps", "3", "--resume", ck], capture_output=True, text=True, timeout=300,
+                        stdin=subprocess.DEVNULL)
+    if r1.returncode or r2.returncode:
+        raise RuntimeError("save/resume run failed: " + (r1.stderr + r2.stderr)[-1500:])
+    got = [float(m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", r1.stdout + r2.stdout, re.M)]
+    steps = sorted(os.listdir(ck))
+    same_w = all(np.array_equal(np.load("%s/r_%s.npy" % (d, k)), full_w[k]) for k in weights)
+    ok = got == list(full_losses) and same_w and steps == ["latest", "step2"]
+    with open(os.path.join(ck, "step2", "rank0.ckpt"), "r+b") as fh:
+        fh.truncate(100)
+    r3 = subprocess.run(base + ["--steps", "1", "--resume", ck], capture_output=True, text=True, timeout=300,
+                        stdin=subprocess.DEVNULL)
+    err_ok = r3.returncode != 0 and "rank0.ckpt" in r3.stderr and "bytes" in r3.stderr
+    return ok and err_ok, "losses %s, weights %s, kept %s, truncated file %s" % (
+        "equal" if got == list(full_losses) else "%s != %s" % (got, list(full_losses)),
+        "equal" if same_w else "DIFFER", steps, "refused" if err_ok else "NOT refused: " + r3.stderr[-300:])
+
+
 def main(argv):
     filt = argv[1] if len(argv) > 1 else ""
     os.makedirs(OUT, exist_ok=True)
@@ -193,6 +266,11 @@ def main(argv):
             continue
         n += 1
         try:
+            if opt == "resume":
+                ok, what = resume_check(name, model, "adamw", flags)
+                print("%s %s: 2 steps saved + 3 resumed against 5 straight: %s" % ("ok  " if ok else "FAIL", name, what))
+                fails += not ok
+                continue
             if opt == "fd":
                 err, where = fd_check(model, flags)
                 ok = bool(err < 2e-2)  # NaN fails
@@ -202,7 +280,7 @@ def main(argv):
                 continue
             losses, params = run_case(name, model, opt, flags, STEPS)
             results[name] = (losses, params)
-            ref_l, ref_p, what = reference(name, model, opt, flags, results)
+            ref_l, ref_p, what = reference(name, model, opt, flags, results, cases)
             le, we = compare(losses, params, ref_l, ref_p)
             tol = WEIGHT_TOL_ADAMW_PLANS if opt == "adamw" and what.startswith("the 1-rank") else WEIGHT_TOL
             ok = le <= LOSS_RTOL and we <= tol
