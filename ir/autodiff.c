@@ -109,6 +109,19 @@ Node *ad_begin(Vjp *v, OpKind op, int nin, Tensor *const *ins)
     return n;
 }
 
+Tensor *ad_add_output(Vjp *v, Node *n)
+{
+    Tensor **outs = arena_alloc(&v->g->arena, (size_t)(n->noutputs + 1) * sizeof(Tensor *));
+    memcpy(outs, n->outputs, (size_t)n->noutputs * sizeof(Tensor *));
+    char base[200];
+    snprintf(base, sizeof base, "%.170s.out%d", n->name, n->noutputs);
+    Tensor *t = fresh_tensor(v->g, base);
+    t->producer = n;
+    outs[n->noutputs++] = t;
+    n->outputs = outs;
+    return t;
+}
+
 Tensor *ad_done(Vjp *v, Node *n)
 {
     if (ir_infer_node(v->g, n, v->d))

@@ -30,6 +30,8 @@ struct Vjp {
  * attributes set by the caller before vjp_done infers its shape. */
 Node *ad_begin(Vjp *v, OpKind op, int nin, Tensor *const *ins);
 Tensor *ad_done(Vjp *v, Node *n);      /* output 0, or NULL on error */
+/* One more output of n (a MaxPool's indices), before ad_done. */
+Tensor *ad_add_output(Vjp *v, Node *n);
 Tensor *ad_un(Vjp *v, OpKind op, Tensor *a);
 Tensor *ad_bin(Vjp *v, OpKind op, Tensor *a, Tensor *b);
 Tensor *ad_scalar(Vjp *v, float value); /* a float32 constant, rank 0 */

@@ -54,14 +54,21 @@ int fold_inputs_const(const Node *n)
 /* Whether folding n is shape arithmetic (see the file comment). */
 int fold_is_shape_math(const Node *n)
 {
-    int derived = 0, nonfloat = 1;
-    for (int i = 0; i < n->ninputs; i++)
-        if (n->inputs[i] && n->inputs[i]->folded)
+    int derived = 0, nonfloat = 1, weight = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        const Tensor *t = n->inputs[i];
+        if (t && t->folded)
             derived = 1;
+        /* A float weight of the model (not a scalar literal) read with a
+         * folded index, as BERT's token-type embedding row 0: its result
+         * stays compute, so that --train can still train the weight. */
+        if (t && t->is_initializer && !t->folded && !t->producer && dtype_is_float(t->dtype) && tensor_numel(t) > 1)
+            weight = 1;
+    }
     for (int k = 0; k < n->noutputs; k++)
         if (n->outputs[k] && dtype_is_float(n->outputs[k]->dtype))
             nonfloat = 0;
-    return derived || nonfloat;
+    return nonfloat || (derived && !weight);
 }
 
 double fold_get(const Tensor *t, int64_t i)

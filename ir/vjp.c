@@ -183,11 +183,30 @@ int vjp_unary(Vjp *v)
     case OP_ABS:
         g = ad_bin(v, OP_MUL, dy, ad_un(v, OP_SIGN, x));
         break;
+    case OP_SIN:
+        g = ad_bin(v, OP_MUL, dy, ad_un(v, OP_COS, x));
+        break;
+    case OP_COS:
+        g = ad_un(v, OP_NEG, ad_bin(v, OP_MUL, dy, ad_un(v, OP_SIN, x)));
+        break;
     default:
         return vjp_none(v);
     }
     put(v, 0, g);
     return ok(v, 0);
+}
+
+/* Sum and Mean of any number of inputs, broadcast together: each input
+ * gets dy (over n for Mean), summed down to its shape. */
+int vjp_sum_mean(Vjp *v)
+{
+    Tensor *g = DY0;
+    if (v->n->op == OP_MEAN)
+        g = ad_bin(v, OP_MUL, g, fconst(v, (float)(1.0 / v->n->ninputs), DY0));
+    for (int k = 0; k < v->n->ninputs; k++)
+        if (v->want[k] && !(v->dx[k] = ad_sum_to(v, g, X(k))))
+            return -1;
+    return 0;
 }
 
 /* ---- linear algebra ------------------------------------------------------ */

@@ -21,7 +21,8 @@ steps saved and 3 resumed (losses and weights bit for bit), and a truncated
 checkpoint refused with one line. An `fd` case checks the backward pass alone: one SGD step at lr 1 gives
 each weight's gradient as (before - after); for every trained tensor its
 projection on a random direction v is compared with the central difference
-(L(w + e v) - L(w - e v)) / 2e that ONNX Runtime's inference computes.
+(L(w + e v) - L(w - e v)) / 2e that ONNX Runtime's inference computes
+(onnx.reference for opset 23 models, which ORT 1.22 refuses).
 (tiny_gpt_lm has no onnxruntime-training golden: ORT 1.19.2 returns zero
 gradients for its first layer's LayerNorm scale and bias, which finite
 differences refute; see tests/train/README.md.)
@@ -174,7 +175,11 @@ def reference(name, model, opt, flags, results, cases):
 def fd_check(model, flags):
     """The largest disagreement between our gradient's projection on a
     random direction and ONNX Runtime's central difference, per tensor,
-    relative to the larger of the two and the gradient's norm."""
+    relative to the larger of the two, the gradient's norm and the
+    difference quotient's own noise: ORT's float32 loss L carries rounding
+    of some 100 ulps (summed over thousands of terms), which the quotient
+    divides by eps, so a weight whose gradient is below that (a rotary
+    table, a bias the softmax cancels) is compared with the noise."""
     import onnxruntime as ort
     m, weights, feeds = model_parts(model)
     _, after = run_case(model + "_fd", model, "fd", flags, 1)
@@ -183,6 +188,16 @@ def fd_check(model, flags):
     rng = np.random.default_rng(0)
     worst, where = 0.0, None
     eps = 1e-2
+    def loss_of(model):
+        # ONNX Runtime 1.22 stops at opset 22 (Attention, RotaryEmbedding are 23)
+        if max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) > 22:
+            from onnx.reference import ReferenceEvaluator
+            return float(ReferenceEvaluator(model).run([loss_name], batch)[0])
+        s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return float(s.run([loss_name], batch)[0])
+
+    loss0 = loss_of(m)
+    noise = 100 * abs(float(loss0)) * np.finfo(np.float32).eps / eps
     for k, w0 in weights.items():
         g = w0.astype(np.float64) - after[k].astype(np.float64)
         v = rng.standard_normal(w0.shape)
@@ -194,14 +209,15 @@ def fd_check(model, flags):
             for init in mm.graph.initializer:
                 if init.name == k:
                     init.CopyFrom(numpy_helper.from_array((w0 + sign * eps * v).astype(np.float32), k))
-            s = ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"])
-            ls.append(float(s.run([loss_name], batch)[0]))
+            ls.append(loss_of(mm))
         fd = (ls[0] - ls[1]) / (2 * eps)
         ours = float(np.sum(g * v))
-        # float32 losses: the difference quotient carries ~1e-6 / eps of noise
-        err = abs(fd - ours) / max(abs(fd), abs(ours), np.linalg.norm(g), 1e-3)
-        if err > worst:
+        # float32 losses: the difference quotient carries `noise` (above)
+        err = abs(fd - ours) / max(abs(fd), abs(ours), np.linalg.norm(g), noise, 1e-3)
+        if not np.isfinite(err) or err > worst:
             worst, where = err, "%s (ours %.6g, finite difference %.6g)" % (k, ours, fd)
+        if not np.isfinite(err):
+            break
     return worst, where
 
 
@@ -261,7 +277,7 @@ def main(argv):
                 continue
             if opt == "fd":
                 err, where = fd_check(model, flags)
-                ok = err < 2e-2
+                ok = bool(err < 2e-2)  # NaN fails
                 print("%s %s: gradients against finite differences, worst %.2e at %s" %
                       ("ok  " if ok else "FAIL", name, err, where))
                 fails += not ok
