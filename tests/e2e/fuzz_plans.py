@@ -43,11 +43,13 @@ Each case is compiled with `--train --optimizer sgd --lr 1` (now and then
   * each trained weight's gradient (before - after) must match central
     finite differences of ORT's loss along random directions (grad_check),
     in float64 (the model converted, Erf/Gelu as float64 formulas) where
-    ORT runs it so, else in float32 with a looser tolerance.
+    ORT runs it so, else in float32 with a looser tolerance;
+  * a second run of 2 steps must print, for step 2, ORT's loss at the
+    weights the first step wrote.
 Every plan, one rank included, is checked against finite differences
 rather than against the one-rank plan: a one-rank gradient bug would
 otherwise pass on every mesh. A wrong loss or gradient is a FAIL (kinds
-"loss", "gradient"), saved with body.onnx (the graph before its loss,
+"loss", "gradient", "step2"), saved with body.onnx (the graph before its loss,
 what --replay and --minimize work on) beside model.onnx; its repro.sh
 compiles and runs the step, then reruns the check with --replay.
 
@@ -1839,9 +1841,11 @@ def grad_check(case, w0, after):
     return ("ill-conditioned", "") if ill else None
 
 
-def train_result(case, out, golden, stdout):
+def train_result(case, out, golden, stdout, stdout2):
     """(status, kind, detail) of a --train case that ran: its printed loss
-    against ORT's, then its gradients (grad_check)."""
+    against ORT's, its gradients (grad_check), then the loss its second
+    step printed (stdout2, a run of --steps 2) against ORT's float32 loss at
+    the weights after one step."""
     m = re.findall(r"^step 1 loss (\S+)$", stdout, re.M)
     if len(m) != 1:
         return "FAIL", "run", "printed %d losses for --steps 1: %s" % (len(m), stdout[-300:])
@@ -1865,6 +1869,24 @@ def train_result(case, out, golden, stdout):
     bad = grad_check(case, w0, after)
     if bad and bad[0] != "ill-conditioned":
         return "FAIL", bad[0], bad[1]
+    m2 = re.findall(r"^step 2 loss (\S+)$", stdout2, re.M)
+    if len(m2) != 1:
+        return "FAIL", "run", "--steps 2 printed no step 2 loss: %s" % stdout2[-300:]
+    lf = LossFn(case, f64=False)
+    w1 = dict(lf.w0, **after)
+    l1, l2 = lf(w1), float(m2[0])
+    if np.isfinite(l1) and abs(l1) < 1e30 and not abs(l2 - l1) <= LOSS_ATOL + LOSS_RTOL * abs(l1):
+        srng = np.random.default_rng(12345)
+        sens = 0.0
+        for _ in range(3):
+            pw = {k: v * (1 + 1e-6 * srng.standard_normal(v.shape)) for k, v in w1.items()}
+            pf = {k: v * (1 + 1e-6 * srng.standard_normal(v.shape)) if v.dtype.kind == "f" else v
+                  for k, v in lf.feeds.items()}
+            sens = max(sens, abs(lf(pw, pf) - l1))
+        if not abs(l2 - l1) <= LOSS_ATOL + LOSS_RTOL * abs(l1) + SENS_FACTOR * sens:
+            return "FAIL", "step2", "step 2 loss %.9g, ORT's %.9g at the weights after step 1 (ORT's own " \
+                "sensitivity %.3g)" % (l2, l1, sens)
+        ill = True
     return "PASS", "ill-conditioned" if ill or bad else "", ""
 
 
@@ -2005,7 +2027,19 @@ def run_case(case, work, golden=None):
         lines = [ln for ln in log if "error" in ln.lower()] or log
         return "FAIL", "run", "exit %d: %s" % (r.returncode, " | ".join(lines[:4])[:600]), golden
     if case.train:
-        return train_result(case, out, golden, r.stdout) + (golden,)
+        # Two steps: the second step's loss is the loss at the weights the
+        # first one wrote (an update in the wrong place, or padding of a
+        # split weight left dirty by it, shows there).
+        try:
+            r2 = mpi_isolated.run([os.path.join(out, "run.sh")] + args[:args.index("--steps")] +
+                                  ["--steps", "2", "--timeout", "60"], env=env, capture_output=True, text=True,
+                                  timeout=150, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return "FAIL", "timeout", "run.sh --steps 2 ran over 150 s", golden
+        if r2.returncode != 0:
+            log = (r2.stdout + r2.stderr).strip().splitlines()
+            return "FAIL", "run", "--steps 2: exit %d: %s" % (r2.returncode, " | ".join(log[:4])[:600]), golden
+        return train_result(case, out, golden, r.stdout, r2.stdout) + (golden,)
     atol, rtol = case.tolerance()
     got, bad = {}, []
     for k, v in golden.items():
