@@ -449,7 +449,9 @@ def b_matmul(g):
             bt = g.node1("Transpose", [b], tuple(sb[p] for p in perm), perm=perm)
             g.node1("MatMul", [a, bt], g.shape[a][:-1] + (sb[-2],))
             return True
-    x = start_tensor(g)
+    x = start_tensor(g, (lambda n: len(g.shape[n]) >= 2) if USE_TRAIN[0] else None)  # (1-D: no rule)
+    if x is None:
+        return False
     sx = g.shape[x]
     K = sx[-1]
     if u > 0.93:
@@ -485,7 +487,9 @@ def b_matmul(g):
 
 def b_mlp(g):
     """Linear, activation, linear (+ bias): the Megatron column/row pair."""
-    x = start_tensor(g)
+    x = start_tensor(g, (lambda n: len(g.shape[n]) >= 2) if USE_TRAIN[0] else None)
+    if x is None:
+        return False
     sx = g.shape[x]
     K, F = sx[-1], g.choice(DIMS)
     if elems(sx[:-1] + (F,)) > MAX_ELEMS:
@@ -1376,10 +1380,20 @@ class Case:
 
     def weights(self):
         """The weights --train updates: the float initializers of the model
-        compiled that are not --frozen, by name (a frozen one is no output
-        of the rank program: --out cannot name it)."""
-        return {t.name: numpy_helper.to_array(t) for t in self.compiled_model().graph.initializer
-                if t.data_type == F32 and t.name not in self.frozen}
+        compiled that are not --frozen and from which a float path leads to
+        the loss (one that only feeds a comparison gets no gradient), by
+        name; the others are no outputs of the rank program."""
+        m = self.compiled_model()
+        inf = onnx.shape_inference.infer_shapes(m)
+        types = {v.name: v.type.tensor_type.elem_type
+                 for v in list(inf.graph.value_info) + list(inf.graph.input) + list(inf.graph.output)}
+        types.update((t.name, t.data_type) for t in m.graph.initializer)
+        live = {LOSS}                            # what the loss's gradient reaches, through float tensors
+        for n in reversed(m.graph.node):
+            if any(o in live and types.get(o, F32) == F32 for o in n.output):
+                live.update(i for i in n.input if i and types.get(i, F32) == F32)
+        return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer
+                if t.data_type == F32 and t.name not in self.frozen and t.name in live}
 
     def compiled_model(self):
         """What onnx2spmd compiles: the model, or with train the model with its loss."""
