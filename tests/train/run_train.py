@@ -152,7 +152,7 @@ def fd_check(model, flags):
                 if init.name == k:
                     init.CopyFrom(numpy_helper.from_array((w0 + sign * eps * v).astype(np.float32), k))
             s = ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"])
-            ls.append(float(s.run([loss_name], batch)[0]))
+            ls.append(float(np.sum(s.run([loss_name], batch)[0])))  # a [1, 1] loss too
         fd = (ls[0] - ls[1]) / (2 * eps)
         ours = float(np.sum(g * v))
         # float32 losses: the difference quotient carries ~1e-6 / eps of noise
