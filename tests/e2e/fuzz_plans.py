@@ -1384,14 +1384,7 @@ class Case:
         the loss (one that only feeds a comparison gets no gradient), by
         name; the others are no outputs of the rank program."""
         m = self.compiled_model()
-        inf = onnx.shape_inference.infer_shapes(m)
-        types = {v.name: v.type.tensor_type.elem_type
-                 for v in list(inf.graph.value_info) + list(inf.graph.input) + list(inf.graph.output)}
-        types.update((t.name, t.data_type) for t in m.graph.initializer)
-        live = {LOSS}                            # what the loss's gradient reaches, through float tensors
-        for n in reversed(m.graph.node):
-            if any(o in live and types.get(o, F32) == F32 for o in n.output):
-                live.update(i for i in n.input if i and types.get(i, F32) == F32)
+        live = grad_reach(m, [LOSS])
         return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer
                 if t.data_type == F32 and t.name not in self.frozen and t.name in live}
 
@@ -1593,6 +1586,20 @@ GRAD_EPS_F64, GRAD_EPS_F32 = 1e-5, 1e-2
 GRAD_DIRECTIONS = 3
 
 
+def grad_reach(m, roots):
+    """The tensors of model m a gradient of roots reaches, as autodiff
+    follows it: back through float tensors only."""
+    inf = onnx.shape_inference.infer_shapes(m)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(inf.graph.value_info) + list(inf.graph.input) + list(inf.graph.output)}
+    types.update((t.name, t.data_type) for t in m.graph.initializer)
+    live = set(roots)
+    for n in reversed(m.graph.node):
+        if any(o in live and types.get(o, F32) == F32 for o in n.output):
+            live.update(i for i in n.input if i and types.get(i, F32) == F32)
+    return live
+
+
 def train_model(case):
     """case.model (the body) with a scalar loss named LOSS appended that
     reads every float output: per output o, ReduceMean(o * o) or
@@ -1605,7 +1612,8 @@ def train_model(case):
     vals = run_ort(body.SerializeToString(), case.feeds)      # the outputs' shapes, symbolic dims bound
     nodes = list(body.graph.node)
     inits = list(body.graph.initializer)
-    has_weight = any(t.data_type == F32 for t in inits)
+    reach = grad_reach(body, [o.name for o in body.graph.output])
+    has_weight = any(t.data_type == F32 and t.name in reach for t in inits)   # (not one that only feeds a comparison)
     terms, rank = [], -1
     for k, o in enumerate(body.graph.output):
         val = vals[o.name]
