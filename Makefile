@@ -16,6 +16,7 @@ VENV     := build/venv
 PY       := $(VENV)/bin/python
 FUZZ_SECONDS ?= 60
 SECONDS  ?= 600
+TRAIN_SECONDS ?= $(shell echo $$(( $(SECONDS) / 3 )))
 
 LIB_SRC  := $(wildcard ir/*.c) $(wildcard frontend/*.c) $(wildcard partition/*.c) $(wildcard codegen/*.c) \
             $(wildcard driver/*.c)
@@ -197,13 +198,17 @@ e2e: all
 	@$(PY) tests/e2e/fuzz_plans.py --seed 1 --count 150
 	@$(PY) tests/e2e/fuzz_plans.py --seed 2 --count 60 --auto
 	@$(PY) tests/e2e/fuzz_plans.py --seed 3 --count 40 --pipeline
+	@# --train: one SGD step, the loss against ORT and gradients against finite differences
+	@$(PY) tests/e2e/fuzz_plans.py --seed 4 --count 30 --train
 	@# case 9: a Gemm whose C and output share the arena (gcc 12 -Warray-bounds)
 	@$(PY) tests/e2e/fuzz_plans.py --seed 369321 --count 10
 
-# Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass
+# Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass,
+# then --train graphs (gradients against finite differences) for TRAIN_SECONDS
 # (`fuzz_plans.py --replay DIR --minimize` shrinks a saved failure).
 fuzz-plans: all
 	@$(PY) tests/e2e/fuzz_plans.py --seconds $(SECONDS)
+	@$(PY) tests/e2e/fuzz_plans.py --train --seconds $(TRAIN_SECONDS)
 
 cuda-build: all
 	@bash tests/e2e/cuda_build.sh

@@ -651,8 +651,21 @@ static void emit_pad_mask(const EmitCtx *c)
     const Node *n = c->n;
     const FactorRule *r = &pr->plan->nodes[n->id].rule;
     for (int t = 0; t < n->ninputs; t++) {
-        const Buffer *b = emit_in(c, t);
-        if (!b || b->kind == BUF_WEIGHT || b->kind == BUF_INPUT)
+        const Buffer *b = emit_in(c, t), *store = b;
+        /* A Transpose a GEMM reads in place (views.c) has no storage of its
+         * own: its padding is its input's, operand dim i being input dim
+         * perm[i]. */
+        int64_t perm[IR_MAX_RANK];
+        for (int i = 0; b && i < b->rank; i++)
+            perm[i] = i;
+        if (b && n->op == OP_MATMUL && t < 2 && pr->nodes[n->id].mm_view[t] >= 0) {
+            const Node *tr = pr->g->nodes[pr->nodes[n->id].mm_view[t]];
+            const Attr *pa = node_attr(tr, "perm");
+            store = &pr->bufs[program_operand_buf(pr, tr, 0)];
+            for (int i = 0; i < b->rank; i++)
+                perm[i] = pa ? pa->ints[i] : b->rank - 1 - i;
+        }
+        if (!b || store->kind == BUF_WEIGHT || store->kind == BUF_INPUT)
             continue;
         /* The operand's layout as the node reads it (a cast copy has none of its own). */
         const Sharding *lay = &pr->bufs[program_operand_buf(pr, n, t)].layout;
@@ -669,18 +682,20 @@ static void emit_pad_mask(const EmitCtx *c)
             if (valid == len)
                 continue;
             int64_t dims[IR_MAX_RANK], st[IR_MAX_RANK];
-            memcpy(dims, b->dims, sizeof dims);
-            emit_strides(b->dims, b->rank, st);
-            dims[i] = len - valid;
-            fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed %s */\n"
+            int si = (int)perm[i]; /* the dim in the storage */
+            memcpy(dims, store->dims, sizeof dims);
+            emit_strides(store->dims, store->rank, st);
+            dims[si] = len - valid;
+            fprintf(c->f, "    { /* padding: block %lld of dim %d holds %lld of %lld; zeroed %s%s */\n"
                           "        static const int64_t dims[] = ",
                     (long long)blk, i, (long long)valid, (long long)len,
-                    sums ? "before the sum" : "(an integer: it may be an index)");
-            emit_dims(c->f, dims, b->rank);
+                    sums ? "before the sum" : "(an integer: it may be an index)",
+                    store != b ? " (in the storage of the Transpose read in place)" : "");
+            emit_dims(c->f, dims, store->rank);
             fprintf(c->f, ", strides[] = ");
-            emit_dims(c->f, st, b->rank);
-            fprintf(c->f, ";\n        k_strided_zero(%s, %zu, %d, dims, strides, %lld);\n    }\n", b->name,
-                    dtype_size(b->dtype), b->rank, (long long)(valid * st[i]));
+            emit_dims(c->f, st, store->rank);
+            fprintf(c->f, ";\n        k_strided_zero(%s, %zu, %d, dims, strides, %lld);\n    }\n", store->name,
+                    dtype_size(store->dtype), store->rank, (long long)(valid * st[si]));
         }
     }
 }

@@ -18,7 +18,8 @@
 /* Bias fusion: an Add of a row bias whose only reader is the very next
  * node, an elementwise activation or a residual Add, runs inside that node
  * (one pass over the data; its intermediate never exists). Not when the
- * sum is a graph output or is resharded. */
+ * sum is a graph output or is resharded, nor when the Add is itself a
+ * residual Add with a bias Add fused in (a chain of three Adds). */
 static int is_activation(OpKind op)
 {
     return op == OP_GELU || op == OP_RELU || op == OP_SIGMOID || op == OP_TANH;
@@ -50,6 +51,8 @@ static void find_fusions(Program *pr)
                        tensor_numel(u->inputs[1 - slot]) == tensor_numel(t);
         if (n->op != OP_ADD || (!(is_activation(u->op) && slot == 0) && !residual))
             continue;
+        if (pr->nodes[n->id].fused_from >= 0)
+            continue; /* n runs the Add before it inside itself: fused away, neither would run */
         if (t->dtype != DT_F32 || t->nconsumers != 1 || t->consumers[0] != u || t->is_output ||
             p->nodes[u->id].in_reshard[slot] >= 0)
             continue;

@@ -178,10 +178,38 @@ static void record_explanations(Search *s)
     }
 }
 
+/* An optimizer update runs where its weight is stored, as propagate.c's
+ * lower_choose anchors it: the search lets it follow its gradient's
+ * producer (an elementwise node), which could want the weight resharded
+ * to it, an update codegen cannot write in place. Its factors come from
+ * the weight's chosen layout instead; the gradient and state come to the
+ * weight (a reshard the search did not price). */
+static void anchor_updates(Search *s)
+{
+    const Graph *g = s->p->g;
+    for (int ni = 0; ni < g->nnodes; ni++) {
+        const Node *n = g->nodes[ni];
+        int sc = ir_output_in_place(n, 0) >= 0 && n->inputs[0] ? s->src_choice[n->inputs[0]->id] : -1;
+        if (sc < 0)
+            continue; /* not an update, or a weight only it reads: stored as it needs */
+        const FactorRule *r = &s->p->nodes[ni].rule;
+        const Sharding *wl = &s->choices[sc].layouts[s->choices[sc].pick];
+        Strat *st = &s->strats[ni][s->choices[s->node_choice[ni]].pick];
+        unsigned char fn[RULE_MAX_FACTORS], fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
+        memset(fa, 0, sizeof fa);
+        rule_factors_of(s->m, r, 0, wl, fn, fa);
+        if (!rule_representable(s->m, r, fn, (const unsigned char (*)[MESH_MAX_AXES])fa))
+            continue;
+        memcpy(st->fn, fn, sizeof st->fn);
+        memcpy(st->fa, fa, sizeof st->fa);
+    }
+}
+
 static void apply_solution(Search *s)
 {
     Plan *p = s->p;
     const Graph *g = p->g;
+    anchor_updates(s);
     for (int ni = 0; ni < g->nnodes; ni++) {
         const Strat *st = &s->strats[ni][s->choices[s->node_choice[ni]].pick];
         memcpy(p->nodes[ni].fnaxes, st->fn, sizeof st->fn);

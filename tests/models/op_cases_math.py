@@ -162,3 +162,10 @@ def cases(add):
     add("m_fold_bitwise_not_u8", 18, [N("BitwiseNot", ["c"], ["n8"]), N("Cast", ["n8"], ["n"], to=I64),
                                       N("Add", ["x", "n"], ["y"])],
         {"x": i64(0, 9, 2, 3)}, {"c": np.array([0, 7, 255], np.uint8)}, ["y"])
+    # Three chained Adds, each read only by the next: the bias fusion
+    # (codegen/views.c) once fused the first into the second and the second
+    # into the third, so that the first never ran (fuzz_plans --train 4_7:
+    # a loss that adds its terms).
+    add("m_add_chain3", 13, [N("Add", ["a", "b"], ["s0"]), N("Add", ["s0", "c"], ["s1"]),
+                             N("Add", ["s1", "d"], ["y"])],
+        {"a": f(3, 4), "b": f(3, 4), "c": f(3, 4), "d": f(3, 4)}, {}, ["y"])
