@@ -713,6 +713,11 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("--accum with --clip-norm: %s", "not yet (the norm must be of the accumulated gradient)");
     if (o->zero && !o->train)
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
+    if (o->train && o->shard_weights && !o->zero) { /* training with weights stored split is ZeRO-3 */
+        o->zero = 3;
+        o->zero_axis = o->shard_weights;
+        o->shard_weights = NULL;
+    }
     if (o->zero == 3 && o->shard_weights)
         return usage_error("--zero 3 stores the weights split over --zero-axis; drop --shard-weights %s",
                            o->shard_weights);
