@@ -187,6 +187,18 @@ Tensor *ad_transpose(Vjp *v, Tensor *a, const int64_t *perm)
     return ad_done(v, n);
 }
 
+Tensor *ad_swap_last2(Vjp *v, Tensor *a)
+{
+    if (!a)
+        return NULL;
+    int64_t perm[IR_MAX_RANK];
+    for (int i = 0; i < a->rank; i++)
+        perm[i] = i;
+    perm[a->rank - 1] = a->rank - 2;
+    perm[a->rank - 2] = a->rank - 1;
+    return ad_transpose(v, a, perm);
+}
+
 Tensor *ad_reduce(Vjp *v, OpKind op, Tensor *a, unsigned mask, int keepdims)
 {
     if (!a)

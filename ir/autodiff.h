@@ -39,6 +39,7 @@ Tensor *ad_scalar(Vjp *v, float value); /* a float32 constant, rank 0 */
 Tensor *ad_const(Vjp *v, const char *base, DType dt, const void *vals, int64_t n, int rank);
 Tensor *ad_reshape(Vjp *v, Tensor *a, const int64_t *dims, int rank);
 Tensor *ad_transpose(Vjp *v, Tensor *a, const int64_t *perm);
+Tensor *ad_swap_last2(Vjp *v, Tensor *a); /* the last two dims exchanged (a matrix transposed) */
 /* ReduceSum or ReduceMean over the dims in mask (bit i: dim i). */
 Tensor *ad_reduce(Vjp *v, OpKind op, Tensor *a, unsigned mask, int keepdims);
 /* g summed down to the shape of like (undoing broadcasting), or g itself. */

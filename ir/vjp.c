@@ -211,16 +211,6 @@ int vjp_sum_mean(Vjp *v)
 
 /* ---- linear algebra ------------------------------------------------------ */
 
-static Tensor *swap_last2(Vjp *v, Tensor *t)
-{
-    int64_t perm[IR_MAX_RANK];
-    for (int i = 0; i < t->rank; i++)
-        perm[i] = i;
-    perm[t->rank - 1] = t->rank - 2;
-    perm[t->rank - 2] = t->rank - 1;
-    return ad_transpose(v, t, perm);
-}
-
 /* t viewed as a matrix: its leading dims merged into the rows. */
 static Tensor *as_rows(Vjp *v, Tensor *t)
 {
@@ -237,12 +227,12 @@ int vjp_matmul(Vjp *v)
     if (a->rank < 2 || b->rank < 2)
         return vjp_fail(v, "a 1-D operand has no gradient rule yet (reshape it to a matrix)");
     if (v->want[0]) /* dA = dY B^T, summed over what A broadcast */
-        v->dx[0] = ad_sum_to(v, ad_bin(v, OP_MATMUL, dy, swap_last2(v, b)), a);
+        v->dx[0] = ad_sum_to(v, ad_bin(v, OP_MATMUL, dy, ad_swap_last2(v, b)), a);
     if (v->want[1]) {
         if (b->rank == 2) /* a weight: dB = A^T dY over every row of the batch */
-            v->dx[1] = ad_bin(v, OP_MATMUL, swap_last2(v, as_rows(v, a)), as_rows(v, dy));
+            v->dx[1] = ad_bin(v, OP_MATMUL, ad_swap_last2(v, as_rows(v, a)), as_rows(v, dy));
         else
-            v->dx[1] = ad_sum_to(v, ad_bin(v, OP_MATMUL, swap_last2(v, a), dy), b);
+            v->dx[1] = ad_sum_to(v, ad_bin(v, OP_MATMUL, ad_swap_last2(v, a), dy), b);
     }
     return ok(v, 0) || ok(v, 1);
 }

@@ -25,18 +25,6 @@
 
 #define X(k) (v->n->inputs[k])
 
-static Tensor *swap_last2(Vjp *v, Tensor *t)
-{
-    if (!t)
-        return NULL;
-    int64_t perm[IR_MAX_RANK];
-    for (int i = 0; i < t->rank; i++)
-        perm[i] = i;
-    perm[t->rank - 1] = t->rank - 2;
-    perm[t->rank - 2] = t->rank - 1;
-    return ad_transpose(v, t, perm);
-}
-
 /* [B, S, H * D] viewed as [B, H, S, D]; 4-D passes. */
 static Tensor *heads_of(Vjp *v, Tensor *t, int64_t h)
 {
@@ -115,15 +103,15 @@ int vjp_attention(Vjp *v)
     Tensor *V = repeat_heads(v, heads_of(v, val, hkv), group), *dY = heads_of(v, v->dy[0], hq);
     Tensor *sc = ad_cast(v, ad_scalar(v, scale), q->dtype);
     if (v->want[2])
-        v->dx[2] = heads_back(v, sum_groups(v, ad_bin(v, OP_MATMUL, swap_last2(v, P), dY), group), val);
-    Tensor *dP = ad_bin(v, OP_MATMUL, dY, swap_last2(v, V));
+        v->dx[2] = heads_back(v, sum_groups(v, ad_bin(v, OP_MATMUL, ad_swap_last2(v, P), dY), group), val);
+    Tensor *dP = ad_bin(v, OP_MATMUL, dY, ad_swap_last2(v, V));
     Tensor *dS = ad_bin(v, OP_MUL, P,
                         ad_bin(v, OP_SUB, dP, ad_reduce(v, OP_REDUCE_SUM, ad_bin(v, OP_MUL, dP, P), 1u << 3, 1)));
     if (v->want[0])
         v->dx[0] = heads_back(v, ad_bin(v, OP_MUL, ad_bin(v, OP_MATMUL, dS, K), sc), q);
     if (v->want[1])
         v->dx[1] = heads_back(
-            v, sum_groups(v, ad_bin(v, OP_MUL, ad_bin(v, OP_MATMUL, swap_last2(v, dS), Q), sc), group), k);
+            v, sum_groups(v, ad_bin(v, OP_MUL, ad_bin(v, OP_MATMUL, ad_swap_last2(v, dS), Q), sc), group), k);
     if (mask && v->want[3]) {
         /* a mask shorter than the keys covers their first columns */
         Tensor *g = dS;
