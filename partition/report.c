@@ -224,6 +224,31 @@ static void print_pipeline(const Plan *p, FILE *f)
     }
 }
 
+
+/* --zero 1/2: each update runs on this rank's block of its weight and is
+ * followed by an in-place all-gather of the blocks (codegen's write-back,
+ * not a reshard of the plan): counted here, per step. */
+static void zero_write_back(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    int64_t bytes = 0;
+    int calls = 0;
+    for (int i = 0; p->zero_axis >= 0 && p->zero < 3 && i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        int r = ir_output_in_place(n, 0) >= 0 ? p->nodes[i].in_reshard[0] : -1;
+        unsigned ax = 1u << p->zero_axis;
+        if (r < 0 || !(sharding_used_axes(&p->reshards[r].dst) & ax) || (sharding_used_axes(&p->reshards[r].src) & ax))
+            continue;
+        int64_t whole = sharding_local_bytes(&p->reshards[r].src, &p->mesh, n->inputs[0]);
+        int sz = p->mesh.axes[p->zero_axis].size;
+        bytes += whole / sz * (sz - 1);
+        calls++;
+    }
+    if (calls)
+        fprintf(f, "                and %lld bytes in %d all-gathers of updated weight blocks (--zero %d)\n",
+                (long long)bytes, calls, p->zero);
+}
+
 void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
 {
     const PlanSchedule *sched = x ? x->sched : NULL;
@@ -325,7 +350,9 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     for (int k = 0; k < COLL_COUNT; k++)
         if (t.count[k] && k != COLL_SLICE && k != COLL_PARTIALIZE)
             fprintf(f, ", %d %s", t.count[k], coll_name((CollKind)k));
-    fprintf(f, "\n  weights       %lld bytes\n  activations   %lld bytes (all values, before liveness)\n",
+    fprintf(f, "\n");
+    zero_write_back(p, f);
+    fprintf(f, "  weights       %lld bytes\n  activations   %lld bytes (all values, before liveness)\n",
             (long long)t.weight_bytes, (long long)t.activation_bytes);
     if (t.noutputs_split)
         fprintf(f, "  outputs       %d stay split; --out gathers %lld bytes to rank 0, once after the run "
