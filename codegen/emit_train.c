@@ -31,6 +31,20 @@ static int write_back(const EmitCtx *c, const Buffer *home, const Buffer *block,
     return 0;
 }
 
+/* A weight the GEMM kernel reads packed (views.c find_packs): packed again
+ * once updated, so the next forward multiplies by the new values. */
+static void repack(const EmitCtx *c, const Buffer *home)
+{
+    const Program *pr = c->pr;
+    for (int q = 0; q < pr->npacks; q++) {
+        const struct PackedWeight *pw = &pr->packs[q];
+        if (&pr->bufs[pw->buf] != home)
+            continue;
+        fprintf(c->f, "    k_repack_b_f32(P%s, %s, %lld, %lld, %d); /* its GEMM panels, packed again */\n",
+                home->name + 1, home->name, (long long)pw->k, (long long)pw->n, pw->trans);
+    }
+}
+
 int emit_optimizer(const EmitCtx *c, Diag *d)
 {
     const Node *n = c->n;
@@ -64,7 +78,9 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
         emit_cf(node_attr_float(n, "momentum", 0), a);
         fprintf(c->f, "    k_sgd_f32(%s, %s, %s, %lld, %s, %s, %s); /* w, grad, momentum, n, lr, momentum, weight decay */\n",
                 w->name, g->name, m ? m->name : "NULL", (long long)count, lr, a, wd);
-        return zero ? write_back(c, home, y, d) : 0;
+        int rc = zero ? write_back(c, home, y, d) : 0;
+        repack(c, home);
+        return rc;
     }
     const Buffer *m = emit_in(c, 2), *v = emit_in(c, 3);
     emit_cf(node_attr_float(n, "beta1", 0.9f), a);
@@ -74,5 +90,7 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
             "    k_adamw_f32(%s, %s, %s, %s, %lld, %s, %s, %s, %s, %s, g_step); /* w, grad, m, v, n, lr, beta1, beta2, "
             "eps, weight decay, step */\n",
             w->name, g->name, m->name, v->name, (long long)count, lr, a, b, e, wd);
-    return zero ? write_back(c, home, y, d) : 0;
+    int rc = zero ? write_back(c, home, y, d) : 0;
+    repack(c, home);
+    return rc;
 }

@@ -150,16 +150,6 @@ static void find_views(Program *pr)
 #define K_PACK_MIN_ROWS 8
 #define K_PACK_MAX_PANEL 32 /* columns per panel with AVX-512 (templates/kernels.c K_NR) */
 
-/* A weight an optimizer updates (--train): its packed copy would go
- * stale after the first step, so its GEMMs read it as stored. */
-static int trained(const Tensor *t)
-{
-    for (int c = 0; t && c < t->nconsumers; c++)
-        if (ir_output_in_place(t->consumers[c], 0) >= 0 && t->consumers[c]->inputs[0] == t)
-            return 1;
-    return 0;
-}
-
 static void find_packs(Program *pr, int packs)
 {
     const Graph *g = pr->g;
@@ -184,7 +174,7 @@ static void find_packs(Program *pr, int packs)
         const Buffer *a = &pr->bufs[program_operand_buf(pr, n, 0)], *b = &pr->bufs[program_operand_buf(pr, n, 1)];
         const Buffer *y = &pr->bufs[pr->tensor_buf[n->outputs[0]->id]];
         if (b->kind != BUF_WEIGHT || b->dtype != DT_F32 || b->rank != 2 || a->dtype != DT_F32 || y->dtype != DT_F32 ||
-            a->rank < 2 || (n->op == OP_GEMM && a->rank != 2) || trained(b->tensor))
+            a->rank < 2 || (n->op == OP_GEMM && a->rank != 2))
             continue;
         int64_t rows = 1, k = b->dims[tb], cols = b->dims[1 - tb];
         for (int d = 0; d < a->rank - 1; d++)

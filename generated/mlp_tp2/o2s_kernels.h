@@ -269,6 +269,25 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
 /* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
  * of its own; NULL where that kernel is not built (the caller then uses
  * B as it is). */
+/* Packs b into bp (from k_pack_b_f32) again: a weight that trains,
+ * after each update (codegen/emit_train.c). */
+static inline void k_repack_b_f32(float *bp, const float *b, int64_t k, int64_t n, int tb)
+{
+    if (!bp)
+        return;
+#if K_PACKED_GEMM
+    int64_t panels = (n + K_NR - 1) / K_NR;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k; q++)
+            for (int64_t j = 0; j < K_NR && p * K_NR + j < n; j++) {
+                int64_t col = p * K_NR + j;
+                bp[(p * k + q) * K_NR + j] = tb ? b[col * k + q] : b[q * n + col];
+            }
+#else
+    (void)b, (void)k, (void)n, (void)tb;
+#endif
+}
+
 static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
 {
 #if K_PACKED_GEMM
