@@ -102,6 +102,9 @@ static const char usage_text[] =
     "  --clip-norm X     scale the gradients to global norm at most X (default: off)\n"
     "  --lr-schedule S   constant (default) or cosine, after --warmup-steps N of linear warm-up,\n"
     "                    reaching 0 at --total-steps M (Hugging Face's step counting)\n"
+    "  --recompute M     none (default: keep what backward reads), selective (compute the\n"
+    "                    elementwise ops, norms and softmax again in backward, keep GEMM\n"
+    "                    outputs) or full (compute every forward value again from the inputs)\n"
     "  --accum K         accumulate the gradients of K microbatches (each the model's\n"
     "                    batch) per optimizer step; the loss and gradients are their mean\n"
     "  --bucket-mb N     all-reduce data-parallel gradients in buckets of N MiB, each\n"
@@ -320,7 +323,7 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
-       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM };
+       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -519,6 +522,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"warmup-steps", required_argument, 0, OPT_WARMUP},
         {"total-steps", required_argument, 0, OPT_TOTAL_STEPS},
         {"accum", required_argument, 0, OPT_ACCUM},
+        {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
         {"train", no_argument, 0, OPT_TRAIN},
@@ -619,6 +623,16 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (strcmp(optarg, "constant") && strcmp(optarg, "cosine"))
                 return usage_error("--lr-schedule %s: expected constant or cosine", optarg);
             o->trainopt.cosine = strcmp(optarg, "cosine") == 0;
+            break;
+        case OPT_RECOMPUTE:
+            if (!strcmp(optarg, "none"))
+                o->trainopt.recompute = RECOMPUTE_NONE;
+            else if (!strcmp(optarg, "selective"))
+                o->trainopt.recompute = RECOMPUTE_SELECTIVE;
+            else if (!strcmp(optarg, "full"))
+                o->trainopt.recompute = RECOMPUTE_FULL;
+            else
+                return usage_error("--recompute %s: expected none, selective or full", optarg);
             break;
         case OPT_ACCUM: {
             char *end;

@@ -446,6 +446,28 @@ fail:
     return -1;
 }
 
+/* The optimizer updates after every other node. An update writes its
+ * weight in place, which the graph does not show as an edge: a backward
+ * node that reads the weight (a MatMul's input gradient dY W^T, a
+ * recomputed forward node) must run before it, so none may be placed
+ * among them. Nothing reads an update's outputs: moving the updates to
+ * the end, in their order, keeps the order topological. */
+static void updates_last(Graph *g)
+{
+    Node **tmp = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(Node *));
+    if (!tmp)
+        abort();
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->nnodes; i++)
+            if ((ir_output_in_place(g->nodes[i], 0) >= 0) == pass)
+                tmp[k++] = g->nodes[i];
+    memcpy(g->nodes, tmp, (size_t)g->nnodes * sizeof(Node *));
+    for (int i = 0; i < g->nnodes; i++)
+        g->nodes[i]->id = i;
+    free(tmp);
+}
+
 int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
 {
     if (check_list(g, o->frozen, "--frozen", d) || check_list(g, o->trainable, "--trainable", d))
@@ -616,8 +638,9 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     g->noutputs = nout;
     g->loss = loss;
     g->accum = o->accum > 1 ? o->accum : 0;
-    if (graph_toposort(g, d))
+    if (graph_toposort(g, d) || ir_recompute(g, o->recompute, d))
         goto out;
+    updates_last(g);
     rc = 0;
 out:
     for (int i = 0; i < nt; i++)

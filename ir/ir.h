@@ -192,6 +192,7 @@ struct Node {
     int id;
     unsigned folded : 1; /* evaluated at compile time; dropped by ir_fold_sweep */
     unsigned grad : 1;   /* part of the backward pass --train built (ir/autodiff.c) */
+    unsigned recomputed : 1; /* a forward node run again in backward (--recompute, ir/recompute.c) */
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
     int ninputs;
@@ -343,6 +344,7 @@ int64_t fold_bcast_index(const Tensor *out, const Tensor *in, int64_t i);
 /* ---- autodiff.c -------------------------------------------------------- */
 
 typedef enum Optimizer { OPT_SGD, OPT_ADAMW } Optimizer;
+typedef enum Recomputation { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recomputation;
 
 /* What --train asks for (main.c fills it; the defaults are PyTorch's). */
 typedef struct TrainOptions {
@@ -359,6 +361,7 @@ typedef struct TrainOptions {
     int64_t warmup_steps;    /* --warmup-steps: linear warm-up from 0 */
     int64_t total_steps;     /* --total-steps: where the cosine reaches 0 */
     int accum;               /* --accum K: microbatches per optimizer step (0 or 1: none) */
+    Recomputation recompute; /* --recompute none|selective|full */
 } TrainOptions;
 
 void train_options_default(TrainOptions *o);
@@ -367,6 +370,10 @@ void train_options_default(TrainOptions *o);
  * weight, whose outputs (the updated weight and optimizer state) become
  * graph outputs. -1 with a diagnostic naming the flag, tensor or node. */
 int ir_build_training(Graph *g, const TrainOptions *o, Diag *d);
+/* recompute.c: backward reads copies of the forward values it needs, made
+ * again right before their first reader (selective: cheap ops only; full:
+ * every forward value from the inputs and weights on). */
+int ir_recompute(Graph *g, int mode, Diag *d);
 /* For a node that updates weights in place (an optimizer node): the input
  * whose storage output k takes over, or -1. */
 int ir_output_in_place(const Node *n, int k);
