@@ -17,6 +17,7 @@ Usage: test_hostile_names.py [--no-cuda]
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,48 @@ def rename_model(m):
     m.producer_name = hostile(0, "p")
     m.doc_string = PAYLOADS[1]
     return names
+
+
+def train_case(m, names, tokens, golden_in, env, fail):
+    """--train on the hostile tiny_gpt with a hostile loss appended
+    (mean of the logits squared): its backward node names, gradient
+    buckets, ZeRO blocks and optimizer updates all derive from model names.
+    dp=2 with --zero 1 and small buckets; built with -Werror, inert, two
+    steps run and print finite losses."""
+    from onnx import TensorProto, helper
+    t = onnx.ModelProto()
+    t.CopyFrom(m)
+    g = t.graph
+    sq, loss = hostile(0, "sq"), hostile(0, "loss")
+    g.node.extend([helper.make_node("Mul", [names["logits"], names["logits"]], [sq], name=hostile(0, "m")),
+                   helper.make_node("ReduceMean", [sq], [loss], keepdims=0, name=hostile(0, "r"))])
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info(loss, TensorProto.FLOAT, []))
+    model = os.path.join(OUT, "model_train.onnx")
+    with open(model, "wb") as f:
+        f.write(t.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
+    d = os.path.join(OUT, "train_dp2")
+    r = run([BIN.encode(), b"compile", model.encode(), b"--train", b"--optimizer", b"adamw", b"--mesh", b"dp=2",
+             b"--zero", b"1", b"--bucket-mb", b"0.01", b"--shard", tokens + b"=[dp,_]", b"-o", d.encode()])
+    if r.returncode != 0:
+        fail.append("train_dp2: compile exit %d: %r" % (r.returncode, r.stderr[:300]))
+        return
+    for fn in os.listdir(d):
+        if fn.endswith((".c", ".h")):
+            body = open(os.path.join(d, fn), "rb").read()
+            if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
+                fail.append("train_dp2/%s: bytes outside printable ASCII" % fn)
+    r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
+    if r.returncode != 0:
+        fail.append("train_dp2: build: %s" % (r.stdout + r.stderr)[:600].decode(errors="replace"))
+        return
+    r = run([os.path.join(d, "run.sh").encode(), b"--in", tokens + b"=" + golden_in.encode(), b"--steps", b"2"],
+            env=env, timeout=120, stdin=subprocess.DEVNULL)
+    losses = [float(x) for x in re.findall(rb"^step \d+ loss (\S+)$", r.stdout, re.M)]
+    if r.returncode != 0 or len(losses) != 2 or not all(np.isfinite(losses)):
+        fail.append("train_dp2: run exit %d: %r" % (r.returncode, (r.stdout + r.stderr)[-400:]))
+        return
+    print("%-9s %-5s %-6s ok: --train --zero 1, 2 steps, losses %.6g %.6g" % ("train_dp2", "dp=2", "c", *losses))
 
 
 def run(cmd, **kw):
@@ -209,6 +252,7 @@ def main():
         if r.returncode == 0 or b"missing --in" not in r.stderr:
             fail.append("%s: run without --in: exit %d, %r" % (name, r.returncode, r.stderr[-300:]))
         check_text(name + " runtime error", r.stderr.split(b"\n")[0], fail)
+    train_case(m, names, tokens, golden_in, env, fail)
     if os.path.exists(PWNED):
         fail.append("a payload ran: %s exists" % PWNED)
     for f in fail:
