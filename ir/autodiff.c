@@ -39,24 +39,6 @@ void train_options_default(TrainOptions *o)
     o->eps = 1e-8f;
 }
 
-int ir_output_in_place(const Node *n, int k)
-{
-    if (n->op == OP_SGD)
-        return k == 0 ? 0 : 2; /* W' over W, M' over M */
-    if (n->op == OP_ADAMW)
-        return k == 0 ? 0 : k + 1; /* W', M', V' over W, M, V */
-    return -1;
-}
-
-const char *ir_output_name(const Tensor *t)
-{
-    const Node *n = t->producer;
-    for (int k = 0; n && k < n->noutputs; k++)
-        if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
-            return n->inputs[ir_output_in_place(n, k)]->name;
-    return t->name;
-}
-
 /* A tensor name not yet in the graph: base, else base.1, base.2, ... */
 static Tensor *fresh_tensor(Graph *g, const char *base)
 {

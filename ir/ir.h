@@ -374,7 +374,7 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d);
  * again right before their first reader (selective: cheap ops only; full:
  * every forward value from the inputs and weights on). */
 int ir_recompute(Graph *g, int mode, Diag *d);
-/* For a node that updates weights in place (an optimizer node): the input
+/* ops_train.c: for a node that updates weights in place (an optimizer node): the input
  * whose storage output k takes over, or -1. */
 int ir_output_in_place(const Node *n, int k);
 /* The name a graph output goes by for --out: a trained weight's (or

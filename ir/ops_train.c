@@ -4,11 +4,30 @@
  * function still checks what the emitter relies on: the gradient and the
  * state have the weight's shape, the state is float32 (master copies), and
  * each output has its input's shape and dtype, since it takes over that
- * input's storage.
+ * input's storage. Which input that is (ir_output_in_place), and the name
+ * --out knows the output by (ir_output_name), are here too.
  */
 #include "ir.h"
 
 #include <string.h>
+
+int ir_output_in_place(const Node *n, int k)
+{
+    if (n->op == OP_SGD)
+        return k == 0 ? 0 : 2; /* W' over W, M' over M */
+    if (n->op == OP_ADAMW)
+        return k == 0 ? 0 : k + 1; /* W', M', V' over W, M, V */
+    return -1;
+}
+
+const char *ir_output_name(const Tensor *t)
+{
+    const Node *n = t->producer;
+    for (int k = 0; n && k < n->noutputs; k++)
+        if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
+            return n->inputs[ir_output_in_place(n, k)]->name;
+    return t->name;
+}
 
 int shape_optimizer(Graph *g, Node *n, Diag *d)
 {
