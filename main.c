@@ -723,8 +723,6 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
     if (o->trainopt.cosine && o->trainopt.total_steps <= o->trainopt.warmup_steps)
         return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
-    if (o->trainopt.accum > 1 && o->trainopt.clip_norm > 0)
-        return usage_error("--accum with --clip-norm: %s", "not yet (the norm must be of the accumulated gradient)");
     if (o->zero && !o->train)
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
     if (o->train && o->shard_weights && !o->zero) { /* training with weights stored split is ZeRO-3 */

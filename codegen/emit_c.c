@@ -180,15 +180,15 @@ static void emit_forward(Emitter *e)
     } else {
         e->f = fw;
         /* Training: the instructions up to the first backward node are
-         * forward(), then backward() up to the first optimizer update, then
-         * optimizer_step(); a collective started in one may be waited for
+         * forward(), then backward() up to the optimizer step's first node
+         * (clipping, or the first update), then optimizer_step(); a collective started in one may be waited for
          * in the next (its request is file-level). */
         int bwd = pr->ninsts, opt = pr->ninsts;
         for (int i = pr->ninsts - 1; i >= 0; i--) {
             const Node *n = pr->insts[i].kind == INST_COMPUTE ? pr->insts[i].node : NULL;
             if (n && n->grad)
                 bwd = i;
-            if (n && ir_output_in_place(n, 0) >= 0)
+            if (n && ir_in_optimizer_step(n))
                 opt = i;
         }
         if (bwd > opt)

@@ -340,11 +340,13 @@ static void fuse(Program *pr, int64_t fuse_bytes, int64_t bucket_bytes)
     free(bucket);
 }
 
-/* --accum K: the weights' gradients and the loss are summed over the
- * microbatches in accumulators that live throughout (the last microbatch
- * leaves their mean in the value itself), and every reshard that moves one
- * of them, or is waited for in optimizer_step() (after the microbatch
- * loop), runs in the last microbatch only. */
+/* --accum K: every value the optimizer step reads from the microbatch
+ * loop (the weights' gradients, or with --clip-norm the gradients the norm
+ * is taken of) and the loss are summed over the microbatches in
+ * accumulators that live throughout (the last microbatch leaves their mean
+ * in the value itself), and every reshard that moves one of them, or is
+ * waited for in optimizer_step() (after the microbatch loop), runs in the
+ * last microbatch only. */
 static void mark_accum(Program *pr)
 {
     const Graph *g = pr->g;
@@ -355,7 +357,7 @@ static void mark_accum(Program *pr)
         pr->reshards[r].last_micro = 0;
     pr->first_update = pr->ninsts;
     for (int i = pr->ninsts - 1; i >= 0; i--)
-        if (pr->insts[i].kind == INST_COMPUTE && ir_output_in_place(pr->insts[i].node, 0) >= 0)
+        if (pr->insts[i].kind == INST_COMPUTE && ir_in_optimizer_step(pr->insts[i].node))
             pr->first_update = i;
     if (g->accum <= 1)
         return;
@@ -363,17 +365,24 @@ static void mark_accum(Program *pr)
     if (!acc)
         abort();
     for (int i = 0; i <= g->nnodes; i++) {
-        const Tensor *t = i < g->nnodes ? (ir_output_in_place(g->nodes[i], 0) >= 0 ? g->nodes[i]->inputs[1] : NULL)
-                                        : g->loss;
-        const Node *prod = t ? t->producer : NULL;
-        if (!prod || !program_runs(pr, prod) || prod->outputs[0] != t || acc[t->id])
+        const Node *n = i < g->nnodes ? g->nodes[i] : NULL;
+        if (n && !ir_in_optimizer_step(n))
             continue;
-        acc[t->id] = 1;
-        const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
-        char base[160];
-        snprintf(base, sizeof base, "acc_%s", b->name + 2);
-        Sharding lay = b->layout;
-        pr->nodes[prod->id].accum_buf = program_buf_new(pr, base, t, BUF_ACCUM, b->dtype, b->rank, b->dims, &lay);
+        for (int k = 0; k < (n ? n->ninputs : 1); k++) {
+            const Tensor *t = n ? n->inputs[k] : g->loss;
+            const Node *prod = t ? t->producer : NULL;
+            if (!prod || ir_in_optimizer_step(prod) || !program_runs(pr, prod) || acc[t->id])
+                continue;
+            /* (a vjp rule's value: its node's only output, so the node's
+             * accumulator is this value's) */
+            IR_ASSERT(prod->outputs[0] == t);
+            acc[t->id] = 1;
+            const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];
+            char base[160];
+            snprintf(base, sizeof base, "acc_%s", b->name + 2);
+            Sharding lay = b->layout;
+            pr->nodes[prod->id].accum_buf = program_buf_new(pr, base, t, BUF_ACCUM, b->dtype, b->rank, b->dims, &lay);
+        }
     }
     int first_update = pr->first_update;
     for (int r = 0; r < p->nreshards; r++)

@@ -386,8 +386,22 @@ static Tensor *new_output(Graph *g, Node *n, int k, const Tensor *like, const ch
 }
 
 /* Clipping by global norm, as torch.nn.utils.clip_grad_norm_: every
- * gradient times min(1, clip / (norm + 1e-6)), norm over all of them. */
+ * gradient times min(1, clip / (norm + 1e-6)), norm over all of them.
+ * These nodes belong to the optimizer step (per_step): under --accum the
+ * norm is of the accumulated gradient, once, as PyTorch clips after the
+ * last backward. */
+static int clip_nodes(Graph *g, Tensor **grads, int n, float clip, Diag *d);
+
 static int clip_grads(Graph *g, Tensor **grads, int n, float clip, Diag *d)
+{
+    int first = g->nnodes;
+    int rc = clip_nodes(g, grads, n, clip, d);
+    for (int i = first; i < g->nnodes; i++)
+        g->nodes[i]->per_step = 1;
+    return rc;
+}
+
+static int clip_nodes(Graph *g, Tensor **grads, int n, float clip, Diag *d)
 {
     Node fake = {.name = "clip_grad_norm", .label = "clip_grad_norm", .op = OP_SUM};
     Vjp v = {.g = g, .n = &fake, .d = d};
@@ -428,22 +442,25 @@ fail:
     return -1;
 }
 
-/* The optimizer updates after every other node. An update writes its
- * weight in place, which the graph does not show as an edge: a backward
- * node that reads the weight (a MatMul's input gradient dY W^T, a
- * recomputed forward node) must run before it, so none may be placed
- * among them. Nothing reads an update's outputs: moving the updates to
- * the end, in their order, keeps the order topological. */
+/* The optimizer step after every other node: the clipping nodes, then
+ * the updates. An update writes its weight in place, which the graph does
+ * not show as an edge: a backward node that reads the weight (a MatMul's
+ * input gradient dY W^T, a recomputed forward node) must run before it,
+ * so none may be placed among them. Nothing reads an update's outputs, and
+ * the clipping nodes read only gradients and each other: moving each group
+ * to the end, in its order, keeps the order topological. */
 static void updates_last(Graph *g)
 {
     Node **tmp = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(Node *));
     if (!tmp)
         abort();
     int k = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < g->nnodes; i++)
-            if ((ir_output_in_place(g->nodes[i], 0) >= 0) == pass)
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = g->nodes[i];
+            if ((ir_output_in_place(n, 0) >= 0 ? 2 : n->per_step) == pass)
                 tmp[k++] = g->nodes[i];
+        }
     memcpy(g->nodes, tmp, (size_t)g->nnodes * sizeof(Node *));
     for (int i = 0; i < g->nnodes; i++)
         g->nodes[i]->id = i;

@@ -193,6 +193,7 @@ struct Node {
     unsigned folded : 1; /* evaluated at compile time; dropped by ir_fold_sweep */
     unsigned grad : 1;   /* part of the backward pass --train built (ir/autodiff.c) */
     unsigned recomputed : 1; /* a forward node run again in backward (--recompute, ir/recompute.c) */
+    unsigned per_step : 1; /* runs once per step, after every microbatch: gradient clipping (ir/autodiff.c) */
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
     int ninputs;
@@ -377,6 +378,10 @@ int ir_recompute(Graph *g, int mode, Diag *d);
 /* ops_train.c: for a node that updates weights in place (an optimizer node): the input
  * whose storage output k takes over, or -1. */
 int ir_output_in_place(const Node *n, int k);
+/* Whether a node belongs to the optimizer step: an update, or a node that
+ * runs once per step on the finished gradients (--clip-norm's). Under
+ * --accum these run after the last microbatch, on the accumulated values. */
+int ir_in_optimizer_step(const Node *n);
 /* The name a graph output goes by for --out: a trained weight's (or
  * state's) own name for its update, else the tensor's. */
 const char *ir_output_name(const Tensor *t);

@@ -20,6 +20,11 @@ int ir_output_in_place(const Node *n, int k)
     return -1;
 }
 
+int ir_in_optimizer_step(const Node *n)
+{
+    return n->per_step || ir_output_in_place(n, 0) >= 0;
+}
+
 const char *ir_output_name(const Tensor *t)
 {
     const Node *n = t->producer;

@@ -68,7 +68,6 @@ plan_err 'no trainable float initializer' $T --mesh dp=1 --train --frozen W1,b1,
 plan_err 'pipeline stages do not train yet' $T --mesh pp=2 --train
 plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
 plan_err '--recompute some: expected none, selective or full' $T --mesh dp=1 --train --recompute some
-plan_err '--accum with --clip-norm' $T --mesh dp=1 --train --accum 2 --clip-norm 1
 plan_err '--zero 4: expected 0, 1, 2 or 3' $T --mesh dp=2 --train --zero 4
 plan_err 'the mesh has no axis "data"' $T --mesh dp=2 --train --zero 1 --zero-axis data
 plan_err '--zero 3 stores the weights split over --zero-axis; drop --shard-weights dp' $T --mesh dp=2 --train --zero 3 --shard-weights dp
