@@ -105,6 +105,12 @@ static const char usage_text[] =
     "  --recompute M     none (default: keep what backward reads), selective (compute the\n"
     "                    elementwise ops, norms and softmax again in backward, keep GEMM\n"
     "                    outputs) or full (compute every forward value again from the inputs)\n"
+    "  --precision P     fp32 (default), bf16 or fp16: forward and backward compute in the\n"
+    "                    16-bit type as torch.autocast (GEMMs in it; softmax, norms,\n"
+    "                    reductions and losses in float32); float32 master weights and\n"
+    "                    optimizer state. fp16 scales the loss dynamically (GradScaler's\n"
+    "                    rule: an overflow skips the step and halves the scale, 2000 clean\n"
+    "                    steps double it), from --loss-scale X (default 65536)\n"
     "  --accum K         accumulate the gradients of K microbatches (each the model's\n"
     "                    batch) per optimizer step; the loss and gradients are their mean\n"
     "  --bucket-mb N     all-reduce data-parallel gradients in buckets of N MiB, each\n"
@@ -323,7 +329,7 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
-       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE };
+       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -522,6 +528,8 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"warmup-steps", required_argument, 0, OPT_WARMUP},
         {"total-steps", required_argument, 0, OPT_TOTAL_STEPS},
         {"accum", required_argument, 0, OPT_ACCUM},
+        {"precision", required_argument, 0, OPT_PRECISION},
+        {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"tf32", no_argument, 0, OPT_TF32},
         {"cuda-arch", required_argument, 0, OPT_CUDA_ARCH},
@@ -549,7 +557,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .cuda_arch = "sm_90",
     };
     train_options_default(&o->trainopt);
-    int c;
+    int c, loss_scale_given = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -634,6 +642,25 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             else
                 return usage_error("--recompute %s: expected none, selective or full", optarg);
             break;
+        case OPT_PRECISION:
+            if (!strcmp(optarg, "fp32"))
+                o->trainopt.precision = DT_F32;
+            else if (!strcmp(optarg, "bf16"))
+                o->trainopt.precision = DT_BF16;
+            else if (!strcmp(optarg, "fp16"))
+                o->trainopt.precision = DT_F16;
+            else
+                return usage_error("--precision %s: expected fp32, bf16 or fp16", optarg);
+            break;
+        case OPT_LOSS_SCALE: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= 1 && v <= 1e30))
+                return usage_error("--loss-scale %s: expected a number from 1 to 1e30", optarg);
+            o->trainopt.loss_scale = (float)v;
+            loss_scale_given = 1;
+            break;
+        }
         case OPT_ACCUM: {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -723,6 +750,10 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
     if (o->trainopt.cosine && o->trainopt.total_steps <= o->trainopt.warmup_steps)
         return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
+    if (loss_scale_given && o->trainopt.precision != DT_F16)
+        return usage_error("--loss-scale: only with --precision fp16 (bf16 and fp32 need no loss scaling)%s", "");
+    if (o->trainopt.precision != DT_F32 && !o->train)
+        return usage_error("--precision %s: only with --train", o->trainopt.precision == DT_BF16 ? "bf16" : "fp16");
     if (o->zero && !o->train)
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
     if (o->train && o->shard_weights && !o->zero) { /* training with weights stored split is ZeRO-3 */

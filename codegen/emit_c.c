@@ -161,6 +161,40 @@ static void emit_comms(Emitter *e)
 }
 
 /* forward() goes to memory first: the trace tables it fills come before it. */
+/* The first optimizer update's node id (-1: none). */
+static int first_update_node(const Program *pr)
+{
+    for (int i = 0; i < pr->g->nnodes; i++)
+        if (ir_output_in_place(pr->g->nodes[i], 0) >= 0)
+            return i;
+    return -1;
+}
+
+/* --precision fp16: before the first update, the loss scale's step
+ * (GradScaler's rule, k_loss_scale_step) reads the gradients' factor as
+ * this rank holds it, the operand of one of the nodes that apply it. */
+static void emit_loss_scale_step(Emitter *e)
+{
+    const Program *pr = e->pr;
+    const Graph *g = pr->g;
+    if (!g->loss_scale || !g->grad_factor)
+        return;
+    const Node *reader = NULL;
+    int k = -1;
+    for (int i = 0; i < g->nnodes && !reader; i++)
+        for (int j = 0; j < g->nodes[i]->ninputs && !reader; j++)
+            if (g->nodes[i]->inputs[j] == g->grad_factor && program_runs(pr, g->nodes[i])) {
+                reader = g->nodes[i];
+                k = j;
+            }
+    if (!reader)
+        return;
+    fprintf(e->f, "\n    /* fp16 loss scaling: the gradients were multiplied by 1/scale, or by NaN if one\n"
+                  "     * overflowed; then this step's updates are skipped and the scale halves */\n"
+                  "    g_apply = k_loss_scale_step(%s, %s, &g_skipped, RANK == 0);\n",
+            pr->bufs[pr->tensor_buf[g->loss_scale->id]].name, pr->bufs[program_operand_buf(pr, reader, k)].name);
+}
+
 static void emit_forward(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -197,6 +231,9 @@ static void emit_forward(Emitter *e)
             fprintf(fw, "\n/* ---- training state ---- */\n\n"
                         "static int64_t g_step; /* optimizer steps taken, counted from 1 (AdamW's bias correction) */\n"
                         "static void load_batch(long batch);\n");
+        if (pr->g->loss_scale)
+            fprintf(fw, "static int g_apply = 1;     /* fp16: this step's gradients are finite, so its updates run */\n"
+                        "static int64_t g_skipped;   /* fp16: steps skipped for an overflow (AdamW counts the rest) */\n");
         if (program_trains(pr) && pr->g->accum > 1)
             fprintf(fw, "#define ACCUM %d /* microbatches per step (--accum) */\n"
                         "static int g_micro = 1; /* the microbatch being run, 1..ACCUM */\n",
@@ -211,8 +248,12 @@ static void emit_forward(Emitter *e)
             fprintf(fw, "}\n\n/* ---- the optimizer: each weight updated in place ---- */\n\n"
                         "static void optimizer_step(void)\n{\n    g_step++;\n");
         }
-        for (int i = opt; i < pr->ninsts; i++)
+        for (int i = opt; i < pr->ninsts; i++) {
+            const Node *n = pr->insts[i].kind == INST_COMPUTE ? pr->insts[i].node : NULL;
+            if (n && n->id == first_update_node(pr))
+                emit_loss_scale_step(e);
             emit_inst(e, i);
+        }
         fprintf(fw, "    rt_step_end();\n}\n");
         if (program_trains(pr) && pr->g->accum > 1)
             fprintf(fw, "\n/* ---- one training step: ACCUM microbatches, then the update ---- */\n\n"

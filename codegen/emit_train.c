@@ -73,10 +73,15 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
     else
         snprintf(lr, sizeof lr, "%s", base);
     emit_cf(node_attr_float(n, "weight_decay", 0), wd);
+    /* fp16: an overflowed step's updates are skipped (g_apply), and AdamW
+     * counts the steps it took */
+    const char *guard = c->pr->g->loss_scale ? "    if (g_apply)\n    " : "";
+    const char *step = c->pr->g->loss_scale ? "g_step - g_skipped" : "g_step";
     if (n->op == OP_SGD) {
         const Buffer *m = n->ninputs > 2 ? emit_in(c, 2) : NULL;
         emit_cf(node_attr_float(n, "momentum", 0), a);
-        fprintf(c->f, "    k_sgd_f32(%s, %s, %s, %lld, %s, %s, %s); /* w, grad, momentum, n, lr, momentum, weight decay */\n",
+        fprintf(c->f, "%s    k_sgd_f32(", guard);
+        fprintf(c->f, "%s, %s, %s, %lld, %s, %s, %s); /* w, grad, momentum, n, lr, momentum, weight decay */\n",
                 w->name, g->name, m ? m->name : "NULL", (long long)count, lr, a, wd);
         int rc = zero ? write_back(c, home, y, d) : 0;
         repack(c, home);
@@ -87,9 +92,9 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
     emit_cf(node_attr_float(n, "beta2", 0.999f), b);
     emit_cf(node_attr_float(n, "eps", 1e-8f), e);
     fprintf(c->f,
-            "    k_adamw_f32(%s, %s, %s, %s, %lld, %s, %s, %s, %s, %s, g_step); /* w, grad, m, v, n, lr, beta1, beta2, "
+            "%s    k_adamw_f32(%s, %s, %s, %s, %lld, %s, %s, %s, %s, %s, %s); /* w, grad, m, v, n, lr, beta1, beta2, "
             "eps, weight decay, step */\n",
-            w->name, g->name, m->name, v->name, (long long)count, lr, a, b, e, wd);
+            guard, w->name, g->name, m->name, v->name, (long long)count, lr, a, b, e, wd, step);
     int rc = zero ? write_back(c, home, y, d) : 0;
     repack(c, home);
     return rc;

@@ -37,21 +37,8 @@ void train_options_default(TrainOptions *o)
     o->beta1 = 0.9f;
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
-}
-
-/* A tensor name not yet in the graph: base, else base.1, base.2, ... */
-static Tensor *fresh_tensor(Graph *g, const char *base)
-{
-    size_t len = strlen(base) + 24;
-    char *buf = malloc(len);
-    if (!buf)
-        abort();
-    snprintf(buf, len, "%s", base);
-    for (int k = 1; graph_tensor_find(g, buf); k++)
-        snprintf(buf, len, "%s.%d", base, k);
-    Tensor *t = graph_tensor_get(g, buf);
-    free(buf);
-    return t;
+    o->precision = DT_F32;
+    o->loss_scale = 65536.0f; /* torch.cuda.amp.GradScaler's init_scale */
 }
 
 static char *node_name(Vjp *v)
@@ -73,20 +60,41 @@ int vjp_fail(Vjp *v, const char *fmt, ...)
     return -1;
 }
 
+/* A rule's float32 constant (ad_scalar's 1, 0.5, ...) read beside a
+ * value of another float type (--precision): the constant in that type. */
+static Tensor *const_like(Vjp *v, Tensor *c, DType dt)
+{
+    if (!c || !c->is_initializer || !c->data || c->producer || c->dtype != DT_F32 || dt == DT_F32 ||
+        !dtype_is_float(dt) || c->rank > 1 || tensor_numel(c) > 16)
+        return c;
+    float vals[16];
+    int64_t n = tensor_numel(c);
+    for (int64_t i = 0; i < n; i++)
+        vals[i] = (float)dtype_load(DT_F32, c->data, i);
+    unsigned char buf[16 * 8];
+    for (int64_t i = 0; i < n; i++)
+        dtype_store(dt, buf, i, vals[i]);
+    return ad_const(v, c->name, dt, buf, n, c->rank);
+}
+
 Node *ad_begin(Vjp *v, OpKind op, int nin, Tensor *const *ins)
 {
     Graph *g = v->g;
     Node *n = graph_node_add(g, op, node_name(v));
     n->grad = 1;
     n->inputs = arena_alloc(&g->arena, (size_t)(nin ? nin : 1) * sizeof(Tensor *));
+    DType dt = DT_UNDEFINED; /* the type of the values it computes on */
     for (int i = 0; i < nin; i++)
-        n->inputs[i] = ins[i];
+        if (ins[i] && dtype_is_float(ins[i]->dtype) && !(ins[i]->is_initializer && ins[i]->data) && !dt)
+            dt = ins[i]->dtype;
+    for (int i = 0; i < nin; i++)
+        n->inputs[i] = dt ? const_like(v, ins[i], dt) : ins[i];
     n->ninputs = nin;
     n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
     n->noutputs = 1;
     char base[200];
     snprintf(base, sizeof base, "%.180s", n->name);
-    n->outputs[0] = fresh_tensor(g, base);
+    n->outputs[0] = graph_tensor_fresh(g, base);
     n->outputs[0]->producer = n;
     return n;
 }
@@ -97,7 +105,7 @@ Tensor *ad_add_output(Vjp *v, Node *n)
     memcpy(outs, n->outputs, (size_t)n->noutputs * sizeof(Tensor *));
     char base[200];
     snprintf(base, sizeof base, "%.170s.out%d", n->name, n->noutputs);
-    Tensor *t = fresh_tensor(v->g, base);
+    Tensor *t = graph_tensor_fresh(v->g, base);
     t->producer = n;
     outs[n->noutputs++] = t;
     n->outputs = outs;
@@ -129,7 +137,7 @@ Tensor *ad_bin(Vjp *v, OpKind op, Tensor *a, Tensor *b)
 Tensor *ad_const(Vjp *v, const char *base, DType dt, const void *vals, int64_t n, int rank)
 {
     IR_ASSERT(rank == 0 ? n == 1 : rank == 1);
-    Tensor *t = fresh_tensor(v->g, base);
+    Tensor *t = graph_tensor_fresh(v->g, base);
     size_t bytes = (size_t)n * dtype_size(dt);
     void *p = arena_alloc(&v->g->arena, bytes);
     memcpy(p, vals, bytes);
@@ -278,7 +286,7 @@ static Tensor *grads_get(Graph *g, Grads *gr, const Tensor *t, Diag *d)
     n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
     n->noutputs = 1;
     snprintf(base, sizeof base, "%.170s.grad", t->name);
-    n->outputs[0] = fresh_tensor(g, base);
+    n->outputs[0] = graph_tensor_fresh(g, base);
     n->outputs[0]->producer = n;
     if (ir_infer_node(g, n, d))
         return NULL;
@@ -365,7 +373,7 @@ static Tensor *state_like(Graph *g, const Tensor *w, const char *what)
 {
     char base[200];
     snprintf(base, sizeof base, "%.170s.%s", w->name, what);
-    Tensor *t = fresh_tensor(g, base);
+    Tensor *t = graph_tensor_fresh(g, base);
     t->dtype = DT_F32;
     t->rank = w->rank;
     memcpy(t->dims, w->dims, sizeof t->dims);
@@ -379,31 +387,38 @@ static Tensor *new_output(Graph *g, Node *n, int k, const Tensor *like, const ch
 {
     char base[200];
     snprintf(base, sizeof base, "%.170s.%s", like->name, what);
-    Tensor *t = fresh_tensor(g, base);
+    Tensor *t = graph_tensor_fresh(g, base);
     t->producer = n;
     n->outputs[k] = t;
     return t;
 }
 
-/* Clipping by global norm, as torch.nn.utils.clip_grad_norm_: every
- * gradient times min(1, clip / (norm + 1e-6)), norm over all of them.
+/* The gradients' factor before the updates, from their global squared
+ * norm: clipping by global norm, as torch.nn.utils.clip_grad_norm_ (every
+ * gradient times min(1, clip / (norm + 1e-6))), and fp16's loss scale
+ * taken out (times 1 / scale, as GradScaler.unscale_, the norm being that
+ * of the unscaled gradients). Under loss scaling the factor is also times
+ * (0 * norm^2 + 1): NaN when a gradient overflowed, which tells the
+ * program to skip the step (Graph.grad_factor).
+ *
  * These nodes belong to the optimizer step (per_step): under --accum the
  * norm is of the accumulated gradient, once, as PyTorch clips after the
  * last backward. */
-static int clip_nodes(Graph *g, Tensor **grads, int n, float clip, Diag *d);
+static int scale_nodes(Graph *g, Tensor **grads, int n, float clip, Tensor *loss_scale, Diag *d);
 
-static int clip_grads(Graph *g, Tensor **grads, int n, float clip, Diag *d)
+static int scale_grads(Graph *g, Tensor **grads, int n, float clip, Tensor *loss_scale, Diag *d)
 {
     int first = g->nnodes;
-    int rc = clip_nodes(g, grads, n, clip, d);
+    int rc = scale_nodes(g, grads, n, clip, loss_scale, d);
     for (int i = first; i < g->nnodes; i++)
         g->nodes[i]->per_step = 1;
     return rc;
 }
 
-static int clip_nodes(Graph *g, Tensor **grads, int n, float clip, Diag *d)
+static int scale_nodes(Graph *g, Tensor **grads, int n, float clip, Tensor *loss_scale, Diag *d)
 {
-    Node fake = {.name = "clip_grad_norm", .label = "clip_grad_norm", .op = OP_SUM};
+    Node fake = {.name = clip > 0 ? "clip_grad_norm" : "unscale_grads", .op = OP_SUM};
+    fake.label = fake.name;
     Vjp v = {.g = g, .n = &fake, .d = d};
     Tensor **sq = malloc((size_t)(n ? n : 1) * sizeof(Tensor *));
     if (!sq)
@@ -425,15 +440,29 @@ static int clip_nodes(Graph *g, Tensor **grads, int n, float clip, Diag *d)
         return 0;
     }
     Node *sum = ad_begin(&v, OP_SUM, k, sq);
-    Tensor *tot = ad_done(&v, sum);
-    Tensor *norm = ad_un(&v, OP_SQRT, tot);
-    Tensor *den = ad_bin(&v, OP_ADD, norm, ad_scalar(&v, 1e-6f));
-    Tensor *ratio = ad_bin(&v, OP_DIV, ad_scalar(&v, clip), den);
-    Tensor *scale = ad_bin(&v, OP_MIN, ratio, ad_scalar(&v, 1.0f));
-    if (!scale)
+    Tensor *tot = ad_done(&v, sum), *factor = NULL;
+    Tensor *inv = loss_scale ? ad_bin(&v, OP_DIV, ad_scalar(&v, 1.0f), loss_scale) : NULL;
+    if (clip > 0) {
+        Tensor *norm = ad_un(&v, OP_SQRT, tot);
+        if (inv)
+            norm = ad_bin(&v, OP_MUL, norm, inv);
+        Tensor *den = ad_bin(&v, OP_ADD, norm, ad_scalar(&v, 1e-6f));
+        Tensor *ratio = ad_bin(&v, OP_DIV, ad_scalar(&v, clip), den);
+        factor = ad_bin(&v, OP_MIN, ratio, ad_scalar(&v, 1.0f));
+        if (inv)
+            factor = ad_bin(&v, OP_MUL, factor, inv);
+    } else {
+        factor = inv;
+    }
+    if (inv) {
+        Tensor *nan_if_overflow = ad_bin(&v, OP_ADD, ad_bin(&v, OP_MUL, tot, ad_scalar(&v, 0.0f)), ad_scalar(&v, 1.0f));
+        factor = ad_bin(&v, OP_MUL, factor, nan_if_overflow);
+        g->grad_factor = factor;
+    }
+    if (!factor)
         goto fail;
     for (int i = 0; i < n; i++)
-        if (grads[i] && !(grads[i] = ad_bin(&v, OP_MUL, grads[i], scale)))
+        if (grads[i] && !(grads[i] = ad_bin(&v, OP_MUL, grads[i], factor)))
             goto fail;
     free(sq);
     return 0;
@@ -474,13 +503,12 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     const Tensor *loss = find_loss(g, o, d);
     if (!loss)
         return -1;
-    int nt = g->ntensors, nn = g->nnodes, rc = -1;
+    int nt = g->ntensors, nn, rc = -1;
     /* trainable weights, in initializer order */
     unsigned char *needs = calloc((size_t)nt, 1);
     Tensor **weights = malloc((size_t)nt * sizeof(Tensor *));
-    Grads gr = {.parts = calloc((size_t)nt, sizeof(Tensor **)), .nparts = calloc((size_t)nt, sizeof(int)),
-                .cap = calloc((size_t)nt, sizeof(int)), .n = nt};
-    if (!needs || !weights || !gr.parts || !gr.nparts || !gr.cap)
+    Grads gr = {0};
+    if (!needs || !weights)
         abort();
     int nw = 0;
     for (int i = 0; i < nt; i++) {
@@ -496,6 +524,22 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
         diag_add(d, "--train: the model has no trainable float initializer");
         goto out;
     }
+    /* Mixed precision: the forward graph rewritten first, so that backward
+     * is built from (and computes in) the types it computes in. */
+    if (o->precision != DT_F32 && ir_autocast(g, o->precision, needs, d))
+        goto out;
+    nt = g->ntensors;
+    nn = g->nnodes;
+    needs = realloc(needs, (size_t)nt);
+    if (!needs)
+        abort();
+    memset(needs, 0, (size_t)nt);
+    for (int w = 0; w < nw; w++)
+        needs[weights[w]->id] = 1;
+    gr = (Grads){.parts = calloc((size_t)nt, sizeof(Tensor **)), .nparts = calloc((size_t)nt, sizeof(int)),
+                 .cap = calloc((size_t)nt, sizeof(int)), .n = nt};
+    if (!gr.parts || !gr.nparts || !gr.cap)
+        abort();
     /* Forward: which values depend on a trainable weight along float paths. */
     for (int i = 0; i < nn; i++) {
         Node *n = g->nodes[i];
@@ -511,11 +555,21 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
         goto out;
     }
 
-    /* Backward, in reverse node order, from d loss / d loss = 1. */
+    /* Backward, in reverse node order, from d loss / d loss = 1 (fp16:
+     * the loss scale, so small gradients stay above float16's subnormals). */
+    Tensor *scale = NULL;
     {
         Node seed = {.name = "loss", .label = "loss", .op = OP_IDENTITY};
         Vjp v = {.g = g, .n = &seed, .d = d};
         Tensor *one = ad_scalar(&v, 1.0f);
+        if (o->precision == DT_F16) {
+            float state[3] = {o->loss_scale, 0, 0};
+            int64_t first = 0;
+            g->loss_scale = ad_const(&v, "loss_scale", DT_F32, state, 3, 1);
+            Tensor *ins[2] = {g->loss_scale, ad_const(&v, "loss_scale_index", DT_I64, &first, 1, 0)};
+            scale = ad_done(&v, ad_begin(&v, OP_GATHER, 2, ins));
+            one = ad_cast(&v, scale, loss->dtype);
+        }
         if (loss->rank)
             one = ad_expand(&v, one, loss->dims, loss->rank);
         if (!one)
@@ -578,7 +632,7 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
         diag_add(d, "--train: no gradient reaches any trainable weight");
         goto out;
     }
-    if (o->clip_norm > 0 && clip_grads(g, wg, nw, o->clip_norm, d)) {
+    if ((o->clip_norm > 0 || scale) && scale_grads(g, wg, nw, o->clip_norm, scale, d)) {
         free(wg);
         goto out;
     }
@@ -642,7 +696,7 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     updates_last(g);
     rc = 0;
 out:
-    for (int i = 0; i < nt; i++)
+    for (int i = 0; gr.parts && i < gr.n; i++)
         free(gr.parts[i]);
     free(gr.parts);
     free(gr.nparts);

@@ -288,6 +288,20 @@ Tensor *graph_tensor_get(Graph *g, const char *name)
     return t;
 }
 
+Tensor *graph_tensor_fresh(Graph *g, const char *base)
+{
+    size_t len = strlen(base) + 24;
+    char *buf = malloc(len);
+    if (!buf)
+        abort();
+    snprintf(buf, len, "%s", base);
+    for (int k = 1; graph_tensor_find(g, buf); k++)
+        snprintf(buf, len, "%s.%d", base, k);
+    Tensor *t = graph_tensor_get(g, buf);
+    free(buf);
+    return t;
+}
+
 Node *graph_node_add(Graph *g, OpKind op, const char *name)
 {
     Node *n = arena_alloc(&g->arena, sizeof(Node));

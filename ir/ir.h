@@ -245,6 +245,12 @@ typedef struct Graph {
     int nshard_specs;
     const Tensor *loss;    /* --train: the output it minimises, else NULL */
     int accum;             /* --train --accum K: microbatches per step (0: none) */
+    /* --precision fp16: the dynamic loss scale's state ({scale, clean
+     * steps, skipped steps}: float32 [3], kept with the weights) and the
+     * factor the gradients were multiplied by before the updates (1/scale,
+     * NaN when one overflowed: the step is skipped). NULL without. */
+    Tensor *loss_scale;
+    const Tensor *grad_factor;
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -268,6 +274,9 @@ Tensor *graph_tensor_find(const Graph *g, const char *name);
  * graph output (live to the end), -1 for a tensor nothing reads. */
 void graph_last_readers(const Graph *g, int *last);
 Tensor *graph_tensor_get(Graph *g, const char *name); /* find or create */
+/* A new tensor named base, else base.1, base.2, ...: the first name not
+ * yet in the graph (the compiler's own values, beside the model's names). */
+Tensor *graph_tensor_fresh(Graph *g, const char *base);
 Node *graph_node_add(Graph *g, OpKind op, const char *name);
 int64_t tensor_numel(const Tensor *t); /* after shape inference */
 /* Sorts nodes topologically (stable for already-sorted graphs); a cycle is
@@ -363,6 +372,8 @@ typedef struct TrainOptions {
     int64_t total_steps;     /* --total-steps: where the cosine reaches 0 */
     int accum;               /* --accum K: microbatches per optimizer step (0 or 1: none) */
     Recomputation recompute; /* --recompute none|selective|full */
+    DType precision;         /* --precision: DT_F32 (default), DT_BF16 or DT_F16 */
+    float loss_scale;        /* fp16: the initial dynamic loss scale (--loss-scale) */
 } TrainOptions;
 
 void train_options_default(TrainOptions *o);
@@ -371,6 +382,11 @@ void train_options_default(TrainOptions *o);
  * weight, whose outputs (the updated weight and optimizer state) become
  * graph outputs. -1 with a diagnostic naming the flag, tensor or node. */
 int ir_build_training(Graph *g, const TrainOptions *o, Diag *d);
+/* precision.c: the forward graph computed in `low` (bfloat16 or float16)
+ * as torch.autocast does: GEMMs in it, norms, softmax, reductions and
+ * losses in float32, other ops in the widest type they read. Weights stay
+ * float32; trainable[id] ones are read through Cast nodes. */
+int ir_autocast(Graph *g, DType low, const unsigned char *trainable, Diag *d);
 /* recompute.c: backward reads copies of the forward values it needs, made
  * again right before their first reader (selective: cheap ops only; full:
  * every forward value from the inputs and weights on). */

@@ -103,11 +103,7 @@ static Tensor *copy_of(Recompute *rc, Tensor *t)
             continue;
         char base[200];
         snprintf(base, sizeof base, "%.170s.recomputed", n->outputs[k]->name);
-        Tensor *o = graph_tensor_get(g, base);
-        for (int s = 1; o->producer || o->nconsumers || o->data || o->is_input; s++) {
-            snprintf(base, sizeof base, "%.160s.recomputed.%d", n->outputs[k]->name, s);
-            o = graph_tensor_get(g, base);
-        }
+        Tensor *o = graph_tensor_fresh(g, base);
         o->producer = c;
         c->outputs[k] = o;
     }

@@ -36,3 +36,26 @@ O2S_HD static inline void k_accum_elem(float *g, float *acc, int micro, int k)
     else
         *g = (*g + *acc) / (float)k;
 }
+
+/* --precision fp16, torch.cuda.amp.GradScaler's rule: `factor` is what the
+ * gradients were multiplied by (1/scale, NaN when one overflowed). An
+ * overflow skips the step and halves the scale; 2000 clean steps in a row
+ * double it. state: {the scale, clean steps since it changed, steps
+ * skipped in all}, kept beside the weights so a checkpoint holds it.
+ * Returns 1 when the step's updates apply. */
+static inline int k_loss_scale_rule(float *state, float factor, int64_t *skipped, int verbose)
+{
+    int ok = isfinite(factor);
+    if (!ok) {
+        state[0] *= 0.5f;
+        state[1] = 0;
+        state[2] += 1;
+        if (verbose)
+            printf("gradient overflow (float16): update skipped, loss scale now %.9g\n", (double)state[0]);
+    } else if ((state[1] += 1) >= 2000) {
+        state[0] *= 2.0f;
+        state[1] = 0;
+    }
+    *skipped = (int64_t)state[2];
+    return ok;
+}

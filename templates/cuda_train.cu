@@ -44,6 +44,17 @@ static inline void k_accumulate_f32(float *g, float *acc, int64_t n, int micro, 
         kk_accumulate_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(g, acc, n, micro, k);
 }
 
+/* The rule runs on the host (GradScaler's step reads found_inf too): the
+ * state comes over and goes back, 12 bytes a step. */
+static inline int k_loss_scale_step(float *state, const float *factor, int64_t *skipped, int verbose)
+{
+    float h[3], f = (float)rt_cuda_read_f32(g_stream, factor);
+    CHECK_CUDA(cudaMemcpy(h, state, sizeof h, cudaMemcpyDeviceToHost));
+    int ok = k_loss_scale_rule(h, f, skipped, verbose);
+    CHECK_CUDA(cudaMemcpy(state, h, sizeof h, cudaMemcpyHostToDevice));
+    return ok;
+}
+
 /* ZeRO's write-back: every rank's block_bytes at its place in buf (its
  * rank in comm), gathered in place on the compute stream, after the
  * update that wrote the block. */

@@ -23,6 +23,11 @@ static inline void k_accumulate_f32(float *g, float *acc, int64_t n, int micro, 
         k_accum_elem(&g[i], &acc[i], micro, k);
 }
 
+static inline int k_loss_scale_step(float *state, const float *factor, int64_t *skipped, int verbose)
+{
+    return k_loss_scale_rule(state, *factor, skipped, verbose);
+}
+
 /* ZeRO's write-back: every rank's block_bytes at its place in buf (its
  * index in comm), gathered so every rank holds them all. */
 static inline void rt_allgather_inplace(void *buf, int64_t block_bytes, MPI_Comm comm, const char *what)

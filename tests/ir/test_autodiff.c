@@ -71,6 +71,53 @@ static void test_frozen_weight_gets_no_update(void **s)
     graph_free(g);
 }
 
+/* --precision bf16: the GEMMs read and write bfloat16, the loss stays
+ * float32, the weights stay float32 masters read through one Cast each,
+ * and every update gets a float32 gradient; fp16 adds the loss scale's
+ * state and the factor (1/scale, NaN on overflow) the gradients take. */
+static void test_mixed_precision_keeps_float32_masters(void **s)
+{
+    (void)s;
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        Graph *g = load_ok("tests/models/train/mlp_mse.onnx");
+        TrainOptions o;
+        train_options_default(&o);
+        o.precision = fp16 ? DT_F16 : DT_BF16;
+        Diag d;
+        diag_init(&d, "mlp_mse");
+        assert_int_equal(ir_build_training(g, &o, &d), 0);
+        assert_int_equal(g->loss->dtype, DT_F32);
+        int matmuls = 0, weight_casts = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = g->nodes[i];
+            if (n->op == OP_MATMUL) {
+                matmuls++;
+                assert_int_equal(n->inputs[0]->dtype, o.precision);
+                assert_int_equal(n->inputs[1]->dtype, o.precision);
+                assert_int_equal(n->outputs[0]->dtype, o.precision);
+            }
+            if (n->op == OP_CAST && !n->grad && n->inputs[0]->is_initializer)
+                weight_casts++;
+            if (n->op == OP_SGD) {
+                assert_int_equal(n->inputs[0]->dtype, DT_F32);
+                assert_int_equal(n->inputs[1]->dtype, DT_F32);
+            }
+        }
+        assert_int_equal(matmuls, 5); /* 2 forward; dW1, dW2 and da backward */
+        assert_int_equal(weight_casts, 4); /* W1, b1, W2, b2: one each */
+        if (fp16) {
+            assert_non_null(g->loss_scale);
+            assert_int_equal(tensor_numel(g->loss_scale), 3);
+            assert_non_null(g->grad_factor);
+            assert_true(g->grad_factor->producer->per_step);
+        } else {
+            assert_null(g->loss_scale);
+        }
+        diag_free(&d);
+        graph_free(g);
+    }
+}
+
 static void test_bad_flags_name_the_culprit(void **s)
 {
     (void)s;
@@ -183,6 +230,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_gets_a_gradient_and_an_update_per_weight),
         cmocka_unit_test(test_frozen_weight_gets_no_update),
+        cmocka_unit_test(test_mixed_precision_keeps_float32_masters),
         cmocka_unit_test(test_bad_flags_name_the_culprit),
         cmocka_unit_test(test_op_without_a_rule_is_named),
         cmocka_unit_test(test_recompute_copies_before_first_reader),

@@ -61,6 +61,28 @@ WEIGHT_TOL = 1e-4
 # 3e-6; the cases also freeze the key biases, whose gradient is exactly zero
 # (softmax does not see a constant added to every key).
 WEIGHT_TOL_ADAMW_PLANS = 1e-3
+# --precision bf16|fp16 against the float32 reference: the activations,
+# their gradients and the weights' gradients carry 8 (bf16) or 11 (fp16)
+# bits, rounded at every node's output; five steps then drift by about
+# 30 (bf16) or 4 (fp16) times their unit roundoff.
+PRECISION_TOL = {"bf16": 3e-2, "fp16": 5e-3}
+# ... except AdamW's weights: its step is about lr whatever a gradient's
+# size, so an element whose gradient is at rounding level moves by lr in
+# a direction rounding picks. Its cases compare each weight's whole update
+# instead: |w - w_ref| / |w_ref - w0| (norms; an update below 1% of the
+# weight counts as that 1%) within 0.25, where a wrong gradient gives 1 or
+# more.
+ADAMW_UPDATE_TOL = 0.25
+
+
+def update_err(params, ref, initial):
+    worst = 0.0
+    for k in ref:
+        a, b, w0 = (x.astype(np.float64) for x in (params[k], ref[k], initial[k]))
+        worst = max(worst, float(np.linalg.norm(a - b)) /
+                    max(float(np.linalg.norm(b - w0)), 1e-2 * float(np.linalg.norm(w0)), 1e-30))
+    return worst
+STDOUT = {}  # the last run's output of each case
 
 
 def model_parts(model):
@@ -123,6 +145,7 @@ def run_case(name, model, opt, flags, steps):
     r = subprocess.run(args, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     if r.returncode:
         raise RuntimeError("run: " + (r.stdout + r.stderr)[-2000:])
+    STDOUT[name] = r.stdout
     losses = [float(m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", r.stdout, re.M)]
     if len(losses) != steps:
         raise RuntimeError("run printed %d losses, not %d:\n%s" % (len(losses), steps, r.stdout[-1000:]))
@@ -221,6 +244,28 @@ def fd_check(model, flags):
     return worst, where
 
 
+def overflow_check(name, model, opt, flags):
+    """fp16 loss scaling from 2^24, where the first steps' gradients
+    overflow float16: each such step must be skipped (the weights and
+    AdamW's step count untouched, so the next step prints the same loss)
+    and halve the scale. Scales that are powers of two scale float16
+    gradients exactly, so the run must then go on as the plain run (from
+    2^16) does, one step behind per skip."""
+    n = 12
+    losses, w = run_case(name, model, opt, flags + ["--loss-scale", str(2 ** 24)], n)
+    scales = [float(x) for x in re.findall(r"^gradient overflow \(float16\): update skipped, loss scale now (\S+)$",
+                                           STDOUT[name], re.M)]
+    k = len(scales)
+    if not 1 <= k <= n - 3 or scales != [2.0 ** (23 - i) for i in range(k)]:
+        return False, "skipped steps' scales %s" % scales
+    plain, pw = run_case(name + "_plain", model, opt, flags, n - k)
+    same_start = bool(np.all(losses[:k + 1] == losses[0]))
+    le, we = compare(losses[k:], w, plain, pw)
+    ok = same_start and le <= 1e-5 and we <= 1e-5
+    return ok, "%d overflowed steps skipped (scale down to 2^%d), then against the plain run: losses %.1e, " \
+        "weights %.1e%s" % (k, 24 - k, le, we, "" if same_start else "; the skipped steps' losses CHANGED")
+
+
 def resume_check(name, model, opt, flags):
     """5 steps straight, against 2 steps saved (--save-every 1) and 3
     resumed: the same losses and final weights, bit for bit; then a
@@ -275,6 +320,11 @@ def main(argv):
                 print("%s %s: 2 steps saved + 3 resumed against 5 straight: %s" % ("ok  " if ok else "FAIL", name, what))
                 fails += not ok
                 continue
+            if opt == "overflow":
+                ok, what = overflow_check(name, model, "adamw", flags)
+                print("%s %s: %s" % ("ok  " if ok else "FAIL", name, what))
+                fails += not ok
+                continue
             if opt == "fd":
                 err, where = fd_check(model, flags)
                 ok = bool(err < 2e-2)  # NaN fails
@@ -287,7 +337,12 @@ def main(argv):
             ref_l, ref_p, what = reference(name, model, opt, flags, results, cases)
             le, we = compare(losses, params, ref_l, ref_p)
             tol = WEIGHT_TOL_ADAMW_PLANS if opt == "adamw" and what.startswith("the 1-rank") else WEIGHT_TOL
-            ok = le <= LOSS_RTOL and we <= tol
+            ltol = LOSS_RTOL
+            if "--precision" in flags:
+                ltol = tol = PRECISION_TOL[flags[flags.index("--precision") + 1]]
+                if opt == "adamw":
+                    we, tol = update_err(params, ref_p, model_parts(model)[1]), ADAMW_UPDATE_TOL
+            ok = le <= ltol and we <= tol
             print("%s %s: %d steps against %s: losses %.1e, weights %.1e" %
                   ("ok  " if ok else "FAIL", name, STEPS, what, le, we))
             fails += not ok
