@@ -253,8 +253,8 @@ static void fuse_group(Program *pr, const int *group, int ng, int bucket)
 
 /* Fusion, two kinds.
  *
- * Small all-reduces: on the same group and dtype, each smaller than
- * fuse_bytes, started one after another with none of them waited on in
+ * Small all-reduces: on the same group and dtype, run in the same
+ * microbatches under --accum (last_micro), each smaller than fuse_bytes, started one after another with none of them waited on in
  * between, become one call.
  *
  * Gradient buckets (--train, as PyTorch DDP): the all-reduces of weight
@@ -295,7 +295,8 @@ static void fuse(Program *pr, int64_t fuse_bytes, int64_t bucket_bytes)
         /* the gradient bucket */
         if (start && grad[r]) {
             int joins = nb > 0 && p->reshards[r].r.steps[0].axes == p->reshards[bucket[0]].r.steps[0].axes &&
-                        p->reshards[r].tensor->dtype == p->reshards[bucket[0]].tensor->dtype;
+                        p->reshards[r].tensor->dtype == p->reshards[bucket[0]].tensor->dtype &&
+                        pr->reshards[r].last_micro == pr->reshards[bucket[0]].last_micro;
             if (nb > 0 && !joins) {
                 if (nb >= 2)
                     fuse_group(pr, bucket, nb, 1);
@@ -326,7 +327,8 @@ static void fuse(Program *pr, int64_t fuse_bytes, int64_t bucket_bytes)
                    p->reshards[r].r.steps[0].kind == COLL_ALL_REDUCE &&
                    pr->bufs[pr->reshards[r].steps[0].in].bytes < fuse_bytes;
         int joins = cand && ns > 0 && ns < 64 && p->reshards[r].r.steps[0].axes == p->reshards[small[0]].r.steps[0].axes &&
-                    p->reshards[r].tensor->dtype == p->reshards[small[0]].tensor->dtype;
+                    p->reshards[r].tensor->dtype == p->reshards[small[0]].tensor->dtype &&
+                    pr->reshards[r].last_micro == pr->reshards[small[0]].last_micro;
         int breaks = !in || (in->kind == INST_WAIT && ns > 0) || (cand && !joins);
         if (breaks && ns >= 2)
             fuse_group(pr, small, ns, 0);
@@ -395,8 +397,8 @@ static void mark_accum(Program *pr)
 void program_schedule(Program *pr, int prefetch, int64_t fuse_bytes, int64_t bucket_bytes)
 {
     schedule(pr, prefetch);
+    mark_accum(pr); /* before fuse: one call carries reshards that run in the same microbatches */
     fuse(pr, fuse_bytes, bucket_bytes);
-    mark_accum(pr);
     find_blocking(pr);
 }
 

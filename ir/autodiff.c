@@ -471,6 +471,33 @@ fail:
     return -1;
 }
 
+/* --accum: the optimizer step's gradient is summed over the microbatches
+ * in place (codegen's k_accumulate_f32, which leaves the mean in the value
+ * at the last one). A gradient that backward reads too (a Gemm's bias
+ * gradient is its output's) must stay this microbatch's own for that
+ * reader: the update gets a copy, which is what accumulates. */
+static int accum_copies(Graph *g, Tensor **grads, int n, Diag *d)
+{
+    char *read = calloc((size_t)g->ntensors + 1, 1);
+    if (!read)
+        abort();
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->ninputs; j++)
+            if (g->nodes[i]->inputs[j])
+                read[g->nodes[i]->inputs[j]->id] = 1;
+    int rc = 0;
+    for (int w = 0; w < n && !rc; w++) {
+        if (!grads[w] || !grads[w]->producer || !read[grads[w]->id])
+            continue;
+        Node fake = {.name = grads[w]->name, .label = grads[w]->label, .op = OP_IDENTITY};
+        Vjp v = {.g = g, .n = &fake, .d = d};
+        if (!(grads[w] = ad_un(&v, OP_IDENTITY, grads[w])))
+            rc = -1;
+    }
+    free(read);
+    return rc;
+}
+
 /* The optimizer step after every other node: the clipping nodes, then
  * the updates. An update writes its weight in place, which the graph does
  * not show as an edge: a backward node that reads the weight (a MatMul's
@@ -630,6 +657,10 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     if (!ng) {
         free(wg);
         diag_add(d, "--train: no gradient reaches any trainable weight");
+        goto out;
+    }
+    if (o->accum > 1 && accum_copies(g, wg, nw, d)) {
+        free(wg);
         goto out;
     }
     if ((o->clip_norm > 0 || scale) && scale_grads(g, wg, nw, o->clip_norm, scale, d)) {

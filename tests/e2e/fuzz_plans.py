@@ -1314,7 +1314,8 @@ NO_GRAD_OK = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "
 
 class Case:
     def __init__(self, seed, index, model, feeds, mesh, shards, links=None, fsdp=None, prefetch=None,
-                 fuse=None, shard_file=False, dims=None, auto=None, pipe=None, isa=None, train=False, frozen=None):
+                 fuse=None, shard_file=False, dims=None, auto=None, pipe=None, isa=None, train=False, frozen=None,
+                 train_flags=None):
         self.seed, self.index = seed, index
         self.model = model        # onnx.ModelProto
         self.feeds = feeds        # name -> array
@@ -1331,10 +1332,13 @@ class Case:
         self.isa = isa or "generic"  # what the kernels are built for (ISAS)
         self.train = bool(train)  # --train: model is the body; train_model() appends the loss
         self.frozen = list(frozen or [])  # --frozen weights (with train)
+        # with train: --accum 2 (one batch twice: the same gradient), --zero
+        # 1|2 over an axis, small --bucket-mb; none changes the numbers
+        self.train_flags = list(train_flags or [])
         self._train_model = None
 
     FIELDS = ("seed", "index", "model", "feeds", "mesh", "shards", "links", "fsdp", "prefetch", "fuse",
-              "shard_file", "dims", "auto", "pipe", "isa", "train", "frozen")
+              "shard_file", "dims", "auto", "pipe", "isa", "train", "frozen", "train_flags")
 
     def but(self, **kw):
         """A copy with some fields replaced."""
@@ -1363,6 +1367,7 @@ class Case:
             frozen = [w for w in self.frozen if w in inits]
             if frozen:
                 f += ["--frozen", ",".join(frozen)]
+            f += self.train_flags
         return f
 
     @property
@@ -1555,8 +1560,16 @@ def generate(seed, index):
         ws = [k for k, v in g.inits.items() if k in used and v.dtype == np.float32]
         if len(ws) >= 2 and rng.random() < 0.15:       # a frozen weight: no update, no gradient code
             frozen = [ws[int(rng.integers(len(ws)))]]
+    train_flags = []
+    if USE_TRAIN[0]:
+        if rng.random() < 0.25:
+            train_flags += ["--accum", "2"]
+        if rng.random() < 0.2 and not fsdp:
+            train_flags += ["--zero", str(rng.choice(["1", "2"])), "--zero-axis", mesh[int(rng.integers(len(mesh)))][0]]
+        if rng.random() < 0.2:
+            train_flags += ["--bucket-mb", str(rng.choice(["0", "0.001"]))]
     return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, shard_file, dims, auto, pipe,
-                isa, USE_TRAIN[0], frozen)
+                isa, USE_TRAIN[0], frozen, train_flags)
 
 
 # ---- running a case ------------------------------------------------------------
@@ -2165,7 +2178,7 @@ def save_failure(case, golden, kind, detail, folder):
         json.dump({"seed": case.seed, "index": case.index, "mesh": case.mesh, "shards": case.shards,
                    "links": case.links, "fsdp": case.fsdp, "prefetch": case.prefetch, "fuse": case.fuse,
                    "shard_file": case.shard_file, "dims": case.dims, "auto": case.auto, "pipe": case.pipe,
-                   "isa": case.isa, "train": case.train, "frozen": case.frozen, "kind": kind}, fh)
+                   "isa": case.isa, "train": case.train, "frozen": case.frozen, "train_flags": case.train_flags, "kind": kind}, fh)
     with open(os.path.join(folder, "case.txt"), "w") as fh:
         fh.write("case %s: %s\n%s\n\n%s\n" % (case.tag, kind, detail, describe(case)))
 
@@ -2332,7 +2345,7 @@ def load_case(folder):
     return Case(meta["seed"], meta["index"], m, feeds, [tuple(a) for a in meta["mesh"]],
                 [tuple(a) for a in meta["shards"]], meta.get("links"), meta.get("fsdp"), meta.get("prefetch"),
                 meta.get("fuse"), meta.get("shard_file", False), meta.get("dims"), meta.get("auto"), meta.get("pipe"),
-                meta.get("isa"), meta.get("train", False), meta.get("frozen"))
+                meta.get("isa"), meta.get("train", False), meta.get("frozen"), meta.get("train_flags"))
 
 
 # ---- driver --------------------------------------------------------------------

@@ -101,7 +101,7 @@ def batched(name, flags, feeds):
     batches (the model's inputs, then K-1 more drawn from a fixed seed, of
     the same kind), so step s trains on batch (s-1) mod K."""
     k = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")]
-    flags = [f for f in flags if not f.startswith("@batches=")]
+    flags = [f for f in flags if not f.startswith("@")]
     if not k or k[0] == 1:
         return flags, feeds
     os.makedirs(os.path.join(OUT, "data"), exist_ok=True)
@@ -113,8 +113,10 @@ def batched(name, flags, feeds):
         for _ in range(k[0] - 1):
             if a.dtype.kind == "f":
                 more.append(rng.standard_normal(a.shape).astype(a.dtype))
+            elif "mask" in n:  # the model's own masks, rows in another order (none wholly masked)
+                more.append(np.roll(a, len(more), axis=0))
             else:
-                more.append(rng.integers(0, int(a.max()) + 1, a.shape).astype(a.dtype))
+                more.append(rng.integers(int(a.min()), int(a.max()) + 1, a.shape).astype(a.dtype))
         out[n] = os.path.join(OUT, "data", "%s.%s.npy" % (name, n))
         np.save(out[n], np.concatenate(more, axis=0))
     return flags, out
@@ -186,7 +188,8 @@ def reference(name, model, opt, flags, results, cases):
                         for k in batches[0]} for st in range(STEPS)]
         losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, batches)
         return losses, params, "numpy"
-    one = "%s_%s_1" % (model, opt)
+    ref = [f.split("=", 1)[1] for f in flags if f.startswith("@ref=")]
+    one = ref[0] if ref else "%s_%s_1" % (model, opt)
     if one not in results:  # filtered out: run it now
         spec = [c for c in cases if c[0] == one]
         if not spec:
