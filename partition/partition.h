@@ -387,6 +387,12 @@ Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *a
 Plan *plan_new(const Graph *g, const Mesh *m);
 int plan_build_rules(Plan *p, Diag *d);
 int plan_lower(Plan *p, int keep_factors, Diag *d);
+/* --zero: the stage and axis the annotations name, into the plan (both
+ * searches lay the updates out by them). */
+int plan_set_zero(Plan *p, const AnnotationList *ann, Diag *d);
+/* ZeRO-1/2: s, the layout of weight w, with dim 0 split over the zero axis
+ * as well (minor), where it divides evenly; else left as it is. */
+void plan_zero_shard(const Plan *p, const Tensor *w, Sharding *s);
 int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
                        const unsigned char (*fa)[MESH_MAX_AXES]);
 /* The mesh axes the split reduction factors use: the node's results are

@@ -74,6 +74,11 @@ plan_err 'the mesh has no axis "data"' $T --mesh dp=2 --train --zero 1 --zero-ax
 plan_err '--zero 3 stores the weights split over --zero-axis; drop --shard-weights dp' $T --mesh dp=2 --train --zero 3 --shard-weights dp
 "$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train --zero 1 | grep -q "reduce-scatter .*W1" || err "plan --train --zero 1: no gradient reduce-scatter for W1"
 "$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train | grep -q "all-reduce .*W1" || err "plan --train: no gradient all-reduce for W1"
+# --auto lays the updates out for --zero as propagation does: the optimizer
+# state split over dp, the updated blocks all-gathered back.
+G=tests/models/train/tiny_gpt_lm.onnx
+"$BIN" plan $G --mesh dp=2 --train --optimizer adamw --auto --zero 1 2>/dev/null | grep -q "updated weight blocks (--zero 1)" ||
+    err "plan --auto --train --zero 1: the updates are not on the ZeRO blocks"
 # --auto: impossible constraints and bad flags, one line each.
 plan_err 'annotation l0_ln1=[_,_,tp] cannot hold' tests/models/tiny_gpt.onnx --mesh tp=2 --auto --shard 'l0_ln1=[_,_,tp]'
 plan_err 'no plan fits --mem-limit 1024' $M --mesh tp=2 --auto --mem-limit 1K
