@@ -377,6 +377,8 @@ int ir_recompute(Graph *g, int mode, Diag *d);
 /* ops_train.c: for a node that updates weights in place (an optimizer node): the input
  * whose storage output k takes over, or -1. */
 int ir_output_in_place(const Node *n, int k);
+/* Is t an optimizer update's result (stored where the input it replaces is)? */
+int ir_in_place(const Tensor *t);
 /* The name a graph output goes by for --out: a trained weight's (or
  * state's) own name for its update, else the tensor's. */
 const char *ir_output_name(const Tensor *t);

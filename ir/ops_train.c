@@ -20,6 +20,15 @@ int ir_output_in_place(const Node *n, int k)
     return -1;
 }
 
+int ir_in_place(const Tensor *t)
+{
+    const Node *n = t->producer;
+    for (int k = 0; n && k < n->noutputs; k++)
+        if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
+            return 1;
+    return 0;
+}
+
 const char *ir_output_name(const Tensor *t)
 {
     const Node *n = t->producer;
