@@ -113,6 +113,8 @@ static const char usage_text[] =
     "                    reduce-scattered, each rank updates its block, blocks all-gathered);\n"
     "                    2: also the gradient's full copy freed as soon as it is reduced;\n"
     "                    3: also the weights stored split, gathered in forward and backward\n"
+    "                    (with --auto and no --zero: the first stage whose programs fit\n"
+    "                    --mem-limit; plan shows every stage's memory)\n"
     "  --zero-axis A     the data-parallel axis --zero splits over (default dp)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
