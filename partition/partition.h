@@ -600,6 +600,8 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f);
 /* report_train.c: the ZeRO stages and --recompute modes tried, as tables
  * (plan_print_text calls it; nothing without trials). */
 void plan_print_train_memory(const PlanFacts *x, FILE *f);
+/* The same as plan_print_json's "zero_stages" and "recompute" members. */
+void plan_print_train_memory_json(const PlanFacts *x, FILE *f);
 void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f);
 int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
 void plan_print_dot(const Plan *p, FILE *f);

@@ -57,3 +57,43 @@ void plan_print_train_memory(const PlanFacts *x, FILE *f)
     if (x->nrecompute)
         print_recompute_trials(x, f);
 }
+
+static void json_split(const MemorySplit *m, FILE *f)
+{
+    fprintf(f, "\"weights\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
+               "\"total\": %lld, \"arena\": %lld, \"forward_peak\": %lld",
+            (long long)m->weights, (long long)m->grads, (long long)m->state, (long long)m->activations,
+            (long long)m->total, (long long)m->arena, (long long)m->forward_peak);
+}
+
+void plan_print_train_memory_json(const PlanFacts *x, FILE *f)
+{
+    if (!x)
+        return;
+    if (x->nzero_trials) {
+        fprintf(f, ",\n  \"zero_stages\": {\"mem_limit\": %lld, \"chosen\": %d, \"tried\": [", (long long)x->mem_limit,
+                x->zero_trials[x->zero_chosen].stage);
+        for (int i = 0; i < x->nzero_trials; i++) {
+            fprintf(f, "%s\n    {\"stage\": %d, \"fits\": %s, ", i ? "," : "", x->zero_trials[i].stage,
+                    x->zero_trials[i].fits ? "true" : "false");
+            json_split(&x->zero_trials[i].mem, f);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]}");
+    }
+    if (x->nrecompute) {
+        fprintf(f, ",\n  \"recompute\": {\"chosen\": \"%s\", \"modes\": [",
+                recompute_name(x->recompute[x->recompute_chosen].mode));
+        for (int i = 0; i < x->nrecompute; i++) {
+            const RecomputeTrial *t = &x->recompute[i];
+            fprintf(f, "%s\n    {\"mode\": \"%s\", \"planned\": %s", i ? "," : "", recompute_name(t->mode),
+                    t->planned ? "true" : "false");
+            if (t->planned) {
+                fprintf(f, ", ");
+                json_split(&t->mem, f);
+            }
+            fprintf(f, "}");
+        }
+        fprintf(f, "]}");
+    }
+}

@@ -98,6 +98,8 @@ rm -rf build/cli_zero_auto
 "$BIN" compile $A --mem-limit "$((t0 - 1))" -o build/cli_zero_auto 2>/dev/null | grep -q "ZeRO stage $tight: the first whose programs fit" ||
     err "compile --auto --train --mem-limit: does not take plan's stage $tight"
 plan_err 'no ZeRO stage fits --mem-limit 1024 bytes per rank; the smallest plan found needs' $A --mem-limit 1K
+"$BIN" plan $A --json 2>/dev/null | "$PY" -c 'import json,sys; d=json.load(sys.stdin); z=d["zero_stages"]; assert z["chosen"] == 0 and [t["stage"] for t in z["tried"]] == [0,1,2,3] and all(t["weights"] + t["grads"] + t["optimizer_state"] + t["activations"] == t["total"] for t in z["tried"]), z; assert d["recompute"]["chosen"] == "none"' ||
+    err "plan --auto --train --json: no zero_stages or recompute members, or parts that do not add up"
 # plan --train shows the peak under each --recompute mode, the chosen one
 # marked: recomputing keeps fewer forward values (none >= selective >= full).
 rt=$("$BIN" plan $G --mesh dp=1 --train --recompute selective 2>/dev/null |
