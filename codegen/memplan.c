@@ -339,8 +339,23 @@ void program_memory_split(const Program *pr, MemorySplit *m)
     memset(m, 0, sizeof *m);
     int n = pr->ninsts > 0 ? pr->ninsts : 1;
     int64_t *delta = calloc((size_t)n + 1, sizeof(int64_t)), *fwd = calloc((size_t)n + 1, sizeof(int64_t));
-    if (!delta || !fwd)
+    char *grad = calloc((size_t)pr->nbufs + 1, 1);
+    if (!delta || !fwd || !grad)
         abort();
+    for (int i = 0; i < pr->nbufs; i++)
+        grad[i] = (char)is_gradient(&pr->bufs[i]);
+    /* A fused call's packed buffers have no tensor: a gradient bucket's,
+     * or a fused call over gradients, hold gradients. */
+    for (int r = 0; r < pr->plan->nreshards; r++) {
+        const ProgramReshard *pk = &pr->reshards[r];
+        const Node *lead = pr->plan->reshards[r].tensor->producer;
+        if (pk->here && pk->fused_leader == r && (pk->bucket || (lead && lead->grad && !lead->recomputed))) {
+            if (pk->fused_send >= 0)
+                grad[pk->fused_send] = 1;
+            if (pk->fused_recv >= 0)
+                grad[pk->fused_recv] = 1;
+        }
+    }
     for (int i = 0; i < pr->nbufs; i++) {
         const Buffer *b = &pr->bufs[i];
         int64_t sz;
@@ -355,7 +370,7 @@ void program_memory_split(const Program *pr, MemorySplit *m)
             int end = b->last + 1 < n ? b->last + 1 : n;
             delta[b->first] += sz;
             delta[end] -= sz;
-            if (!is_gradient(b)) {
+            if (!grad[i]) {
                 fwd[b->first] += sz;
                 fwd[end] -= sz;
             }
@@ -377,7 +392,7 @@ void program_memory_split(const Program *pr, MemorySplit *m)
         const Buffer *b = &pr->bufs[i];
         int64_t sz;
         if (b->kind >= BUF_VALUE && b->last >= 0 && b->alias_of < 0 && b->first <= peak && peak <= b->last &&
-            is_gradient(b) && !round64(b->bytes, &sz))
+            grad[i] && !round64(b->bytes, &sz))
             m->grads += sz;
     }
     m->arena = pr->arena_bytes;
@@ -385,4 +400,5 @@ void program_memory_split(const Program *pr, MemorySplit *m)
     m->total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
     free(delta);
     free(fwd);
+    free(grad);
 }
