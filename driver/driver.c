@@ -122,10 +122,14 @@ static Plan *auto_plan_zero(const DriverOptions *o, Driven *r, const Graph *g, c
             if (pass == 0) {
                 AutoOptions fastest = aopt;
                 fastest.mem_limit = 0;
-                if (!(p = auto_plan(g, m, &r->ann, &fastest, sw, d))) {
-                    plan_free(taken);
+                Diag later; /* a stage after the one taken, for the table only: its failure is not the plan's */
+                diag_init(&later, NULL);
+                p = auto_plan(g, m, &r->ann, &fastest, sw, taken ? &later : d);
+                diag_free(&later);
+                if (!p && taken)
+                    break;
+                if (!p)
                     return NULL;
-                }
             } else {
                 Diag quiet; /* "does not fit" is this pass's answer, not an error */
                 diag_init(&quiet, NULL);
