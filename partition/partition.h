@@ -11,7 +11,8 @@
  * cost.c (the roofline node cost model), propagate.c (fixed-point
  * propagation and requirement lowering), auto*.c (the --auto search),
  * reshard.c (layout-to-layout collective sequences), report.c (plan
- * tables, JSON, --explain, Graphviz).
+ * tables, JSON, --explain, Graphviz), report_train.c (plan --train's
+ * memory tables: the ZeRO stages and --recompute modes).
  */
 #ifndef ONNX2SPMD_PARTITION_H
 #define ONNX2SPMD_PARTITION_H
