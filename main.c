@@ -119,6 +119,8 @@ static const char usage_text[] =
     "                    reduce-scattered, each rank updates its block, blocks all-gathered);\n"
     "                    2: also the gradient's full copy freed as soon as it is reduced;\n"
     "                    3: also the weights stored split, gathered in forward and backward\n"
+    "                    (with --auto and no --zero: the first stage whose programs fit\n"
+    "                    --mem-limit; plan shows every stage's memory)\n"
     "  --zero-axis A     the data-parallel axis --zero splits over (default dp)\n"
     "\n"
     "  -h, --help        print this help and exit\n"
@@ -625,6 +627,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2") && strcmp(optarg, "3"))
                 return usage_error("--zero %s: expected 0, 1, 2 or 3", optarg);
             o->zero = optarg[0] - '0';
+            o->zero_set = 1;
             break;
         case OPT_ZERO_AXIS: o->zero_axis = optarg; break;
         case OPT_LR_SCHEDULE:
@@ -758,6 +761,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("--zero %s: only with --train", o->zero == 1 ? "1" : o->zero == 2 ? "2" : "3");
     if (o->train && o->shard_weights && !o->zero) { /* training with weights stored split is ZeRO-3 */
         o->zero = 3;
+        o->zero_set = 1;
         o->zero_axis = o->shard_weights;
         o->shard_weights = NULL;
     }
@@ -808,6 +812,7 @@ static int cmd_plan(int argc, char **argv, int compile)
         return rc;
     }
     rc = EXIT_BAD_INPUT;
+    o.report_trials = !compile && o.train && !explain;
     Driven r = {0};
     Diag d;
     diag_init(&d, NULL);
@@ -823,13 +828,19 @@ static int cmd_plan(int argc, char **argv, int compile)
         if (driver_emit(&o, &r, &d))
             goto cleanup;
         printf("compiled %s for %s (%d ranks) into %s\n", o.model, o.mesh, r.nranks, r.out_dir);
+        if (r.nzero_trials) /* --auto --train chose it */
+            printf("  ZeRO stage %d: %s\n", r.zero,
+                   o.prog.mem_limit ? "the first whose programs fit --mem-limit" : "no --mem-limit, the fastest");
         for (int k = 0; k < r.nranks; k++)
             printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", k, (long long)r.arena_bytes[k],
                    (long long)r.weight_bytes[k]);
     } else {
         if (driver_measure(&o, &r, &d))
             goto cleanup;
-        PlanFacts facts = {.program_bytes = r.program_bytes};
+        PlanFacts facts = {.program_bytes = r.program_bytes, .mem_limit = o.prog.mem_limit,
+                           .zero_trials = r.zero_trials, .nzero_trials = r.nzero_trials,
+                           .zero_chosen = r.zero_chosen, .recompute = r.recompute,
+                           .nrecompute = r.nrecompute, .recompute_chosen = r.recompute_chosen};
         if (explain) {
             if (plan_print_explain(r.plan, explain, stdout, &d))
                 goto cleanup;

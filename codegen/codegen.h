@@ -209,6 +209,9 @@ void program_estimate(const Program *pr, ProgramEstimate *e);
 /* memplan.c: buffer lifetimes, weight offsets and the arena layout; -1
  * with a diagnostic when a size overflows. */
 int program_plan_memory(Program *pr, Diag *d);
+/* What this program's memory holds (after program_plan_memory), split as
+ * partition.h's MemorySplit says. */
+void program_memory_split(const Program *pr, MemorySplit *m);
 
 /* ---- emit_c.c: the rank-file driver ------------------------------------- */
 

@@ -305,3 +305,100 @@ int program_plan_memory(Program *pr, Diag *d)
     }
     return place(pr, d);
 }
+
+/* Optimizer state: an initializer an update overwrites other than its
+ * weight (AdamW's m and v, SGD's momentum). */
+static int is_optimizer_state(const Tensor *t)
+{
+    for (int c = 0; t && t->is_initializer && c < t->nconsumers; c++) {
+        const Node *n = t->consumers[c];
+        for (int k = 1; k < n->noutputs; k++) {
+            int j = ir_output_in_place(n, k);
+            if (j >= 0 && n->inputs[j] == t)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* A gradient: a backward node's value (not a forward node run again by
+ * --recompute), or its accumulator. */
+static int is_gradient(const Buffer *b)
+{
+    const Node *n = b->tensor ? b->tensor->producer : NULL;
+    return b->kind == BUF_ACCUM || (n && n->grad && !n->recomputed);
+}
+
+/* Weights and state as the blob lays them out (64-byte aligned, as
+ * program_plan_memory counts them); the arena split at the instruction
+ * where the most bytes are live, the gradients there on one side and the
+ * rest of the arena (with the gaps the placement left) on the other, so
+ * the parts add up to what the program holds. */
+void program_memory_split(const Program *pr, MemorySplit *m)
+{
+    memset(m, 0, sizeof *m);
+    int n = pr->ninsts > 0 ? pr->ninsts : 1;
+    int64_t *delta = calloc((size_t)n + 1, sizeof(int64_t)), *fwd = calloc((size_t)n + 1, sizeof(int64_t));
+    char *grad = calloc((size_t)pr->nbufs + 1, 1);
+    if (!delta || !fwd || !grad)
+        abort();
+    for (int i = 0; i < pr->nbufs; i++)
+        grad[i] = (char)is_gradient(&pr->bufs[i]);
+    /* A fused call's packed buffers have no tensor: a gradient bucket's,
+     * or a fused call over gradients, hold gradients. */
+    for (int r = 0; r < pr->plan->nreshards; r++) {
+        const ProgramReshard *pk = &pr->reshards[r];
+        const Node *lead = pr->plan->reshards[r].tensor->producer;
+        if (pk->here && pk->fused_leader == r && (pk->bucket || (lead && lead->grad && !lead->recomputed))) {
+            if (pk->fused_send >= 0)
+                grad[pk->fused_send] = 1;
+            if (pk->fused_recv >= 0)
+                grad[pk->fused_recv] = 1;
+        }
+    }
+    for (int i = 0; i < pr->nbufs; i++) {
+        const Buffer *b = &pr->bufs[i];
+        int64_t sz;
+        if (round64(b->bytes, &sz))
+            sz = b->bytes; /* program_plan_memory refused it already */
+        if (b->kind == BUF_WEIGHT) {
+            if (is_optimizer_state(b->tensor))
+                m->state += sz;
+            else
+                m->weights += sz;
+        } else if (b->kind >= BUF_VALUE && b->last >= 0 && b->alias_of < 0) {
+            int end = b->last + 1 < n ? b->last + 1 : n;
+            delta[b->first] += sz;
+            delta[end] -= sz;
+            if (!grad[i]) {
+                fwd[b->first] += sz;
+                fwd[end] -= sz;
+            }
+        }
+    }
+    int64_t live = 0, most = -1, flive = 0;
+    int peak = 0;
+    for (int i = 0; i < n; i++) {
+        flive += fwd[i];
+        if (flive > m->forward_peak)
+            m->forward_peak = flive;
+        live += delta[i];
+        if (live > most) {
+            most = live;
+            peak = i;
+        }
+    }
+    for (int i = 0; i < pr->nbufs; i++) {
+        const Buffer *b = &pr->bufs[i];
+        int64_t sz;
+        if (b->kind >= BUF_VALUE && b->last >= 0 && b->alias_of < 0 && b->first <= peak && peak <= b->last &&
+            grad[i] && !round64(b->bytes, &sz))
+            m->grads += sz;
+    }
+    m->arena = pr->arena_bytes;
+    m->activations = pr->arena_bytes - m->grads + pr->input_bytes;
+    m->total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+    free(delta);
+    free(fwd);
+    free(grad);
+}

@@ -22,8 +22,9 @@ int driver_check_output(const DriverOptions *o, Driven *r, Diag *d)
 }
 
 /* The most any rank's program holds (arena + weights + inputs), from the
- * programs' own memory plan; -1 with a diagnostic if one cannot be built. */
-static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag *d)
+ * programs' own memory plan, and that rank's split (split may be NULL);
+ * -1 with a diagnostic if one cannot be built. */
+static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, MemorySplit *split, Diag *d)
 {
     ProgramOptions po = *popt;
     po.mem_limit = 0;
@@ -33,8 +34,11 @@ static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, Diag
         if (!pr)
             return -1;
         int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
-        if (total > most)
+        if (total > most || r == 0) {
             most = total;
+            if (split)
+                program_memory_split(pr, split);
+        }
         program_free(pr);
     }
     return most;
@@ -61,7 +65,7 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
 {
     Plan *p = auto_plan(g, m, ann, &aopt, shard_weights, d);
     for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
-        int64_t most = program_bytes_max(p, popt, d);
+        int64_t most = program_bytes_max(p, popt, NULL, d);
         if (most < 0) {
             plan_free(p);
             return NULL;
@@ -92,6 +96,78 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
         }
     }
     return p;
+}
+
+/* --auto --train without --zero: the ZeRO stages in the order of their
+ * cost in time, each adding communication (1: the updated blocks
+ * all-gathered back; 2: as 1, the gradients freed early; 3: every weight
+ * gathered before use). First each stage's fastest plan (the search
+ * without memory rows): the first whose programs fit --mem-limit is taken
+ * (without one, stage 0). Only when none does, each stage again with the
+ * limit in the search, which trades layouts for memory (slower to solve):
+ * the first that fits. plan (report_trials) plans all four stages' fastest
+ * plans for its table; a row shows the plan taken for that stage, or its
+ * fastest plan. */
+static Plan *auto_plan_zero(const DriverOptions *o, Driven *r, const Graph *g, const Mesh *m, AutoOptions aopt,
+                            const ProgramOptions *po, Diag *d)
+{
+    const char *axis = r->ann.zero_axis;
+    int64_t limit = aopt.mem_limit;
+    Plan *taken = NULL;
+    for (int pass = 0; pass < 2 && !taken && (pass == 0 || limit > 0); pass++) {
+        for (int stage = 0; stage <= 3 && (!taken || (pass == 0 && o->report_trials)); stage++) {
+            const char *sw = stage == 3 ? axis : NULL;
+            r->ann.zero = stage;
+            Plan *p;
+            if (pass == 0) {
+                AutoOptions fastest = aopt;
+                fastest.mem_limit = 0;
+                Diag later; /* a stage after the one taken, for the table only: its failure is not the plan's */
+                diag_init(&later, NULL);
+                p = auto_plan(g, m, &r->ann, &fastest, sw, taken ? &later : d);
+                diag_free(&later);
+                if (!p && taken)
+                    break;
+                if (!p)
+                    return NULL;
+            } else {
+                Diag quiet; /* "does not fit" is this pass's answer, not an error */
+                diag_init(&quiet, NULL);
+                p = auto_plan_fitted(g, m, &r->ann, aopt, po, sw, &quiet);
+                diag_free(&quiet);
+                if (!p)
+                    continue;
+            }
+            ZeroTrial t = {.stage = stage};
+            if (program_bytes_max(p, po, &t.mem, d) < 0) {
+                plan_free(p);
+                plan_free(taken);
+                return NULL;
+            }
+            t.fits = limit <= 0 || t.mem.total <= limit;
+            if (pass == 0 || t.fits) {
+                r->zero_trials[stage] = t;
+                r->nzero_trials = stage + 1 > r->nzero_trials ? stage + 1 : r->nzero_trials;
+            }
+            if (t.fits && !taken) {
+                taken = p;
+                r->zero_chosen = stage;
+                r->zero = stage;
+            } else {
+                plan_free(p);
+            }
+        }
+    }
+    r->ann.zero = r->zero;
+    if (!taken) {
+        int least = 0;
+        for (int i = 1; i < r->nzero_trials; i++)
+            if (r->zero_trials[i].mem.total < r->zero_trials[least].mem.total)
+                least = i;
+        diag_add(d, "--auto --train: no ZeRO stage fits --mem-limit %lld bytes per rank; the smallest plan found "
+                 "needs %lld (--zero %d)", (long long)limit, (long long)r->zero_trials[least].mem.total, least);
+    }
+    return taken;
 }
 
 static ProgramOptions program_options(const DriverOptions *o)
@@ -145,8 +221,10 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     }
     if (o->train && ir_build_training(r->graph, &o->trainopt, d))
         goto out;
-    r->ann.zero = o->zero;
+    r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
+    int zax = mesh_axis_find(&mesh, r->ann.zero_axis);
+    int choose_zero = o->train && o->use_auto && !o->zero_set && zax >= 0 && mesh.axes[zax].size > 1;
     const Graph *g = r->graph;
     if (annotate_add_model(&r->ann, &r->arena, g, &mesh, d))
         goto out;
@@ -164,7 +242,10 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     if (o->use_auto) {
         AutoOptions aopt = o->autoopt;
         aopt.mem_limit = po.mem_limit;
-        r->plan = auto_plan_fitted(g, &mesh, &r->ann, aopt, &po, o->shard_weights, d);
+        if (choose_zero)
+            r->plan = auto_plan_zero(o, r, g, &mesh, aopt, &po, d);
+        else
+            r->plan = auto_plan_fitted(g, &mesh, &r->ann, aopt, &po, o->shard_weights, d);
     } else {
         r->plan = partition_propagate(g, &mesh, &r->ann, d);
     }
@@ -183,11 +264,51 @@ out:
     return rc;
 }
 
+/* plan --train: the same flags under each --recompute mode (the ZeRO
+ * stage as planned), each a fresh load, so the table shows what the
+ * programs would hold. Under --auto the other modes get their fastest
+ * plan, without --mem-limit in the search. A mode with no plan is shown
+ * as such. */
+static void recompute_trials(const DriverOptions *o, Driven *r)
+{
+    for (int mode = RECOMPUTE_NONE; mode <= RECOMPUTE_FULL; mode++) {
+        RecomputeTrial *t = &r->recompute[r->nrecompute];
+        t->mode = mode;
+        if (mode == (int)o->trainopt.recompute) {
+            t->planned = 1;
+            t->mem = r->split;
+            r->recompute_chosen = r->nrecompute++;
+            continue;
+        }
+        r->nrecompute++;
+        DriverOptions o2 = *o;
+        o2.trainopt.recompute = (Recomputation)mode;
+        o2.report_trials = 0;
+        o2.prog.mem_limit = 0; /* --auto: the mode's fastest plan (a search under the limit is slow to solve) */
+        o2.zero = r->zero;
+        o2.zero_set = 1;
+        if (r->nzero_trials && r->zero == 3)
+            o2.shard_weights = r->ann.zero_axis;
+        Driven r2 = {0};
+        Diag quiet;
+        diag_init(&quiet, NULL);
+        t->planned = !driver_plan(&o2, &r2, &quiet) && !driver_measure(&o2, &r2, &quiet);
+        if (t->planned)
+            t->mem = r2.split;
+        diag_free(&quiet);
+        driver_free(&r2);
+    }
+}
+
 int driver_measure(const DriverOptions *o, Driven *r, Diag *d)
 {
     ProgramOptions po = program_options(o);
-    r->program_bytes = program_bytes_max(r->plan, &po, d);
-    return r->program_bytes < 0 ? -1 : 0;
+    r->program_bytes = program_bytes_max(r->plan, &po, &r->split, d);
+    if (r->program_bytes < 0)
+        return -1;
+    if (o->train && o->report_trials)
+        recompute_trials(o, r);
+    return 0;
 }
 
 int driver_emit(const DriverOptions *o, Driven *r, Diag *d)

@@ -8,13 +8,15 @@
  *                         propagate or --auto (refitted under --mem-limit),
  *                         --shard-weights, pipeline stages;
  *   driver_measure        plan only: the most memory any rank's program
- *                         holds, from the programs' own memory plan;
+ *                         holds, from the programs' own memory plan (with
+ *                         --train, also under each --recompute mode);
  *   driver_emit           compile only: every rank's program, written.
  *
  * Policy lives here, not in main.c: CPU ranks default to shared-memory
  * links, an axis named pp is the pipeline axis unless one is named, and
  * --auto is solved again with a lower bound while a rank's real program
- * (reshard buffers, scratch, alignment) overshoots --mem-limit.
+ * (reshard buffers, scratch, alignment) overshoots --mem-limit, and
+ * --auto --train without --zero takes the first ZeRO stage that fits.
  */
 #ifndef ONNX2SPMD_DRIVER_H
 #define ONNX2SPMD_DRIVER_H
@@ -41,6 +43,8 @@ typedef struct DriverOptions {
     int microbatches;              /* --microbatches (1: none) */
     int train;                     /* --train */
     int zero;                      /* --zero 0..3 */
+    int zero_set;                  /* --zero given (or implied by --shard-weights): --auto does not choose it */
+    int report_trials;             /* plan --train: every ZeRO stage and --recompute mode, for the report */
     const char *zero_axis;         /* --zero-axis, or NULL: dp */
     TrainOptions trainopt;         /* --loss, --optimizer, --lr, ... */
     /* compile only */
@@ -58,6 +62,12 @@ typedef struct Driven {
     const char *out_dir;           /* -o without trailing slashes */
     int nranks;                    /* every rank of the world mesh */
     int64_t program_bytes;         /* driver_measure: most any rank's program holds */
+    MemorySplit split;             /* driver_measure: that rank's memory, by what it holds */
+    int zero;                      /* the ZeRO stage planned (--zero, or --auto's choice) */
+    ZeroTrial zero_trials[4];      /* --auto --train without --zero: the stages tried */
+    int nzero_trials, zero_chosen;
+    RecomputeTrial recompute[3];   /* plan --train: each --recompute mode */
+    int nrecompute, recompute_chosen;
     int64_t *arena_bytes;          /* driver_emit: per rank */
     int64_t *weight_bytes;         /* driver_emit: per rank */
     Arena arena;                   /* annotations and small strings */

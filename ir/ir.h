@@ -398,6 +398,8 @@ int ir_output_in_place(const Node *n, int k);
  * runs once per step on the finished gradients (--clip-norm's). Under
  * --accum these run after the last microbatch, on the accumulated values. */
 int ir_in_optimizer_step(const Node *n);
+/* Is t an optimizer update's result (stored where the input it replaces is)? */
+int ir_in_place(const Tensor *t);
 /* The name a graph output goes by for --out: a trained weight's (or
  * state's) own name for its update, else the tensor's. */
 const char *ir_output_name(const Tensor *t);

@@ -25,6 +25,15 @@ int ir_in_optimizer_step(const Node *n)
     return n->per_step || ir_output_in_place(n, 0) >= 0;
 }
 
+int ir_in_place(const Tensor *t)
+{
+    const Node *n = t->producer;
+    for (int k = 0; n && k < n->noutputs; k++)
+        if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
+            return 1;
+    return 0;
+}
+
 const char *ir_output_name(const Tensor *t)
 {
     const Node *n = t->producer;

@@ -183,7 +183,8 @@ static void record_explanations(Search *s)
  * producer (an elementwise node), which could want the weight resharded
  * to it, an update codegen cannot write in place. Its factors come from
  * the weight's chosen layout instead; the gradient and state come to the
- * weight (a reshard the search did not price). */
+ * weight (a reshard the search did not price). Under --zero the update
+ * runs on the rank's block of the weight, as propagate.c lays it out. */
 static void anchor_updates(Search *s)
 {
     const Graph *g = s->p->g;
@@ -193,11 +194,12 @@ static void anchor_updates(Search *s)
         if (sc < 0)
             continue; /* not an update, or a weight only it reads: stored as it needs */
         const FactorRule *r = &s->p->nodes[ni].rule;
-        const Sharding *wl = &s->choices[sc].layouts[s->choices[sc].pick];
+        Sharding wl = s->choices[sc].layouts[s->choices[sc].pick];
+        plan_zero_shard(s->p, n->inputs[0], &wl); /* --zero: this rank's block of it */
         Strat *st = &s->strats[ni][s->choices[s->node_choice[ni]].pick];
         unsigned char fn[RULE_MAX_FACTORS], fa[RULE_MAX_FACTORS][MESH_MAX_AXES];
         memset(fa, 0, sizeof fa);
-        rule_factors_of(s->m, r, 0, wl, fn, fa);
+        rule_factors_of(s->m, r, 0, &wl, fn, fa);
         if (!rule_representable(s->m, r, fn, (const unsigned char (*)[MESH_MAX_AXES])fa))
             continue;
         memcpy(st->fn, fn, sizeof st->fn);
@@ -259,7 +261,7 @@ Plan *partition_auto(const Graph *g, const Mesh *m, const AnnotationList *ann, c
     s.scratch_reps = auto_alloc(&s, 2 * AUTO_MAX_STRATS, sizeof(Sharding));
     s.scratch_min = auto_alloc(&s, AUTO_MAX_STRATS, sizeof(double));
     int rc = -1;
-    if (plan_build_rules(p, d) || auto_build_choices(&s, d))
+    if (plan_build_rules(p, d) || plan_set_zero(p, ann, d) || auto_build_choices(&s, d))
         goto cleanup;
     s.rep->nchoices = s.nchoices;
     for (int ci = 0; ci < s.nchoices; ci++)

@@ -450,7 +450,7 @@ void ilp_build(Search *s, const Tie *tie, int64_t mem_limit, Ilp *pr)
         for (int ni = 0; ni < nn; ni++)
             for (int k = 0; k < g->nodes[ni]->noutputs; k++) {
                 const Tensor *t = g->nodes[ni]->outputs[k];
-                if (t && t->rank >= 0 && last[t->id] >= ni) {
+                if (t && t->rank >= 0 && last[t->id] >= ni && !ir_in_place(t)) {
                     born_at[ni]++;
                     dies_after[last[t->id] < nn ? last[t->id] : nn]++;
                 }
@@ -504,8 +504,8 @@ void ilp_build(Search *s, const Tie *tie, int64_t mem_limit, Ilp *pr)
                 const Choice *c = &s->choices[s->node_choice[ni]];
                 for (int k = 0; k < n->noutputs; k++) {
                     const Tensor *t = n->outputs[k];
-                    if (!t || t->rank < 0 || last[t->id] < step)
-                        continue;
+                    if (!t || t->rank < 0 || last[t->id] < step || ir_in_place(t))
+                        continue; /* an update's result is its weight's storage, counted with the weights */
                     for (int o = 0; o < c->nopts; o++) {
                         Sharding l;
                         auto_node_layout(s, ni, o, n->ninputs + k, &l);

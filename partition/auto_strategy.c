@@ -518,6 +518,10 @@ int auto_build_choices(Search *s, Diag *d)
                 if (auto_is_source(t) && t->is_initializer && s->src_choice[t->id] < 0) {
                     Sharding l;
                     auto_node_layout(s, ni, o, k, &l);
+                    /* --zero: an optimizer update's state is stored as
+                     * this rank's block (auto.c's anchor_updates). */
+                    if (k > 0 && ir_output_in_place(n, 0) >= 0)
+                        plan_zero_shard(s->p, t, &l);
                     st->weights += sharding_local_bytes(&l, m, t);
                 }
             }

@@ -14,7 +14,9 @@
  * the values live there (from their producer to their last reader) and the
  * buffers of the reshards the step reads (every step's result; at the last
  * step, the reduced graph outputs), as auto_ilp.c's memory rows count them.
- * Graph inputs count as live values. Pack buffers, scratch and alignment
+ * Graph inputs count as live values; an optimizer update's results do
+ * not (they take over the storage of the weight and state it updates,
+ * counted with the weights). Pack buffers, scratch and alignment
  * are not counted; the per-rank programs report their exact arena.
  */
 #include "partition.h"
@@ -108,7 +110,7 @@ void plan_estimate(const Plan *p, PlanEstimate *e)
         abort();
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
-        if (t->rank < 0 || t->is_initializer || last[i] < 0 || (!t->producer && !t->is_input))
+        if (t->rank < 0 || t->is_initializer || last[i] < 0 || (!t->producer && !t->is_input) || ir_in_place(t))
             continue;
         int64_t b = sharding_local_bytes(&p->tensors[i].sharding, m, t);
         int from = t->producer ? t->producer->id : 0;

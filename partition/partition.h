@@ -11,7 +11,8 @@
  * cost.c (the roofline node cost model), propagate.c (fixed-point
  * propagation and requirement lowering), auto*.c (the --auto search),
  * reshard.c (layout-to-layout collective sequences), report.c (plan
- * tables, JSON, --explain, Graphviz).
+ * tables, JSON, --explain, Graphviz), report_train.c (plan --train's
+ * memory tables: the ZeRO stages and --recompute modes).
  */
 #ifndef ONNX2SPMD_PARTITION_H
 #define ONNX2SPMD_PARTITION_H
@@ -387,6 +388,12 @@ Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *a
 Plan *plan_new(const Graph *g, const Mesh *m);
 int plan_build_rules(Plan *p, Diag *d);
 int plan_lower(Plan *p, int keep_factors, Diag *d);
+/* --zero: the stage and axis the annotations name, into the plan (both
+ * searches lay the updates out by them). */
+int plan_set_zero(Plan *p, const AnnotationList *ann, Diag *d);
+/* ZeRO-1/2: s, the layout of weight w, with dim 0 split over the zero axis
+ * as well (minor), where it divides evenly; else left as it is. */
+void plan_zero_shard(const Plan *p, const Tensor *w, Sharding *s);
 int rule_representable(const Mesh *m, const FactorRule *r, const unsigned char *fn,
                        const unsigned char (*fa)[MESH_MAX_AXES]);
 /* The mesh axes the split reduction factors use: the node's results are
@@ -549,15 +556,53 @@ typedef struct PlanSchedule {
     double compute_s, comm_s, exposed_s, step_s;
 } PlanSchedule;
 
+/* A rank's memory by what it holds, from its program's memory plan
+ * (codegen's program_memory_split): weights and optimizer state (the
+ * weight blob), the gradients live at the arena's peak, and the rest of
+ * the arena (forward values kept for backward, reshard buffers, scratch,
+ * the placement's gaps) with the inputs. The four add up to total. */
+typedef struct MemorySplit {
+    int64_t weights, grads, state, activations, total, arena;
+    /* The most arena bytes forward values (every value not a gradient:
+     * activations kept for backward, recomputed copies, reshard buffers,
+     * scratch) hold at any instruction: what --recompute lowers, wherever
+     * the arena's own peak is (often at the updates, every gradient live). */
+    int64_t forward_peak;
+} MemorySplit;
+
+/* --auto --train without --zero: one ZeRO stage the driver tried. */
+typedef struct ZeroTrial {
+    int stage;
+    int fits;              /* under --mem-limit (always, without one) */
+    MemorySplit mem;       /* the plan taken, or the search's plan without the limit when none fit it */
+} ZeroTrial;
+
+/* plan --train: one --recompute mode, planned with the same flags. */
+typedef struct RecomputeTrial {
+    int mode;              /* RECOMPUTE_NONE, _SELECTIVE, _FULL */
+    int planned;           /* 0: no plan (the search failed under --mem-limit) */
+    MemorySplit mem;
+} RecomputeTrial;
+
 /* What later stages learn of a plan, for its report: rank 0's program as
  * scheduled (codegen) and the most memory any rank's program holds (the
  * driver's measure). Either may be absent (NULL, 0); so may the whole. */
 typedef struct PlanFacts {
     const PlanSchedule *sched;
     int64_t program_bytes;
+    int64_t mem_limit;                /* --mem-limit, or 0 */
+    const ZeroTrial *zero_trials;     /* the stages tried, in order, or NULL */
+    int nzero_trials, zero_chosen;    /* zero_chosen: index into zero_trials */
+    const RecomputeTrial *recompute;  /* none, selective, full, or NULL */
+    int nrecompute, recompute_chosen; /* recompute_chosen: index into recompute */
 } PlanFacts;
 
 void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f);
+/* report_train.c: the ZeRO stages and --recompute modes tried, as tables
+ * (plan_print_text calls it; nothing without trials). */
+void plan_print_train_memory(const PlanFacts *x, FILE *f);
+/* The same as plan_print_json's "zero_stages" and "recompute" members. */
+void plan_print_train_memory_json(const PlanFacts *x, FILE *f);
 void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f);
 int plan_print_explain(const Plan *p, const char *tensor, FILE *f, Diag *d);
 void plan_print_dot(const Plan *p, FILE *f);

@@ -741,7 +741,7 @@ static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *
  * copy of the weight and the updated blocks all-gather back in place.
  * Only when dim 0 divides evenly and the weight is not split over that
  * axis already. */
-static void zero_shard(const Plan *p, const Tensor *w, Sharding *s)
+void plan_zero_shard(const Plan *p, const Tensor *w, Sharding *s)
 {
     const Mesh *m = &p->mesh;
     int ax = p->zero_axis;
@@ -766,7 +766,7 @@ static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
          * layout decides, and the gradient and state come to it (a partial
          * gradient all-reduced, or reduce-scattered onto a split weight). */
         Sharding at = p->tensors[n->inputs[0]->id].sharding;
-        zero_shard(p, n->inputs[0], &at);
+        plan_zero_shard(p, n->inputs[0], &at);
         anchored(m, r, 0, &at, np, 0, np->fnaxes, np->faxes);
         int rc = lower_node(p, n, r, np->fnaxes, (const unsigned char (*)[MESH_MAX_AXES])np->faxes, taken, 1, NULL,
                             &bad, d);
@@ -969,19 +969,26 @@ int plan_lower(Plan *p, int keep_factors, Diag *d)
     return 0;
 }
 
+int plan_set_zero(Plan *p, const AnnotationList *ann, Diag *d)
+{
+    if (!ann->zero || !ann->zero_axis)
+        return 0;
+    p->zero = ann->zero;
+    p->zero_axis = mesh_axis_find(&p->mesh, ann->zero_axis);
+    if (p->zero_axis < 0) {
+        diag_add(d, "--zero %d: the mesh has no axis \"%s\" (name it with --zero-axis)", ann->zero, ann->zero_axis);
+        return -1;
+    }
+    return 0;
+}
+
 Plan *partition_propagate(const Graph *g, const Mesh *m, const AnnotationList *ann, Diag *d)
 {
     Plan *p = plan_new(g, m);
     if (plan_build_rules(p, d))
         goto fail;
-    if (ann->zero && ann->zero_axis) {
-        p->zero = ann->zero;
-        p->zero_axis = mesh_axis_find(m, ann->zero_axis);
-        if (p->zero_axis < 0) {
-            diag_add(d, "--zero %d: the mesh has no axis \"%s\" (name it with --zero-axis)", ann->zero, ann->zero_axis);
-            goto fail;
-        }
-    }
+    if (plan_set_zero(p, ann, d))
+        goto fail;
     apply_annotations(p, ann);
     if (propagate(p, d) || plan_lower(p, 0, d))
         goto fail;

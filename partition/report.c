@@ -379,6 +379,7 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     if (program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
                 (long long)program_bytes);
+    plan_print_train_memory(x, f);
     if (p->pipe)
         print_pipeline(p, f);
 }
@@ -481,6 +482,7 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
                    "\"overlapped_s\": %.9g, \"step_s\": %.9g}",
                 sched->compute_s, sched->comm_s, sched->exposed_s, sched->comm_s - sched->exposed_s, sched->step_s);
     fprintf(f, "}");
+    plan_print_train_memory_json(x, f);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "

@@ -77,6 +77,40 @@ plan_err 'the mesh has no axis "data"' $T --mesh dp=2 --train --zero 1 --zero-ax
 plan_err '--zero 3 stores the weights split over --zero-axis; drop --shard-weights dp' $T --mesh dp=2 --train --zero 3 --shard-weights dp
 "$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train --zero 1 | grep -q "reduce-scatter .*W1" || err "plan --train --zero 1: no gradient reduce-scatter for W1"
 "$BIN" plan $T --mesh dp=2 --shard 'x=[dp,_]' --train | grep -q "all-reduce .*W1" || err "plan --train: no gradient all-reduce for W1"
+# --auto lays the updates out for --zero as propagation does: the optimizer
+# state split over dp, the updated blocks all-gathered back.
+G=tests/models/train/tiny_gpt_lm.onnx
+"$BIN" plan $G --mesh dp=2 --train --optimizer adamw --auto --zero 1 2>/dev/null | grep -q "updated weight blocks (--zero 1)" ||
+    err "plan --auto --train --zero 1: the updates are not on the ZeRO blocks"
+# --auto --train without --zero chooses the ZeRO stage: the first whose
+# programs fit --mem-limit. The limits come from plan's own table: stage
+# 0's total fits at stage 0, a byte less takes a higher stage, 1K fits none
+# (one line naming --mem-limit and the smallest total).
+A="$G --mesh dp=2 --train --optimizer adamw --frozen l0_bk,l1_bk,neg_inf --shard tokens=[dp,_] --shard labels=[dp,_] --auto"
+zero_col() { awk -v c="$1" '/^ZeRO stage/ {z=1; next} z && !NF {exit} z && $1 ~ /^[0-3]$/ && (c != "chosen" || /<- chosen/) {print (c == "chosen" ? $1 : $c)}'; }
+tab=$("$BIN" plan $A 2>/dev/null)
+printf '%s\n' "$tab" | grep -q "zero stage  *weights  *grads  *optimizer state  *activations  *total  *fits" ||
+    err "plan --auto --train: no ZeRO stage table"
+[ "$(printf '%s\n' "$tab" | zero_col 1 | tr '\n' ' ')" = "0 1 2 3 " ] || err "plan --auto --train: not every stage tried: $tab"
+t0=$(printf '%s\n' "$tab" | zero_col 6 | head -1)
+loose=$("$BIN" plan $A --mem-limit "$t0" 2>/dev/null | zero_col chosen)
+tight=$("$BIN" plan $A --mem-limit "$((t0 - 1))" 2>/dev/null | zero_col chosen)
+[ "$loose" = 0 ] || err "--auto --train --mem-limit $t0 (stage 0's total): chose stage '$loose', not 0"
+[ -n "$tight" ] && [ "$tight" -gt 0 ] || err "--auto --train --mem-limit $((t0 - 1)): chose stage '$tight', not above 0"
+rm -rf build/cli_zero_auto
+"$BIN" compile $A --mem-limit "$((t0 - 1))" -o build/cli_zero_auto 2>/dev/null | grep -q "ZeRO stage $tight: the first whose programs fit" ||
+    err "compile --auto --train --mem-limit: does not take plan's stage $tight"
+plan_err 'no ZeRO stage fits --mem-limit 1024 bytes per rank; the smallest plan found needs' $A --mem-limit 1K
+"$BIN" plan $A --json 2>/dev/null | "$PY" -c 'import json,sys; d=json.load(sys.stdin); z=d["zero_stages"]; assert z["chosen"] == 0 and [t["stage"] for t in z["tried"]] == [0,1,2,3] and all(t["weights"] + t["grads"] + t["optimizer_state"] + t["activations"] == t["total"] for t in z["tried"]), z; assert d["recompute"]["chosen"] == "none"' ||
+    err "plan --auto --train --json: no zero_stages or recompute members, or parts that do not add up"
+# plan --train shows the peak under each --recompute mode, the chosen one
+# marked: recomputing keeps fewer forward values (none >= selective >= full).
+rt=$("$BIN" plan $G --mesh dp=1 --train --recompute selective 2>/dev/null |
+     awk '/^recompute/ {z=1; next} z && !NF {exit} z && $1 ~ /^(none|selective|full)$/ {print $1, $2, ($NF == "chosen" ? "*" : "")}')
+[ "$(printf '%s\n' "$rt" | awk '{printf "%s%s ", $1, $3}')" = "none selective* full " ] ||
+    err "plan --train: no recompute table with selective chosen: $rt"
+printf '%s\n' "$rt" | awk 'NR > 1 && $2 > prev {bad = 1} {prev = $2} END {exit bad}' ||
+    err "plan --train: the forward peak is not none >= selective >= full: $rt"
 # --auto: impossible constraints and bad flags, one line each.
 plan_err 'annotation l0_ln1=[_,_,tp] cannot hold' tests/models/tiny_gpt.onnx --mesh tp=2 --auto --shard 'l0_ln1=[_,_,tp]'
 plan_err 'no plan fits --mem-limit 1024' $M --mesh tp=2 --auto --mem-limit 1K
