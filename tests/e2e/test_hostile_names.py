@@ -104,7 +104,8 @@ def train_case(m, names, tokens, golden_in, env, fail):
         f.write(t.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
     d = os.path.join(OUT, "train_dp2")
     r = run([BIN.encode(), b"compile", model.encode(), b"--train", b"--optimizer", b"adamw", b"--mesh", b"dp=2",
-             b"--zero", b"1", b"--bucket-mb", b"0.01", b"--shard", tokens + b"=[dp,_]", b"-o", d.encode()])
+             b"--zero", b"1", b"--bucket-mb", b"0.01", b"--precision", b"fp16", b"--shard", tokens + b"=[dp,_]",
+             b"-o", d.encode()])
     if r.returncode != 0:
         fail.append("train_dp2: compile exit %d: %r" % (r.returncode, r.stderr[:300]))
         return
@@ -123,7 +124,7 @@ def train_case(m, names, tokens, golden_in, env, fail):
     if r.returncode != 0 or len(losses) != 2 or not all(np.isfinite(losses)):
         fail.append("train_dp2: run exit %d: %r" % (r.returncode, (r.stdout + r.stderr)[-400:]))
         return
-    print("%-9s %-5s %-6s ok: --train --zero 1, 2 steps, losses %.6g %.6g" % ("train_dp2", "dp=2", "c", *losses))
+    print("%-9s %-5s %-6s ok: --train --zero 1 --precision fp16 (Cast names from the model's), 2 steps, losses %.6g %.6g" % ("train_dp2", "dp=2", "c", *losses))
 
 
 def run(cmd, **kw):
