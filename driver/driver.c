@@ -224,6 +224,8 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
     int zax = mesh_axis_find(&mesh, r->ann.zero_axis);
+    if (zax >= 0 && mesh.axes[zax].size == 1 && r->zero < 3)
+        r->ann.zero = r->zero = 0; /* ZeRO-1/2 over one rank splits nothing: no blocks, no write-back */
     int choose_zero = o->train && o->use_auto && !o->zero_set && zax >= 0 && mesh.axes[zax].size > 1;
     const Graph *g = r->graph;
     if (annotate_add_model(&r->ann, &r->arena, g, &mesh, d))
