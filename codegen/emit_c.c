@@ -117,17 +117,38 @@ static void emit_buffers(Emitter *e)
     }
 }
 
-/* Communicators: one per ordered axis group any step uses, each
- * reshard's request or events, and init_comms() (the target's). */
+/* A communicator for the ordered axes, unless one of that name exists. */
+static void add_group(Emitter *e, CommGroup *groups, int *n, const unsigned char *axes, int na)
+{
+    const Program *pr = e->pr;
+    char buf[256];
+    emit_comm_name(pr, axes, na, buf, sizeof buf);
+    for (int k = 0; k < *n; k++)
+        if (strcmp(groups[k].name, buf) == 0)
+            return;
+    if (*n >= 64)
+        return;
+    CommGroup *cg = &groups[(*n)++];
+    unsigned mask = 0;
+    for (int k = 0; k < na; k++)
+        mask |= 1u << axes[k];
+    snprintf(cg->name, sizeof cg->name, "%s", buf);
+    cg->color = program_group_color(pr, mask);
+    cg->key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na);
+    fprintf(e->f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n", e->t->comm_type, buf,
+            buf + 5, cg->key, mesh_group_size(&pr->plan->mesh, mask));
+}
+
+/* Communicators: one per ordered axis group any step uses (and ZeRO's
+ * write-back all-gathers, which no reshard may use), each reshard's
+ * request or events, and init_comms() (the target's). */
 static void emit_comms(Emitter *e)
 {
     const Program *pr = e->pr;
     const Plan *p = pr->plan;
-    const Mesh *m = &p->mesh;
     FILE *f = e->f;
     CommGroup groups[64];
     int n = 0;
-    char buf[256];
     fprintf(f, "\n/* ---- communicators and requests ---- */\n\n");
     for (int r = 0; r < p->nreshards; r++)
         for (int j = 0; pr->reshards[r].here && j < p->reshards[r].r.nsteps; j++) {
@@ -136,22 +157,12 @@ static void emit_comms(Emitter *e)
                 continue;
             unsigned char axes[MESH_MAX_AXES];
             int na = emit_step_axes(pr, r, j, axes);
-            emit_comm_name(pr, axes, na, buf, sizeof buf);
-            int seen = 0;
-            for (int k = 0; k < n; k++)
-                seen |= strcmp(groups[k].name, buf) == 0;
-            if (!seen && n < 64) {
-                CommGroup *cg = &groups[n++];
-                unsigned mask = 0;
-                for (int k = 0; k < na; k++)
-                    mask |= 1u << axes[k];
-                snprintf(cg->name, sizeof cg->name, "%s", buf);
-                cg->color = program_group_color(pr, mask);
-                cg->key = mesh_block_index(&pr->plan->mesh, pr->vrank, axes, na);
-                fprintf(f, "static %s %s; /* ranks that differ only in %s; this rank is %d of %d */\n",
-                        e->t->comm_type, buf, buf + 5, cg->key, mesh_group_size(m, s->axes));
-            }
+            add_group(e, groups, &n, axes, na);
         }
+    if (program_trains(pr) && p->zero > 0 && p->zero_axis >= 0 && p->mesh.axes[p->zero_axis].size > 1) {
+        unsigned char ax = (unsigned char)p->zero_axis;
+        add_group(e, groups, &n, &ax, 1);
+    }
     for (int r = 0; r < p->nreshards; r++)
         if (emit_reshard_calls(pr, r) && !pr->reshards[r].blocking) /* (a blocking call needs no request) */
             e->t->reshard_decl(e, r);
@@ -160,7 +171,6 @@ static void emit_comms(Emitter *e)
     fprintf(f, "}\n");
 }
 
-/* forward() goes to memory first: the trace tables it fills come before it. */
 /* The first optimizer update's node id (-1: none). */
 static int first_update_node(const Program *pr)
 {
@@ -195,6 +205,7 @@ static void emit_loss_scale_step(Emitter *e)
             pr->bufs[pr->tensor_buf[g->loss_scale->id]].name, pr->bufs[program_operand_buf(pr, reader, k)].name);
 }
 
+/* forward() goes to memory first: the trace tables it fills come before it. */
 static void emit_forward(Emitter *e)
 {
     const Program *pr = e->pr;
