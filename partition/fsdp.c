@@ -26,6 +26,49 @@ static int is_update(const Plan *p, const Tensor *t, int r)
     return 0;
 }
 
+/* Mixed precision (--precision, ir/precision.c): a weight stored split and
+ * read through a Cast to a narrower type is cast where it is stored, on
+ * this rank's block, and the narrow copy is what is gathered before each
+ * use: half the bytes of gathering the float32 master (FSDP's param_dtype).
+ * The Cast then reads the stored block as it is, its output is stored
+ * split like the weight, and the output's readers get the gathers. */
+static void gather_narrow(Plan *p, const Node *c, const char *reason)
+{
+    const Mesh *m = &p->mesh;
+    const Tensor *w = c->inputs[0], *y = c->outputs[0];
+    NodePlan *np = &p->nodes[c->id];
+    int r0 = np->in_reshard[0];
+    if (c->grad || !y || y->is_output || dtype_size(y->dtype) >= dtype_size(w->dtype) || r0 < 0 ||
+        !p->reshards[r0].weight_gather || !sharding_equal(&p->reshards[r0].dst, &p->tensors[y->id].sharding))
+        return;
+    Sharding store = p->tensors[w->id].sharding, use = p->tensors[y->id].sharding;
+    np->in_reshard[0] = -1; /* the block as stored */
+    p->reshards[r0].r.nsteps = 0;
+    p->reshards[r0].dst = store;
+    int out = rule_out_idx(c, 0);
+    for (int dim = 0; dim < y->rank; dim++)
+        for (int j = 0; j < np->rule.dims[out][dim].n; j++) {
+            int f = np->rule.dims[out][dim].f[j];
+            np->fnaxes[f] = store.naxes[dim];
+            memcpy(np->faxes[f], store.axes[dim], MESH_MAX_AXES);
+        }
+    p->tensors[y->id].sharding = store;
+    for (int r = p->tensor_reshard ? p->tensor_reshard[y->id] : -1; r >= 0; r = p->reshards[r].next_of_tensor) {
+        p->reshards[r].src = store;
+        p->reshards[r].weight_gather = 1;
+        reshard_lower(m, y, &store, &p->reshards[r].dst, &p->reshards[r].r);
+    }
+    for (int k = 0; k < y->nconsumers; k++) {
+        const Node *n = y->consumers[k];
+        NodePlan *rp = &p->nodes[n->id];
+        for (int j = 0; j < n->ninputs; j++)
+            if (n->inputs[j] == y && rp->in_reshard[j] < 0) {
+                rp->in_reshard[j] = plan_add_reshard(p, y, n, j, reason, &store, &use);
+                p->reshards[rp->in_reshard[j]].weight_gather = 1;
+            }
+    }
+}
+
 int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
 {
     const Graph *g = p->g;
@@ -96,6 +139,9 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
                     p->reshards[np->in_reshard[k]].weight_gather = 1;
                 }
         }
+        for (int c = 0; c < t->nconsumers; c++)
+            if (t->consumers[c]->op == OP_CAST)
+                gather_narrow(p, t->consumers[c], reason);
     }
     return 0;
 }
