@@ -601,6 +601,9 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f);
 /* report_train.c: the ZeRO stages and --recompute modes tried, as tables
  * (plan_print_text calls it; nothing without trials). */
 void plan_print_train_memory(const PlanFacts *x, FILE *f);
+/* --precision: the weights the autocast casts, the 16-bit values, the
+ * loss scale (nothing for float32 training). */
+void plan_print_precision(const Plan *p, FILE *f);
 /* The same as plan_print_json's "zero_stages" and "recompute" members. */
 void plan_print_train_memory_json(const PlanFacts *x, FILE *f);
 void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f);

@@ -379,6 +379,7 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     if (program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
                 (long long)program_bytes);
+    plan_print_precision(p, f);
     plan_print_train_memory(x, f);
     if (p->pipe)
         print_pipeline(p, f);

@@ -48,6 +48,33 @@ static void print_recompute_trials(const PlanFacts *x, FILE *f)
     }
 }
 
+/* --precision: what the autocast (ir/precision.c) made of the model. */
+void plan_print_precision(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    int casts = 0, low16 = 0;
+    DType low = DT_UNDEFINED;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_CAST && !n->grad && n->inputs[0]->is_initializer && n->outputs[0] &&
+            (n->outputs[0]->dtype == DT_BF16 || n->outputs[0]->dtype == DT_F16)) {
+            casts++;
+            low = n->outputs[0]->dtype;
+        }
+    }
+    if (!casts)
+        return;
+    for (int i = 0; i < g->ntensors; i++)
+        low16 += g->tensors[i]->producer && g->tensors[i]->dtype == low;
+    fprintf(f, "\nprecision %s (--precision, as torch.autocast): %d weights read through a Cast each step, %d values "
+               "stored as %s; float32 master weights and optimizer state",
+            low == DT_BF16 ? "bf16" : "fp16", casts, low16, dtype_name(low));
+    if (g->loss_scale)
+        fprintf(f, "; loss scaled dynamically from %g (GradScaler's rule, state \"%s\" kept with the weights)",
+                (double)((const float *)g->loss_scale->data)[0], g->loss_scale->label);
+    fprintf(f, "\n");
+}
+
 void plan_print_train_memory(const PlanFacts *x, FILE *f)
 {
     if (!x)
