@@ -433,17 +433,44 @@ fail:
  * node that reads the weight (a MatMul's input gradient dY W^T, a
  * recomputed forward node) must run before it, so none may be placed
  * among them. Nothing reads an update's outputs: moving the updates to
- * the end, in their order, keeps the order topological. */
+ * the end keeps the order topological.
+ *
+ * Among themselves the updates run in the order backward finishes their
+ * gradients (the position of the gradient's producer; ties and gradients
+ * no node makes keep the weights' order). Under data parallelism the
+ * gradients are all-reduced in buckets filled in that same order and each
+ * update waits for its own bucket, so the first updates wait for the
+ * buckets that started earliest, and the last bucket, started as backward
+ * ends, moves while the other buckets' updates run. In the weights' order
+ * the first update (the token embedding, whose gradient comes last) would
+ * wait for that last bucket at once, with nothing to hide it behind. */
+static int update_key(const Node *n)
+{
+    const Tensor *gr = n->ninputs > 1 ? n->inputs[1] : NULL;
+    return gr && gr->producer ? gr->producer->id : -1;
+}
+
 static void updates_last(Graph *g)
 {
     Node **tmp = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(Node *));
     if (!tmp)
         abort();
-    int k = 0;
-    for (int pass = 0; pass < 2; pass++)
+    int k = 0, first = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        first = pass ? k : first;
         for (int i = 0; i < g->nnodes; i++)
             if ((ir_output_in_place(g->nodes[i], 0) >= 0) == pass)
                 tmp[k++] = g->nodes[i];
+    }
+    /* a stable insertion sort of the updates by update_key: the ids are
+     * still those of the topological order */
+    for (int i = first + 1; i < k; i++) {
+        Node *n = tmp[i];
+        int key = update_key(n), j = i;
+        for (; j > first && update_key(tmp[j - 1]) > key; j--)
+            tmp[j] = tmp[j - 1];
+        tmp[j] = n;
+    }
     memcpy(g->nodes, tmp, (size_t)g->nnodes * sizeof(Node *));
     for (int i = 0; i < g->nnodes; i++)
         g->nodes[i]->id = i;
