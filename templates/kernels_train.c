@@ -3,18 +3,35 @@
  * rank's shard of a weight and its state; the step count arrives from
  * optimizer_step(). */
 
+/* Both updates test the collectives in flight every K_POLL_ELEMS elements
+ * (k_poll_rows): the gradient buckets still moving when optimizer_step
+ * starts (the last ones backward filled) are what the updates of the
+ * earlier buckets' weights hide, and MPI moves them only inside its calls;
+ * a weight of millions of elements is milliseconds of update. */
 static inline void k_sgd_f32(float *w, const float *g, float *m, int64_t n, float lr, float mu, float wd)
 {
-    for (int64_t i = 0; i < n; i++)
-        k_sgd_elem(&w[i], g[i], m ? &m[i] : NULL, lr, mu, wd);
+    int64_t run = k_poll_rows(1);
+    for (int64_t i0 = 0; i0 < n; i0 += run) {
+        int64_t i1 = n - i0 < run ? n : i0 + run;
+        for (int64_t i = i0; i < i1; i++)
+            k_sgd_elem(&w[i], g[i], m ? &m[i] : NULL, lr, mu, wd);
+        if (i1 < n)
+            rt_poll();
+    }
 }
 
 static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                                float eps, float wd, int64_t step)
 {
     float bc1 = 1.0f - powf(b1, (float)step), sqrt_bc2 = sqrtf(1.0f - powf(b2, (float)step));
-    for (int64_t i = 0; i < n; i++)
-        k_adamw_elem(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, sqrt_bc2);
+    int64_t run = k_poll_rows(1);
+    for (int64_t i0 = 0; i0 < n; i0 += run) {
+        int64_t i1 = n - i0 < run ? n : i0 + run;
+        for (int64_t i = i0; i < i1; i++)
+            k_adamw_elem(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, sqrt_bc2);
+        if (i1 < n)
+            rt_poll();
+    }
 }
 
 static inline void k_accumulate_f32(float *g, float *acc, int64_t n, int micro, int k)
