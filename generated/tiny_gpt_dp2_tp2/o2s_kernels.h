@@ -285,7 +285,7 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
                            int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy)
 {
 #if K_PACKED_GEMM
-    if (beta == 0.0f || beta == 1.0f) {
+    if ((beta == 0.0f || beta == 1.0f) && k > 0) { /* k = 0: CBLAS writes beta y, the kernel nothing */
         k_gemm_blocked_f32(m, n, k, alpha, a, ta, lda, b, tb, ldb, NULL, y, ldy, beta == 1.0f, NULL);
         return;
     }
