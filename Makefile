@@ -88,7 +88,7 @@ build/tests/%: tests/%.c $(LIB_OBJ) tests/test_util.h
 # the runtime they sit on includes mpi.h; MPI is never started).
 KERNEL_TEST := tests/kernels/kernels_blocks.c
 KERNEL_DEPS := $(KERNEL_TEST) templates/runtime.c templates/bodies.h templates/kernels.c templates/bodies_reduce.h \
-               templates/kernels_reduce.c
+               templates/kernels_reduce.c templates/bodies_train.h templates/kernels_train.c
 # Three builds: for any x86-64 (the packed GEMM is then CBLAS), for AVX2 +
 # FMA (skipped on a CPU without them) and for this CPU (-march=native, as
 # the generated Makefile builds: AVX-512 where there is one).

@@ -1,4 +1,5 @@
-/* emit_train.c: the optimizer updates of --train (ir/ops_train.def).
+/* emit_train.c: the optimizer updates of --train (ir/ops_train.def), and
+ * the fused Gelu backward its vjp rule writes (GeluGrad, at the end).
  *
  * Each update runs in optimizer_step() on this rank's shard of the weight,
  * in place: its outputs are views of the weight's and the state's own
@@ -98,4 +99,16 @@ int emit_optimizer(const EmitCtx *c, Diag *d)
     int rc = zero ? write_back(c, home, y, d) : 0;
     repack(c, home);
     return rc;
+}
+
+/* GeluGrad: dX = dY * Gelu'(X), one pass (k_gelu_grad_f32). The factor
+ * rule is elementwise, so the three local blocks are one shape. */
+int emit_gelu_grad(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *dy = emit_in(c, 0), *x = emit_in(c, 1), *y = emit_out(c, 0);
+    int tanh_form = !strcmp(node_attr_str(c->n, "approximate", "none"), "tanh");
+    fprintf(c->f, "    k_gelu_grad_f32(%s, %s, %s, %lld, %d); /* dX, dY, X, n, tanh form */\n", y->name, dy->name,
+            x->name, (long long)(y->bytes / 4), tanh_form);
+    return 0;
 }

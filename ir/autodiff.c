@@ -504,19 +504,46 @@ static int accum_copies(Graph *g, Tensor **grads, int n, Diag *d)
  * input gradient dY W^T, a recomputed forward node) must run before it,
  * so none may be placed among them. Nothing reads an update's outputs, and
  * the clipping nodes read only gradients and each other: moving each group
- * to the end, in its order, keeps the order topological. */
+ * to the end, in its order, keeps the order topological.
+ *
+ * Among themselves the updates run in the order backward finishes their
+ * gradients (the position of the gradient's producer; ties and gradients
+ * no node makes keep the weights' order). Under data parallelism the
+ * gradients are all-reduced in buckets filled in that same order and each
+ * update waits for its own bucket, so the first updates wait for the
+ * buckets that started earliest, and the last bucket, started as backward
+ * ends, moves while the other buckets' updates run. In the weights' order
+ * the first update (the token embedding, whose gradient comes last) would
+ * wait for that last bucket at once, with nothing to hide it behind. */
+static int update_key(const Node *n)
+{
+    const Tensor *gr = n->ninputs > 1 ? n->inputs[1] : NULL;
+    return gr && gr->producer ? gr->producer->id : -1;
+}
+
 static void updates_last(Graph *g)
 {
     Node **tmp = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(Node *));
     if (!tmp)
         abort();
-    int k = 0;
-    for (int pass = 0; pass < 3; pass++)
+    int k = 0, first = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        first = pass == 2 ? k : first;
         for (int i = 0; i < g->nnodes; i++) {
             const Node *n = g->nodes[i];
             if ((ir_output_in_place(n, 0) >= 0 ? 2 : n->per_step) == pass)
                 tmp[k++] = g->nodes[i];
         }
+    }
+    /* a stable insertion sort of the updates by update_key: the ids are
+     * still those of the topological order */
+    for (int i = first + 1; i < k; i++) {
+        Node *n = tmp[i];
+        int key = update_key(n), j = i;
+        for (; j > first && update_key(tmp[j - 1]) > key; j--)
+            tmp[j] = tmp[j - 1];
+        tmp[j] = n;
+    }
     memcpy(g->nodes, tmp, (size_t)g->nnodes * sizeof(Node *));
     for (int i = 0; i < g->nnodes; i++)
         g->nodes[i]->id = i;

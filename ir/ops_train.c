@@ -1,4 +1,5 @@
-/* ops_train.c: shape functions of the optimizer updates (ops_train.def).
+/* ops_train.c: shape functions of the optimizer updates and GeluGrad
+ * (ops_train.def).
  *
  * The compiler makes these nodes itself (ir/autodiff.c), but their shape
  * function still checks what the emitter relies on: the gradient and the
@@ -41,6 +42,18 @@ const char *ir_output_name(const Tensor *t)
         if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
             return n->inputs[ir_output_in_place(n, k)]->name;
     return t->name;
+}
+
+/* GeluGrad (dY, X): float32, one shape (the vjp rule writes it only so). */
+int shape_gelu_grad(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *dy = n->inputs[0], *x = n->inputs[1];
+    if (x->dtype != DT_F32 || dy->dtype != DT_F32)
+        return shape_fail(d, n, "GeluGrad is float32 only (\"%s\" is %s)", x->name, dtype_name(x->dtype));
+    if (dy->rank != x->rank || memcmp(dy->dims, x->dims, (size_t)x->rank * sizeof(int64_t)))
+        return shape_fail(d, n, "dY \"%s\" is not shaped like X \"%s\"", dy->name, x->name);
+    return shape_set(d, n, n->outputs[0], DT_F32, x->rank, x->dims);
 }
 
 int shape_optimizer(Graph *g, Node *n, Diag *d)

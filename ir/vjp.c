@@ -165,9 +165,19 @@ int vjp_unary(Vjp *v)
         g = pos && ins[2] ? ad_done(v, ad_begin(v, OP_WHERE, 3, ins)) : NULL;
         break;
     }
-    case OP_GELU:
-        g = ad_bin(v, OP_MUL, dy, gelu_slope(v, x, !strcmp(node_attr_str(v->n, "approximate", "none"), "tanh")));
+    case OP_GELU: {
+        int tanh_form = !strcmp(node_attr_str(v->n, "approximate", "none"), "tanh");
+        if (x && dy && x->dtype == DT_F32 && dy->dtype == DT_F32) { /* one GeluGrad node: one pass */
+            Tensor *ins[2] = {dy, x};
+            Node *gg = ad_begin(v, OP_GELU_GRAD, 2, ins);
+            if (tanh_form)
+                node_attr_set_str(v->g, gg, "approximate", "tanh");
+            g = ad_done(v, gg);
+        } else {
+            g = ad_bin(v, OP_MUL, dy, gelu_slope(v, x, tanh_form));
+        }
         break;
+    }
     case OP_NEG:
         g = ad_un(v, OP_NEG, dy);
         break;

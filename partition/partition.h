@@ -160,6 +160,10 @@ static inline int64_t rule_gcd(int64_t a, int64_t b)
     return a;
 }
 int rule_too_big(const Node *n, Diag *d);
+/* A ScatterND with reduction "add" into a tensor of zeros (Gather's and
+ * GatherND's gradient, ir/vjp_index.c): linear in its updates, so a split
+ * or partial batch of updates makes a partial result (rules_index.c). */
+int rule_scatter_adds_into_zeros(const Node *n);
 /* Rule functions, named in the rule column of ir/ops.def (rules.c and the
  * rules_<family>.c files); rule_none for an op that cannot be sharded. */
 #define OP(e, name, mi, ma, mo, mao, since, fn, rule, emit, fold, vjp) int rule(const Node *n, FactorRule *r, Diag *d);

@@ -331,6 +331,8 @@ static int linear_in(const Node *n, int k, const Plan *p)
         return p->tensors[n->inputs[1 - k]->id].sharding.partial == 0;
     case OP_DIV:
         return k == 0 && p->tensors[n->inputs[1]->id].sharding.partial == 0;
+    case OP_SCATTER_ND:
+        return k == 2 && rule_scatter_adds_into_zeros(n);
     default:
         return 0;
     }

@@ -146,18 +146,55 @@ int rule_gather_nd(const Node *n, FactorRule *r, Diag *d)
     return 0;
 }
 
+/* Is t all zeros: a float initializer of zero bytes, or one expanded? */
+static int zero_fill(const Tensor *t)
+{
+    if (t && t->producer && t->producer->op == OP_EXPAND)
+        t = t->producer->inputs[0];
+    if (!t || !t->data || !dtype_is_float(t->dtype) || t->nbytes <= 0)
+        return 0;
+    const unsigned char *b = t->data;
+    for (int64_t i = 0; i < t->nbytes; i++)
+        if (b[i])
+            return 0;
+    return 1;
+}
+
+int rule_scatter_adds_into_zeros(const Node *n)
+{
+    return n->op == OP_SCATTER_ND && !strcmp(node_attr_str(n, "reduction", "none"), "add") &&
+           zero_fill(n->inputs[0]);
+}
+
 /* ScatterND(data 0, indices 1, updates 2) -> y: any update may land
- * anywhere in the indexed dims, so those, the indices and the updates'
- * leading dims stay whole; the trailing slice dims pass through. */
+ * anywhere in the indexed dims, so those and the index tuples stay whole;
+ * the trailing slice dims pass through. The updates' leading dims (one
+ * factor with the indices') stay whole too, except for a sum into zeros:
+ * there each rank scatters its own updates and the sum over ranks is the
+ * result (a reduction factor: the result is partial, reduced where it is
+ * needed whole). That is an embedding's gradient under data parallelism:
+ * scattered on each rank and all-reduced with the other weights'
+ * gradients, in their buckets, instead of gathering every rank's
+ * activation gradient and indices before backward can go on. */
 int rule_scatter_nd(const Node *n, FactorRule *r, Diag *d)
 {
     (void)d;
     const Tensor *x = n->inputs[0], *idx = n->inputs[1];
-    int q = idx->rank, m = (int)idx->dims[q - 1], yo = rule_out_idx(n, 0);
+    int q = idx->rank, m = (int)idx->dims[q - 1], yo = rule_out_idx(n, 0), sum = rule_scatter_adds_into_zeros(n);
     for (int j = 0; j < m; j++)
         repl(r, "ScatterND indexes this dim", (const int[]){0, j, yo, j, -1});
-    for (int i = 0; i < q - 1; i++)
-        repl(r, "ScatterND: every update must be seen by every rank", (const int[]){1, i, 2, i, -1});
+    for (int i = 0; i < q - 1; i++) {
+        if (!sum) {
+            repl(r, "ScatterND: every update must be seen by every rank", (const int[]){1, i, 2, i, -1});
+            continue;
+        }
+        if (idx->dims[i] <= 1)
+            continue;
+        int f = rule_new_factor(r, idx->dims[i], FK_REDUCTION, NULL);
+        r->nopad[f] = 1; /* a padded index tuple would still add its update somewhere */
+        rule_map_dim(r, 1, i, f);
+        rule_map_dim(r, 2, i, f);
+    }
     repl(r, "ScatterND: an index tuple is read whole", (const int[]){1, q - 1, -1});
     for (int j = m; j < x->rank; j++) {
         if (x->dims[j] <= 1)

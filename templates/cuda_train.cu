@@ -1,6 +1,6 @@
 /* ---- onnx2spmd kernels: the train family (templates/cuda_train.cu) ----
- * The optimizer updates of --train on the compute stream, one thread per
- * element, with the bodies of templates/bodies_train.h. */
+ * The optimizer updates of --train and GeluGrad on the compute stream, one
+ * thread per element, with the bodies of templates/bodies_train.h. */
 
 __global__ void kk_sgd_f32(float *w, const float *g, float *m, int64_t n, float lr, float mu, float wd)
 {
@@ -29,6 +29,19 @@ static inline void k_adamw_f32(float *w, const float *g, float *m, float *v, int
     float bc1 = 1.0f - powf(b1, (float)step), sqrt_bc2 = sqrtf(1.0f - powf(b2, (float)step));
     if (n > 0)
         kk_adamw_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, sqrt_bc2);
+}
+
+__global__ void kk_gelu_grad_f32(float *dx, const float *dy, const float *x, int64_t n, int tanh_form)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dx[i] = k_gelu_grad_elem(dy[i], x[i], tanh_form);
+}
+
+static inline void k_gelu_grad_f32(float *dx, const float *dy, const float *x, int64_t n, int tanh_form)
+{
+    if (n > 0)
+        kk_gelu_grad_f32<<<k_blocks(n), K_THREADS, 0, g_stream>>>(dx, dy, x, n, tanh_form);
 }
 
 __global__ void kk_accumulate_f32(float *g, float *acc, int64_t n, int micro, int k)

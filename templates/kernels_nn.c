@@ -116,8 +116,7 @@ static inline void k_conv2d_f32(float *y, const float *x, const float *w, const 
             for (int64_t m = 0; m < mg; m++)
                 for (int64_t p = 0; p < npix; p++)
                     yp[m * npix + p] = bias ? bias[g * mg + m] : 0.0f;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mg, (int)npix, (int)kk, 1.0f,
-                        w + g * mg * kk, (int)kk, col, (int)npix, 1.0f, yp, (int)npix);
+            k_sgemm(0, 0, mg, npix, kk, 1.0f, w + g * mg * kk, kk, col, npix, 1.0f, yp, npix);
         }
 }
 

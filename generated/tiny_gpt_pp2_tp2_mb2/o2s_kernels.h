@@ -94,7 +94,8 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
  * arrive as constants from the generated call sites; GEMMs go through
- * CBLAS (OpenBLAS, one thread per rank). Broadcasting is expressed by
+ * the blocked AVX-512/AVX2 kernel below where it is built, else CBLAS
+ * (OpenBLAS, one thread per rank). Broadcasting is expressed by
  * per-operand strides (0 on a broadcast dim) over the output's dims.
  * All are static inline so a rank that does not use one pays nothing.
  */
@@ -109,39 +110,6 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
 #define K_POLL_FLOPS 20000000
 #define K_POLL_SPAN 256
 #define K_POLL_ELEMS 65536
-
-/* One CBLAS GEMM, y (ldy) = alpha op(a) op(b) + beta y, in blocks when
- * collectives are in flight. */
-static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy)
-{
-    int by_cols = n >= m;
-    int64_t span = by_cols ? n : m, blocks = 1;
-    if (rt_nfly) {
-        int64_t work = 2 * m * n * k / K_POLL_FLOPS, most = span / K_POLL_SPAN;
-        blocks = work < most ? work : most;
-        blocks = blocks < 1 ? 1 : blocks;
-    }
-    int64_t step = (span + blocks - 1) / blocks;
-    step = (step + 15) / 16 * 16; /* whole vector tiles per block */
-    for (int64_t o = 0; o < span; o += step) {
-        int64_t w = span - o < step ? span - o : step;
-        const float *ab = a, *bb = b;
-        float *yb = y;
-        if (by_cols) {
-            bb = tb ? b + o * ldb : b + o;
-            yb = y + o;
-        } else {
-            ab = ta ? a + o : a + o * lda;
-            yb = y + o * ldy;
-        }
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)(by_cols ? m : w), (int)(by_cols ? w : n), (int)k, alpha, ab, (int)lda, bb, (int)ldb, beta,
-                    yb, (int)ldy);
-        if (o + w < span)
-            rt_poll();
-    }
-}
 
 /* ---- GEMM on prepacked weights ------------------------------------------
  * A weight is a constant, so each GEMM weight (B, k x n) is packed once at
@@ -211,13 +179,22 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
     }
 }
 
-/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
- * the row bias[n] (a bias Add folded in: NULL, none); bp is B packed by
- * k_pack_b_f32. Edge blocks (m or n not a whole tile) run on a copy in
- * `edge`. Tests the collectives in flight every K_POLL_FLOPS. */
-static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                                     const float *bp, float *y, int64_t ldy, int acc, const float *bias)
+/* y (m x n, ldy) = alpha op(a) @ op(B), plus y itself when acc, else plus
+ * the row bias[n] (a bias Add folded in: NULL, none). op(a) is m x k: a
+ * itself (lda) or, when ta, a stored k x m. B is either bp, packed once
+ * by k_pack_b_f32, or b (ldb; stored n x k when tb), which is packed here
+ * one K_KC x K_NC block at a time into a buffer of this function's, just
+ * before every row block passes over it: the packing reads each element
+ * of b once per block, against the K_MR-row passes' 2 m / K_MR flops per
+ * element, so GEMMs on activations (the backward pass's, attention's) get
+ * the same inner kernel as those on weights. alpha scales a as it is
+ * packed. Edge blocks (m or n not a whole tile) run on a copy in `edge`.
+ * Tests the collectives in flight every K_POLL_FLOPS. */
+static inline void k_gemm_blocked_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int ta,
+                                      int64_t lda, const float *b, int tb, int64_t ldb, const float *bp, float *y,
+                                      int64_t ldy, int acc, const float *bias)
 {
+    static float bblock[K_KC * K_NC] __attribute__((aligned(64)));
     float ap[K_KC * K_MR] __attribute__((aligned(64))), edge[K_MR * K_NR] __attribute__((aligned(64)));
     float bedge[K_NR] __attribute__((aligned(64)));
     int64_t panels = (n + K_NR - 1) / K_NR, done = 0;
@@ -226,14 +203,37 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
         int tile_acc = acc || k0 > 0;
         for (int64_t p0 = 0; p0 < panels; p0 += K_NC / K_NR) {
             int64_t p1 = p0 + K_NC / K_NR < panels ? p0 + K_NC / K_NR : panels;
+            if (!bp)
+                for (int64_t p = p0; p < p1; p++) {
+                    float *dst = bblock + (p - p0) * kc * K_NR;
+                    int64_t c0 = p * K_NR, nr = n - c0 < K_NR ? n - c0 : K_NR;
+                    for (int64_t q = 0; q < kc; q++) {
+                        float *row = dst + q * K_NR;
+                        if (tb)
+                            for (int64_t j = 0; j < nr; j++)
+                                row[j] = b[(c0 + j) * ldb + k0 + q];
+                        else
+                            memcpy(row, b + (k0 + q) * ldb + c0, (size_t)nr * sizeof(float));
+                        for (int64_t j = nr; j < K_NR; j++)
+                            row[j] = 0.0f;
+                    }
+                }
             for (int64_t i0 = 0; i0 < m; i0 += K_MR) {
                 int64_t mr = m - i0 < K_MR ? m - i0 : K_MR;
-                const float *as = a + i0 * lda + k0;
-                for (int64_t q = 0; q < kc; q++)
-                    for (int64_t i = 0; i < K_MR; i++)
-                        ap[q * K_MR + i] = i < mr ? as[i * lda + q] : 0.0f;
+                if (ta) {
+                    const float *as = a + k0 * lda + i0;
+                    for (int64_t q = 0; q < kc; q++)
+                        for (int64_t i = 0; i < K_MR; i++)
+                            ap[q * K_MR + i] = i < mr ? alpha * as[q * lda + i] : 0.0f;
+                } else {
+                    const float *as = a + i0 * lda + k0;
+                    for (int64_t q = 0; q < kc; q++)
+                        for (int64_t i = 0; i < K_MR; i++)
+                            ap[q * K_MR + i] = i < mr ? alpha * as[i * lda + q] : 0.0f;
+                }
                 for (int64_t p = p0; p < p1; p++) {
-                    const float *bs = bp + (p * k + k0) * K_NR, *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
+                    const float *bs = bp ? bp + (p * k + k0) * K_NR : bblock + (p - p0) * kc * K_NR;
+                    const float *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
                     float *ys = y + i0 * ldy + p * K_NR;
                     int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
                     if (mr == K_MR && nr == K_NR) {
@@ -261,10 +261,63 @@ static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const floa
         }
     }
 }
+
+/* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
+ * the row bias[n]; bp is B packed by k_pack_b_f32. */
+static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                     const float *bp, float *y, int64_t ldy, int acc, const float *bias)
+{
+    k_gemm_blocked_f32(m, n, k, 1.0f, a, 0, lda, NULL, 0, 0, bp, y, ldy, acc, bias);
+}
 #else
 #define K_PACKED_GEMM 0
 #define K_PACKED_ISA "not built"
 #endif
+
+/* One GEMM, y (ldy) = alpha op(a) op(b) + beta y. Where the blocked
+ * kernel above is built, it takes every GEMM whose beta is 0 or 1 (all
+ * that the emitters write but a Gemm's own beta): OpenBLAS picks its
+ * kernels by the CPU it recognises, and one it does not (0.3.21 on
+ * Sapphire Rapids: "Prescott", no vector code) runs at a third of the
+ * blocked kernel's speed, which was most of a training step. Elsewhere,
+ * CBLAS, in blocks of columns or rows when collectives are in flight. */
+static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy)
+{
+#if K_PACKED_GEMM
+    if ((beta == 0.0f || beta == 1.0f) && k > 0) { /* k = 0: CBLAS writes beta y, the kernel nothing */
+        k_gemm_blocked_f32(m, n, k, alpha, a, ta, lda, b, tb, ldb, NULL, y, ldy, beta == 1.0f, NULL);
+        return;
+    }
+#endif
+    int by_cols = n >= m;
+    int64_t span = by_cols ? n : m, blocks = 1;
+    if (rt_nfly) {
+        int64_t work = 2 * m * n * k / K_POLL_FLOPS, most = span / K_POLL_SPAN;
+        blocks = work < most ? work : most;
+        blocks = blocks < 1 ? 1 : blocks;
+    }
+    int64_t step = (span + blocks - 1) / blocks;
+    step = (step + 15) / 16 * 16; /* whole vector tiles per block */
+    for (int64_t o = 0; o < span; o += step) {
+        int64_t w = span - o < step ? span - o : step;
+        const float *ab = a, *bb = b;
+        float *yb = y;
+        if (by_cols) {
+            bb = tb ? b + o * ldb : b + o;
+            yb = y + o;
+        } else {
+            ab = ta ? a + o : a + o * lda;
+            yb = y + o * ldy;
+        }
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)(by_cols ? m : w), (int)(by_cols ? w : n), (int)k, alpha, ab, (int)lda, bb, (int)ldb, beta,
+                    yb, (int)ldy);
+        if (o + w < span)
+            rt_poll();
+    }
+}
+
 
 /* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
  * of its own; NULL where that kernel is not built (the caller then uses

@@ -49,6 +49,17 @@ static void test_mlp_gets_a_gradient_and_an_update_per_weight(void **s)
     /* Every backward node is marked and follows the forward ones. */
     for (int i = 0; i < forward; i++)
         assert_false(g->nodes[i]->grad);
+    /* The updates run in the order backward finishes their gradients
+     * (dp's buckets fill in that order): the second layer's first. */
+    int last_key = -1;
+    for (int i = first_update; i < g->nnodes; i++) {
+        const Node *p = g->nodes[i]->inputs[1]->producer;
+        assert_non_null(p);
+        assert_true(p->id > last_key);
+        last_key = p->id;
+    }
+    const char *w = g->nodes[first_update]->inputs[0]->name;
+    assert_true(strcmp(w, "W2") == 0 || strcmp(w, "b2") == 0);
     diag_free(&d);
     graph_free(g);
 }

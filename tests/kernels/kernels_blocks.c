@@ -25,6 +25,8 @@
 #include "templates/kernels.c"
 #include "templates/bodies_reduce.h"   /* ReduceSum/ReduceMean: the reduce family */
 #include "templates/kernels_reduce.c"
+#include "templates/bodies_train.h"    /* GeluGrad: the train family */
+#include "templates/kernels_train.c"
 
 #include <cmocka.h>
 
@@ -374,6 +376,81 @@ static void test_packed_gemm_matches_a_reference(void **st)
                 check_packed(shapes[s][0], shapes[s][1], shapes[s][2], tb, mode == 1, mode == 2, (int)(s + mode) % 2);
 }
 
+/* k_sgemm against CBLAS itself: where the blocked kernel is built it takes
+ * every GEMM with beta 0 or 1 (templates/kernels.c), so each transpose
+ * combination, alpha, accumulation into y, padded leading dims and shapes
+ * that cross K_KC, K_NC and the tile edges must give CBLAS's values. */
+static void check_sgemm(int64_t m, int64_t k, int64_t n, int ta, int tb, float alpha, float beta)
+{
+    int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldy = n + 1;
+    float *a = rnd((ta ? k : m) * lda, 11), *b = rnd((tb ? n : k) * ldb, 12);
+    float *y = rnd(m * ldy, 13), *ref = malloc(sizeof(float) * (size_t)(m * ldy));
+    assert_non_null(ref);
+    memcpy(ref, y, sizeof(float) * (size_t)(m * ldy));
+    k_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, y, ldy);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, alpha, a, (int)lda, b, (int)ldb, beta, ref, (int)ldy);
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++)
+            assert_true(fabsf(y[i * ldy + j] - ref[i * ldy + j]) <= 1e-4f * (1.0f + (float)k));
+        assert_true(y[i * ldy + n] == ref[i * ldy + n]); /* the padding column is left alone */
+    }
+    free(a);
+    free(b);
+    free(y);
+    free(ref);
+}
+
+static void test_sgemm_matches_cblas(void **st)
+{
+    (void)st;
+    static const int64_t shapes[][3] = {{64, 64, 64}, {5, 7, 3}, {1, 600, 33}, {130, 1100, 70}, {37, 40, 700}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            check_sgemm(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, 1.0f, 0.0f);
+            check_sgemm(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, 0.5f, 1.0f);
+        }
+}
+
+/* GeluGrad's fused pass against its formula in double precision, both
+ * forms, run whole and in polled runs, over the range activations take
+ * and out to where erf and tanh saturate. */
+static void test_gelu_grad_matches_libm(void **st)
+{
+    (void)st;
+    int64_t n = 70001;
+    float *x = malloc(sizeof(float) * (size_t)n), *dy = rnd(n, 21), *dx = malloc(sizeof(float) * (size_t)n);
+    float *split = malloc(sizeof(float) * (size_t)n);
+    assert_true(x && dx && split);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = -12.0f + 24.0f * (float)i / (float)(n - 1);
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        rt_nfly = 0;
+        k_gelu_grad_f32(dx, dy, x, n, tanh_form);
+        rt_nfly = 1;
+        k_gelu_grad_f32(split, dy, x, n, tanh_form);
+        rt_nfly = 0;
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i], s;
+            if (tanh_form) {
+                double c = sqrt(2.0 / M_PI), t = tanh(c * (v + 0.044715 * v * v * v));
+                s = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
+            } else {
+                s = 0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
+            }
+            double e = fabs(dx[i] - dy[i] * s);
+            worst = e > worst ? e : worst;
+            assert_true(dx[i] == split[i]);
+        }
+        assert_true(worst < 1e-6); /* |dy| <= 1; k_erf and k_exp are within ~2e-7 (measured: under 2e-7) */
+    }
+    free(x);
+    free(dy);
+    free(dx);
+    free(split);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +462,8 @@ int main(void)
         cmocka_unit_test(test_broadcast_binary_matches_an_index_loop),
         cmocka_unit_test(test_reduce_matches_a_reference),
         cmocka_unit_test(test_packed_gemm_matches_a_reference),
+        cmocka_unit_test(test_sgemm_matches_cblas),
+        cmocka_unit_test(test_gelu_grad_matches_libm),
     };
 #if defined(__AVX2__)
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {

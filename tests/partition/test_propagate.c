@@ -90,6 +90,45 @@ static void test_partition_propagate_tiny_gpt_dp_tp(void **st)
     setup_free(&s);
 }
 
+/* Under dp the embeddings' gradients (ScatterND adding into zeros) are
+ * scattered on each rank and come out partial over dp, so they are
+ * all-reduced like every other weight gradient: no all-gather of the
+ * activation gradient or of the token ids on the way. */
+static void test_partition_propagate_embedding_gradient_partial_over_dp(void **st)
+{
+    (void)st;
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
+    diag_init(&s.d, "tiny_gpt_lm");
+    TrainOptions o;
+    train_options_default(&o);
+    assert_int_equal(ir_build_training(s.g, &o, &s.d), 0);
+    assert_int_equal(mesh_parse("dp=2", &s.mesh, &s.d), 0);
+    const char *const shards[] = {"tokens=[dp,_]", "labels=[dp,_]"};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(annotate_add_flag(&s.ann, &s.arena, s.g, &s.mesh, shards[i], "--shard", &s.d), 0);
+    s.p = partition_propagate(s.g, &s.mesh, &s.ann, &s.d);
+    assert_non_null(s.p);
+    int scatters = 0;
+    for (int i = 0; i < s.g->nnodes; i++) {
+        const Node *n = s.g->nodes[i];
+        if (n->op != OP_SCATTER_ND)
+            continue;
+        assert_true(rule_scatter_adds_into_zeros(n));
+        assert_int_equal(s.p->tensors[n->outputs[0]->id].sharding.partial, 1u); /* partial over dp */
+        scatters++;
+    }
+    assert_int_equal(scatters, 2); /* the token and the position embeddings */
+    /* The only all-gathers left are the loss's (its mean needs the whole batch). */
+    for (int i = 0; i < s.p->nreshards; i++)
+        for (int j = 0; j < s.p->reshards[i].r.nsteps; j++)
+            if (s.p->reshards[i].r.steps[j].kind == COLL_ALL_GATHER)
+                assert_true(s.p->reshards[i].tensor->producer == NULL ||
+                            !s.p->reshards[i].tensor->producer->grad);
+    setup_free(&s);
+}
+
 static void test_partition_propagate_vocab_parallel_embedding(void **st)
 {
     (void)st;
@@ -463,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_partition_propagate_pinned_weight_sliced_for_reduce),
         cmocka_unit_test(test_partition_propagate_conv_gathers_input_not_partial_result),
         cmocka_unit_test(test_partition_propagate_tiny_gpt_pinned_row_weights),
+        cmocka_unit_test(test_partition_propagate_embedding_gradient_partial_over_dp),
         cmocka_unit_test(test_annotation_that_cannot_hold),
         cmocka_unit_test(test_annotate_unknown_tensor),
         cmocka_unit_test(test_annotate_unknown_axis),
