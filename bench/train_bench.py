@@ -3,7 +3,8 @@
 onnxruntime-training, and ZeRO's memory against the plan.
 
 Part of `make bench` (which makes build/venv-train with tools/deps.sh
---train). Models: tiny_gpt_lm (tests/models/train) and gpt_512_lm, the
+--train). Models: tiny_gpt_lm and gpt2_ts_lm (the PyTorch export of GPT-2,
+tests/models/train) and gpt_512_lm, the
 bench's gpt_512 (d512, 4 layers, vocabulary 1024) at seq 32, batch 16 (the
 same 512 tokens per step as gpt_512's seq 128 x batch 4: ORT-training
 crashes from seq 64 on) with a language-model loss (SoftmaxCrossEntropyLoss
@@ -100,6 +101,10 @@ def models():
         feeds[n] = os.path.join(OUT, "gpt_512_lm.%s.npy" % n)
         np.save(feeds[n], rng.integers(0, V, (B, S), dtype=np.int64))
     out.append(("gpt_512_lm", path, feeds))
+    # the PyTorch export of GPT-2 (TorchScript, tests/models/make_train_exports.py) with its LM loss
+    gpt2 = os.path.join(ROOT, "tests", "models", "train", "gpt2_ts_lm")
+    out.append(("gpt2_ts_lm", gpt2 + ".onnx", {n: "%s.input_%s.npy" % (gpt2, n)
+                                              for n in ("input_ids", "attention_mask", "labels")}))
     return out
 
 
@@ -149,7 +154,7 @@ def run_ort(model, feeds, threads, steps):
 
 def parse_args():
     ap = argparse.ArgumentParser(description="training steps against onnxruntime-training")
-    ap.add_argument("--model", choices=("tiny_gpt_lm", "gpt_512_lm"), help="time this model only")
+    ap.add_argument("--model", choices=("tiny_gpt_lm", "gpt_512_lm", "gpt2_ts_lm"), help="time this model only")
     ap.add_argument("--plan", choices=("1", "dp2"), help="time this plan only (1 rank or dp=2)")
     ap.add_argument("--part", choices=("steps", "overlap", "zero"), action="append",
                     help="run this part only (repeatable; default all)")
@@ -164,12 +169,14 @@ def bench_steps(args, missed):
     for name, model, feeds in models():
         if args.model and name != args.model:
             continue
-        steps = 20 if name == "tiny_gpt_lm" else 3
+        steps = 3 if name == "gpt_512_lm" else 20
         for label, flags, ranks in (("1 rank", ["--mesh", "r=1"], 1),
                                     ("dp=2", ["--mesh", "dp=2", "--shard", "tokens=[dp,_]",
                                               "--shard", "labels=[dp,_]"], 2)):
             if args.plan and args.plan != ("1" if ranks == 1 else "dp2"):
                 continue
+            if ranks == 2:  # every input's batch dim over dp
+                flags = ["--mesh", "dp=2"] + [a for n in feeds for a in ("--shard", "%s=[dp,_]" % n)]
             d, _ = compile_build("%s_%s" % (name, ranks), model, flags)
             ours, theirs, c_mib, o_mib = [], [], 0, 0
             for _ in range(ROUNDS):
@@ -254,7 +261,7 @@ def bench_zero():
 
 def parse_args():
     ap = argparse.ArgumentParser(description="training steps against onnxruntime-training")
-    ap.add_argument("--model", choices=("tiny_gpt_lm", "gpt_512_lm"), help="time this model only")
+    ap.add_argument("--model", choices=("tiny_gpt_lm", "gpt_512_lm", "gpt2_ts_lm"), help="time this model only")
     ap.add_argument("--plan", choices=("1", "dp2"), help="time this plan only (1 rank or dp=2)")
     ap.add_argument("--part", choices=("steps", "overlap", "zero"), action="append",
                     help="run this part only (repeatable; default all)")
