@@ -152,15 +152,6 @@ def run_ort(model, feeds, threads, steps):
     return float(m.group(1)), float(re.search(r"peak memory: ([\d.]+) MiB", r.stdout).group(1))
 
 
-def parse_args():
-    ap = argparse.ArgumentParser(description="training steps against onnxruntime-training")
-    ap.add_argument("--model", choices=("tiny_gpt_lm", "gpt_512_lm", "gpt2_ts_lm"), help="time this model only")
-    ap.add_argument("--plan", choices=("1", "dp2"), help="time this plan only (1 rank or dp=2)")
-    ap.add_argument("--part", choices=("steps", "overlap", "zero"), action="append",
-                    help="run this part only (repeatable; default all)")
-    return ap.parse_args()
-
-
 def bench_steps(args, missed):
     print("\ntraining steps: generated C vs onnxruntime-training 1.19.2 (AdamW, one step after a warm-up; "
           "median of %d alternating rounds)" % ROUNDS)
