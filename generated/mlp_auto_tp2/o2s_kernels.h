@@ -267,7 +267,10 @@ static inline void k_gemm_blocked_f32(int64_t m, int64_t n, int64_t k, float alp
 static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                      const float *bp, float *y, int64_t ldy, int acc, const float *bias)
 {
-    k_gemm_blocked_f32(m, n, k, 1.0f, a, 0, lda, NULL, 0, 0, bp, y, ldy, acc, bias);
+    /* (b is not read when bp is given; passing NULL there lets GCC's
+     * constant propagation see a block copy from a null pointer on a path
+     * that never runs, and -Warray-bounds fires at -O3) */
+    k_gemm_blocked_f32(m, n, k, 1.0f, a, 0, lda, bp, 0, 0, bp, y, ldy, acc, bias);
 }
 #else
 #define K_PACKED_GEMM 0
