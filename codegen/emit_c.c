@@ -171,15 +171,6 @@ static void emit_comms(Emitter *e)
     fprintf(f, "}\n");
 }
 
-/* The first optimizer update's node id (-1: none). */
-static int first_update_node(const Program *pr)
-{
-    for (int i = 0; i < pr->g->nnodes; i++)
-        if (ir_output_in_place(pr->g->nodes[i], 0) >= 0)
-            return i;
-    return -1;
-}
-
 /* --precision fp16: before the first update, the loss scale's step
  * (GradScaler's rule, k_loss_scale_step) reads the gradients' factor as
  * this rank holds it, the operand of one of the nodes that apply it. */
@@ -259,9 +250,12 @@ static void emit_forward(Emitter *e)
             fprintf(fw, "}\n\n/* ---- the optimizer: each weight updated in place ---- */\n\n"
                         "static void optimizer_step(void)\n{\n    g_step++;\n");
         }
+        int first_update = -1; /* fp16's loss-scale step goes right before it */
+        for (int i = opt; i < pr->ninsts && first_update < 0; i++)
+            if (pr->insts[i].kind == INST_COMPUTE && ir_output_in_place(pr->insts[i].node, 0) >= 0)
+                first_update = i;
         for (int i = opt; i < pr->ninsts; i++) {
-            const Node *n = pr->insts[i].kind == INST_COMPUTE ? pr->insts[i].node : NULL;
-            if (n && n->id == first_update_node(pr))
+            if (i == first_update)
                 emit_loss_scale_step(e);
             emit_inst(e, i);
         }

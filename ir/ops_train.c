@@ -26,22 +26,25 @@ int ir_in_optimizer_step(const Node *n)
     return n->per_step || ir_output_in_place(n, 0) >= 0;
 }
 
-int ir_in_place(const Tensor *t)
+/* The input whose storage t (an update's output) takes over, or NULL. */
+static const Tensor *in_place_of(const Tensor *t)
 {
     const Node *n = t->producer;
     for (int k = 0; n && k < n->noutputs; k++)
         if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
-            return 1;
-    return 0;
+            return n->inputs[ir_output_in_place(n, k)];
+    return NULL;
+}
+
+int ir_in_place(const Tensor *t)
+{
+    return in_place_of(t) != NULL;
 }
 
 const char *ir_output_name(const Tensor *t)
 {
-    const Node *n = t->producer;
-    for (int k = 0; n && k < n->noutputs; k++)
-        if (n->outputs[k] == t && ir_output_in_place(n, k) >= 0)
-            return n->inputs[ir_output_in_place(n, k)]->name;
-    return t->name;
+    const Tensor *src = in_place_of(t);
+    return src ? src->name : t->name;
 }
 
 /* GeluGrad (dY, X): float32, one shape (the vjp rule writes it only so). */

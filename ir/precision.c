@@ -78,21 +78,29 @@ static int is_const(const Tensor *t)
     return t->is_initializer || (t->producer && t->producer->op == OP_CONSTANT);
 }
 
-static Tensor *cast_node(Autocast *ac, Tensor *t, DType to)
+/* A Cast node from `in` to `out`'s new type `to`, named after `name`. */
+static int add_cast(Autocast *ac, const char *name, Tensor *in, Tensor *out, DType to)
 {
     Graph *g = ac->g;
     char base[200];
-    snprintf(base, sizeof base, "%.170s/to_%s", t->name, to == DT_F32 ? "fp32" : dtype_name(to));
+    snprintf(base, sizeof base, "%.170s/to_%s", name, to == DT_F32 ? "fp32" : dtype_name(to));
     Node *n = graph_node_add(g, OP_CAST, base);
     n->inputs = arena_alloc(&g->arena, sizeof(Tensor *));
     n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
-    n->inputs[0] = t;
+    n->inputs[0] = in;
+    n->outputs[0] = out;
     n->ninputs = n->noutputs = 1;
-    snprintf(base, sizeof base, "%.170s.%s", t->name, to == DT_F32 ? "fp32" : dtype_name(to));
-    n->outputs[0] = graph_tensor_fresh(g, base);
-    n->outputs[0]->producer = n;
+    out->producer = n;
     node_attr_set_int(g, n, "to", to);
-    return ir_infer_node(g, n, ac->d) ? NULL : n->outputs[0];
+    return ir_infer_node(g, n, ac->d);
+}
+
+static Tensor *cast_node(Autocast *ac, Tensor *t, DType to)
+{
+    char base[200];
+    snprintf(base, sizeof base, "%.170s.%s", t->name, to == DT_F32 ? "fp32" : dtype_name(to));
+    Tensor *out = graph_tensor_fresh(ac->g, base);
+    return add_cast(ac, t->name, t, out, to) ? NULL : out;
 }
 
 /* A frozen constant in another float type: a new initializer, converted
@@ -174,16 +182,7 @@ static int keep_output_type(Autocast *ac, Node *n, int k)
     memcpy(low->dims, t->dims, sizeof low->dims);
     low->producer = n;
     n->outputs[k] = low;
-    snprintf(base, sizeof base, "%.170s/to_%s", t->name, dtype_name(want));
-    Node *c = graph_node_add(ac->g, OP_CAST, base);
-    c->inputs = arena_alloc(&ac->g->arena, sizeof(Tensor *));
-    c->outputs = arena_alloc(&ac->g->arena, sizeof(Tensor *));
-    c->inputs[0] = low;
-    c->outputs[0] = t;
-    c->ninputs = c->noutputs = 1;
-    t->producer = c;
-    node_attr_set_int(ac->g, c, "to", want);
-    return ir_infer_node(ac->g, c, ac->d);
+    return add_cast(ac, t->name, low, t, want);
 }
 
 int ir_autocast(Graph *g, DType low, const unsigned char *trainable, Diag *d)

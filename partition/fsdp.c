@@ -26,6 +26,26 @@ static int is_update(const Plan *p, const Tensor *t, int r)
     return 0;
 }
 
+/* t is now stored as `store`: every reader that read it directly in its
+ * planned layout `use` reads it through a gather; one that reads the
+ * stored block as it is (-2: an update on its own block) reads it
+ * directly. */
+static void gather_for_readers(Plan *p, const Tensor *t, const Sharding *store, const Sharding *use,
+                               const char *reason)
+{
+    for (int c = 0; c < t->nconsumers; c++) {
+        const Node *n = t->consumers[c];
+        NodePlan *np = &p->nodes[n->id];
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] == t && np->in_reshard[k] == -2)
+                np->in_reshard[k] = -1;
+            else if (n->inputs[k] == t && np->in_reshard[k] < 0) {
+                np->in_reshard[k] = plan_add_reshard(p, t, n, k, reason, store, use);
+                p->reshards[np->in_reshard[k]].weight_gather = 1;
+            }
+    }
+}
+
 /* Mixed precision (--precision, ir/precision.c): a weight stored split and
  * read through a Cast to a narrower type is cast where it is stored, on
  * this rank's block, and the narrow copy is what is gathered before each
@@ -58,15 +78,7 @@ static void gather_narrow(Plan *p, const Node *c, const char *reason)
         p->reshards[r].weight_gather = 1;
         reshard_lower(m, y, &store, &p->reshards[r].dst, &p->reshards[r].r);
     }
-    for (int k = 0; k < y->nconsumers; k++) {
-        const Node *n = y->consumers[k];
-        NodePlan *rp = &p->nodes[n->id];
-        for (int j = 0; j < n->ninputs; j++)
-            if (n->inputs[j] == y && rp->in_reshard[j] < 0) {
-                rp->in_reshard[j] = plan_add_reshard(p, y, n, j, reason, &store, &use);
-                p->reshards[rp->in_reshard[j]].weight_gather = 1;
-            }
-    }
+    gather_for_readers(p, y, &store, &use, reason);
 }
 
 int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
@@ -127,18 +139,7 @@ int partition_shard_weights(Plan *p, const char *axis_name, Diag *d)
             p->reshards[r].weight_gather = 1;
             reshard_lower(m, t, &store, &p->reshards[r].dst, &p->reshards[r].r);
         }
-        /* Direct readers now read through a gather to the planned layout. */
-        for (int c = 0; c < t->nconsumers; c++) {
-            const Node *n = t->consumers[c];
-            NodePlan *np = &p->nodes[n->id];
-            for (int k = 0; k < n->ninputs; k++)
-                if (n->inputs[k] == t && np->in_reshard[k] == -2)
-                    np->in_reshard[k] = -1;
-                else if (n->inputs[k] == t && np->in_reshard[k] < 0) {
-                    np->in_reshard[k] = plan_add_reshard(p, t, n, k, reason, &store, &use);
-                    p->reshards[np->in_reshard[k]].weight_gather = 1;
-                }
-        }
+        gather_for_readers(p, t, &store, &use, reason);
         for (int c = 0; c < t->nconsumers; c++)
             if (t->consumers[c]->op == OP_CAST)
                 gather_narrow(p, t->consumers[c], reason);
