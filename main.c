@@ -66,6 +66,12 @@ static const char usage_text[] =
     "                    (default: an axis named pp, if any)\n"
     "  --microbatches M  split the batch into M microbatches, run through the\n"
     "                    stages one after another (GPipe's forward schedule)\n"
+    "                    (with --train: M microbatches per step, each the model's batch,\n"
+    "                    as --accum M; their gradients summed before one update)\n"
+    "  --schedule S      --train's pipeline schedule: 1f1b (default: one forward, one\n"
+    "                    backward; at most as many microbatches in flight as stages after\n"
+    "                    it), gpipe (every forward, then every backward) or interleaved\n"
+    "  --virtual-stages V  interleaved: V model chunks per rank (default 2)\n"
     "  --stage-boundaries T1,T2,...  end stage k after the node producing Tk\n"
     "                    (default: a search for the fastest balanced split)\n"
     "  --mem-limit N     bytes per rank (suffix K, M, G): --auto keeps weights\n"
@@ -328,7 +334,7 @@ static void inspect_json(const Graph *g, int nodes)
 enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
-       OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES,
+       OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES, OPT_SCHEDULE, OPT_VIRTUAL_STAGES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
        OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE };
@@ -522,6 +528,8 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"pipeline-axis", required_argument, 0, OPT_PIPELINE_AXIS},
         {"microbatches", required_argument, 0, OPT_MICROBATCHES},
         {"stage-boundaries", required_argument, 0, OPT_STAGE_BOUNDARIES},
+        {"schedule", required_argument, 0, OPT_SCHEDULE},
+        {"virtual-stages", required_argument, 0, OPT_VIRTUAL_STAGES},
         {"fuse-bytes", required_argument, 0, OPT_FUSE_BYTES},
         {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
         {"zero", required_argument, 0, OPT_ZERO},
@@ -596,6 +604,25 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             break;
         case OPT_PIPELINE_AXIS: o->pipeline_axis = optarg; break;
         case OPT_STAGE_BOUNDARIES: o->stage_boundaries = optarg; break;
+        case OPT_SCHEDULE:
+            if (strcmp(optarg, "1f1b") == 0)
+                o->schedule = PIPE_1F1B;
+            else if (strcmp(optarg, "gpipe") == 0)
+                o->schedule = PIPE_GPIPE;
+            else if (strcmp(optarg, "interleaved") == 0)
+                o->schedule = PIPE_INTERLEAVED;
+            else
+                return usage_error("--schedule %s: expected 1f1b, gpipe or interleaved", optarg);
+            o->schedule_set = 1;
+            break;
+        case OPT_VIRTUAL_STAGES: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > 16)
+                return usage_error("--virtual-stages %s: expected model chunks per rank, from 1 to 16", optarg);
+            o->virtual_stages = (int)v;
+            break;
+        }
         case OPT_MICROBATCHES: {
             char *end;
             long v = strtol(optarg, &end, 10);

@@ -57,6 +57,10 @@ typedef struct Buffer {
     /* Bytes into alias_of's storage where this view starts: a ZeRO update's
      * block of its weight (views.c), else 0. */
     int64_t alias_offset;
+    /* A training pipeline's stash: a value (or view root) live from a
+     * microbatch's forward pass into its backward one, placed in the stash
+     * region, which has one copy per microbatch in flight (memplan.c). */
+    char stash;
 } Buffer;
 
 typedef enum InstKind {
@@ -164,6 +168,7 @@ typedef struct Program {
     int prefetch_used;      /* prefetch depth that fit the memory limit */
     int first_update;       /* --train: the first optimizer update's instruction (ninsts: none) */
     int64_t arena_bytes, weight_bytes, input_bytes;
+    int64_t stash_bytes;    /* training pipeline: one microbatch's stash (input_bytes counts every copy) */
 } Program;
 
 /* lower.c: this rank's program (the passes below, in order), or NULL with
@@ -177,6 +182,12 @@ Program *program_new(const Plan *p, int rank, const ProgramOptions *opt);
 int program_buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind, DType dt, int rank,
                     const int64_t *dims, const Sharding *layout);
 void program_inst_add(Program *pr, InstKind k, const Node *n, int reshard);
+/* A training pipeline's stage: the first instruction of backward (any
+ * instruction of a backward node: its starts and waits too), or ninsts. */
+int program_backward_start(const Program *pr);
+/* Does this rank's program hold graph output t (without a pipeline,
+ * every rank; inferring, the last stage; training, the stage making it)? */
+int program_holds_output(const Program *pr, const Tensor *t);
 /* Does this rank's program run node n (its pipeline stage's)? */
 int program_runs(const Program *pr, const Node *n);
 /* Buffer a node reads for operand k (the reshard result when it has one). */
@@ -372,6 +383,19 @@ int emit_pipe_forward(Emitter *e);
 void emit_pipe_recv_comment(Emitter *e, const PipeLink *k, const char *mb, const char *indent);
 /* main()'s --out: the last stage assembles the outputs on its first rank. */
 void emit_pipe_outputs(Emitter *e);
+/* The values this rank sends (produced here, read by another stage) or
+ * receives, each with its tag (the same on both sides); *n gets the count. */
+PipeLink *emit_pipe_links(const Program *pr, int sending, int *n);
+
+/* ---- emit_pipe_train.c --------------------------------------------------- */
+
+/* A training stage's slots, stash and pipe_init(). */
+void emit_pipe_train_decls(Emitter *e);
+/* use_slot(), post_receives(), forward(mb), backward(mb), optimizer_step()
+ * and train_step() (the schedule). */
+int emit_pipe_train(Emitter *e);
+/* main()'s --out: each output from the stage holding it. */
+void emit_pipe_train_outputs(Emitter *e);
 
 /* ---- emit_main.c -------------------------------------------------------- */
 

@@ -90,8 +90,9 @@ static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
         fprintf(f, "#define %s %s /* %s, updated in place */\n", b->name, pr->bufs[b->alias_of].name,
                 t ? CMT(t->name, nm) : "");
     } else if (b->last >= 0) {
-        fprintf(f, "#define %s ((%s *)(g_arena + %lld)) /* %lld bytes, live [%d, %d]", b->name,
-                emit_ctype(b->dtype), (long long)b->offset, (long long)b->bytes, b->first, b->last);
+        fprintf(f, "#define %s ((%s *)(%s + %lld)) /* %lld bytes, live [%d, %d]%s", b->name, emit_ctype(b->dtype),
+                b->stash ? "g_stash" : "g_arena", (long long)b->offset, (long long)b->bytes, b->first, b->last,
+                b->stash ? ", kept from forward to backward" : "");
         if (t)
             fprintf(f, ": %s local %s, %s", CMT(t->name, nm), l,
                     sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
@@ -208,7 +209,12 @@ static void emit_forward(Emitter *e)
     if (!fw)
         abort();
     trace_tables_begin(&e->trace);
-    if (pr->plan->pipe) {
+    if (pr->plan->pipe && pr->plan->pipe->train) {
+        emit_pipe_train_decls(e);
+        e->f = fw;
+        if (emit_pipe_train(e))
+            e->rc = -1;
+    } else if (pr->plan->pipe) {
         emit_pipe_decls(e);
         e->f = fw;
         if (emit_pipe_forward(e))

@@ -111,6 +111,8 @@ void emit_inputs(Emitter *e)
     char buf[256], nm[ESC_NAME_CAP], dst[ESC_NAME_CAP + 16];
     if (pp && pr->stage != 0)
         return;
+    if (pp && pp->train)
+        pp = NULL; /* a training stage 0 reads each microbatch's batch as it runs (load_batch) */
     const char *in = pp ? "    " : ""; /* inside the loop over microbatches */
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
@@ -173,6 +175,12 @@ void emit_inputs(Emitter *e)
 
 void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync)
 {
+    /* The loss's printer: rank 0, or in a pipeline the last stage's first
+     * rank (which computes it); a stage without it prints nothing. */
+    const Pipeline *pp = e->pr->plan->pipe;
+    int printer = pp ? pipeline_world_rank(pp, pp->nstages - 1, 0) : 0;
+    char cond[64];
+    snprintf(cond, sizeof cond, loss ? "RANK == %d" : "0", printer);
     fprintf(e->f, "    double t_timed = 0; /* from the start of step 2: step 1 is the warm-up */\n"
                   "    for (long s = 1; s <= args.steps; s++) {\n"
                   "        if (s == 2) {\n"
@@ -181,7 +189,7 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "            t_timed = rt_now();\n"
                   "        }\n"
                   "        train_step();\n"
-                  "        if (RANK == 0 && (g_step %% args.log_every == 0 || s == args.steps))\n"
+                  "        if (%s && (g_step %% args.log_every == 0 || s == args.steps))\n"
                   "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
                   "        if (args.save && ((args.save_every && g_step %% args.save_every == 0) || s == args.steps)) {\n"
                   "            /* every rank its file, then rank 0 publishes the step (rt_ckpt_write) */\n"
@@ -201,7 +209,7 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
                   "                   rt_peak_rss_kib() / 1024.0);\n"
                   "    }\n",
-            sync, barrier, loss, blob, barrier, barrier, sync, barrier);
+            sync, barrier, cond, loss ? loss : "0.0", blob, barrier, barrier, sync, barrier);
 }
 
 void emit_batch_loader(Emitter *e)
@@ -210,15 +218,17 @@ void emit_batch_loader(Emitter *e)
     const Graph *g = pr->g;
     FILE *f = e->f;
     char nm[ESC_NAME_CAP];
-    if (!program_trains(pr) || pr->plan->pipe)
+    if (!program_trains(pr) || (pr->plan->pipe && (!pr->plan->pipe->train || pr->stage != 0)))
         return;
     fprintf(f, "/* Training data: each --in file holds the model's input, or k batches of it along\n"
                " * dim 0; batch b (from 1: the step, or with --accum (step-1) * ACCUM + microbatch)\n"
                " * reads batch (b-1) mod k, counted on from the checkpoint's step on --resume, this\n"
                " * rank its block of it. */\n"
-               "static RtTensor g_data[%d];\nstatic int64_t g_batches[%d];\n\n"
-               "static void load_batch(long batch)\n{\n",
-            g->ninputs ? g->ninputs : 1, g->ninputs ? g->ninputs : 1);
+               "static RtTensor g_data[%d];\n",
+            g->ninputs ? g->ninputs : 1);
+    if (!pr->plan->pipe) /* (a pipeline stage declared it before its passes) */
+        fprintf(f, "static int64_t g_batches[%d];\n", g->ninputs ? g->ninputs : 1);
+    fprintf(f, "\nstatic void load_batch(long batch)\n{\n");
     for (int i = 0; i < g->ninputs; i++) {
         const Tensor *t = g->inputs[i];
         const Buffer *b = &pr->bufs[pr->tensor_buf[t->id]];

@@ -31,7 +31,7 @@
 
 /* The values this rank sends (produced here, read by another stage) or
  * receives; *n gets the count. */
-static PipeLink *pipe_links(const Program *pr, int sending, int *n)
+PipeLink *emit_pipe_links(const Program *pr, int sending, int *n)
 {
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
@@ -79,7 +79,7 @@ void emit_pipe_decls(Emitter *e)
     const Graph *g = pr->g;
     char nm[ESC_NAME_CAP];
     int ns, nr;
-    PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
+    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
     fprintf(f, "\n/* ---- pipeline: this is stage %d of %d, %d microbatch%s ---- */\n\n#define MICROBATCHES %d\n",
             pr->stage, pp->nstages, pp->microbatches, pp->microbatches == 1 ? "" : "es", pp->microbatches);
     for (int i = 0; i < ns; i++) {
@@ -150,7 +150,7 @@ int emit_pipe_forward(Emitter *e)
     Diag *d = e->d;
     const Graph *g = pr->g;
     int ns, nr;
-    PipeLink *snd = pipe_links(pr, 1, &ns), *rcv = pipe_links(pr, 0, &nr);
+    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
     for (int i = 0; i < ns + nr; i++) {
         const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
         if (k->tag > 32767) { /* MPI guarantees tags up to 32767 */

@@ -238,8 +238,10 @@ static void mpi_main(Emitter *e)
     emit_trace_init(e);
     if (program_trains(pr)) {
         char loss[200];
-        snprintf(loss, sizeof loss, "(double)%s[0]", pr->bufs[program_output_buf(pr, program_loss_output(pr))].name);
-        emit_train_loop(e, loss, "g_weights",
+        int li = program_loss_output(pr);
+        if (program_holds_output(pr, g->outputs[li]))
+            snprintf(loss, sizeof loss, "(double)%s[0]", pr->bufs[program_output_buf(pr, li)].name);
+        emit_train_loop(e, program_holds_output(pr, g->outputs[li]) ? loss : NULL, "g_weights",
                         "CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (checkpoint or timing)\")",
                         "(void)0");
         fprintf(f, "    rt_trace_write();\n");
@@ -256,7 +258,9 @@ static void mpi_main(Emitter *e)
                "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);\n"
                "    } else {\n        forward();\n    }\n"
                "    rt_trace_write();\n");
-    if (pr->plan->pipe) {
+    if (pr->plan->pipe && pr->plan->pipe->train) {
+        emit_pipe_train_outputs(e);
+    } else if (pr->plan->pipe) {
         emit_pipe_outputs(e);
     } else {
         fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");

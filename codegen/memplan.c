@@ -92,8 +92,9 @@ static void liveness(Program *pr)
     }
     /* Graph outputs (or their gathered form) survive to the end (with a
      * pipeline, on the last stage, where they are written). */
-    for (int i = 0; (pr->stage < 0 || pr->stage == p->pipe->nstages - 1) && i < g->noutputs; i++)
-        live(pr, program_output_buf(pr, i), end);
+    for (int i = 0; i < g->noutputs; i++)
+        if (program_holds_output(pr, g->outputs[i]))
+            live(pr, program_output_buf(pr, i), end);
 }
 
 /* Memory plan: buffers in decreasing size (ties: creation order), each at
@@ -177,7 +178,7 @@ static int round64(int64_t bytes, int64_t *out)
     return 0;
 }
 
-static int place(Program *pr, Diag *d)
+static int place(Program *pr, int stash, int64_t *bytes, Diag *d)
 {
     int n = pr->nbufs, m = 0, rc = -1, *leaf = malloc(sizeof(int) * (size_t)(n + 1));
     Pair *by_size = malloc(sizeof(Pair) * (size_t)(n + 1)), *by_first = malloc(sizeof(Pair) * (size_t)(n + 1));
@@ -185,10 +186,10 @@ static int place(Program *pr, Diag *d)
     Placer pl = {pr->bufs, by_first, end, NULL, 1, NULL, 0, 0};
     if (!by_size || !by_first || !leaf || !size || !end)
         abort();
-    pr->arena_bytes = 0;
+    *bytes = 0;
     for (int i = 0; i < n; i++) {
         const Buffer *b = &pr->bufs[i];
-        if (b->kind < BUF_VALUE || b->last < 0 || pr->bufs[i].alias_of >= 0)
+        if (b->kind < BUF_VALUE || b->last < 0 || pr->bufs[i].alias_of >= 0 || b->stash != stash)
             continue;
         if (round64(b->bytes, &size[i])) {
             diag_add(d, "rank %d: buffer %s (%lld bytes) is too large for a 64-bit arena", pr->rank, b->name,
@@ -228,16 +229,18 @@ static int place(Program *pr, Diag *d)
         }
         b->offset = off;
         end[bi] = top;
-        if (top > pr->arena_bytes)
-            pr->arena_bytes = top;
+        if (top > *bytes)
+            *bytes = top;
         int t = pl.leaves + leaf[bi];
         pl.tree[t] = b->last;
         for (t /= 2; t >= 1; t /= 2)
             pl.tree[t] = pl.tree[2 * t] > pl.tree[2 * t + 1] ? pl.tree[2 * t] : pl.tree[2 * t + 1];
     }
     for (int i = 0; i < n; i++)
-        if (pr->bufs[i].alias_of >= 0)
+        if (pr->bufs[i].alias_of >= 0 && pr->bufs[pr->bufs[i].alias_of].stash == stash) {
             pr->bufs[i].offset = pr->bufs[pr->bufs[i].alias_of].offset;
+            pr->bufs[i].stash = (char)stash;
+        }
     rc = 0;
 cleanup:
     free(pl.tree);
@@ -284,11 +287,33 @@ int program_plan_memory(Program *pr, Diag *d)
         }
     }
     pr->weight_bytes = woff;
-    if (p->pipe) {
+    const Pipeline *pp = p->pipe;
+    if (pp && pp->train) {
+        /* A value live from forward into backward is kept per microbatch
+         * in flight: the stash, one copy per slot. Stage 0 holds a slot of
+         * its inputs each, the others a receive slot per value each, and
+         * every stage a send slot per microbatch per value it sends. */
+        int bwd = program_backward_start(pr), inflight = pp->stages[pr->stage].inflight;
+        for (int i = 0; i < pr->nbufs; i++) {
+            Buffer *b = &pr->bufs[i];
+            b->stash = b->kind >= BUF_VALUE && b->kind != BUF_RECV && b->kind != BUF_ACCUM && b->alias_of < 0 &&
+                       b->last >= 0 && b->first < bwd && b->last >= bwd;
+        }
+        int64_t held = 0;
+        for (int i = 0; i < pr->nbufs; i++) {
+            const Buffer *b = &pr->bufs[i];
+            if (b->kind == BUF_INPUT || b->kind == BUF_RECV)
+                held += b->bytes * inflight;
+            else if (b->kind == BUF_VALUE && b->tensor && pp->readers[b->tensor->id])
+                held += b->bytes * pp->microbatches;
+        }
+        if (place(pr, 1, &pr->stash_bytes, d))
+            return -1;
+        pr->input_bytes = held + pr->stash_bytes * inflight;
+    } else if (pp) {
         /* A stage holds every microbatch's input blocks (stage 0), two
          * slots per value it receives or sends, and every microbatch's
          * output blocks (the last stage). */
-        const Pipeline *pp = p->pipe;
         int64_t held = 0;
         for (int i = 0; i < pr->nbufs; i++) {
             const Buffer *b = &pr->bufs[i];
@@ -303,7 +328,7 @@ int program_plan_memory(Program *pr, Diag *d)
             held += pr->bufs[program_output_buf(pr, i)].bytes * pp->microbatches;
         pr->input_bytes = held;
     }
-    return place(pr, d);
+    return place(pr, 0, &pr->arena_bytes, d);
 }
 
 /* Optimizer state: an initializer an update overwrites other than its

@@ -134,6 +134,24 @@ int program_runs(const Program *pr, const Node *n)
     return pr->stage < 0 || pr->plan->pipe->stage_of[n->id] == pr->stage;
 }
 
+int program_backward_start(const Program *pr)
+{
+    for (int i = 0; i < pr->ninsts; i++)
+        if (pr->insts[i].node && (pr->insts[i].node->grad || ir_in_optimizer_step(pr->insts[i].node)))
+            return i;
+    return pr->ninsts;
+}
+
+int program_holds_output(const Program *pr, const Tensor *t)
+{
+    const Pipeline *pp = pr->plan->pipe;
+    if (!pp)
+        return 1;
+    if (pp->train) /* a training stage writes the weights it updates; the last, the loss */
+        return pp->tensor_stage[t->id] == pr->stage || (pp->tensor_stage[t->id] < 0 && pr->stage == 0);
+    return pr->stage == pp->nstages - 1;
+}
+
 static int reads(const Program *pr, const Tensor *t)
 {
     if (pr->stage < 0)
@@ -141,7 +159,7 @@ static int reads(const Program *pr, const Tensor *t)
     for (int c = 0; c < t->nconsumers; c++)
         if (program_runs(pr, t->consumers[c]))
             return 1;
-    return t->is_output && pr->stage == pr->plan->pipe->nstages - 1;
+    return t->is_output && program_holds_output(pr, t);
 }
 
 /* A reshard is held where a node reads its result (one reshard can serve
@@ -158,8 +176,8 @@ static void mark_reshards(Program *pr)
         for (int k = 0; program_runs(pr, g->nodes[i]) && k < g->nodes[i]->ninputs; k++)
             if (p->nodes[i].in_reshard[k] >= 0)
                 pr->reshards[p->nodes[i].in_reshard[k]].here = 1;
-    for (int i = 0; (pr->stage < 0 || pr->stage == p->pipe->nstages - 1) && i < g->noutputs; i++)
-        if (p->out_reshard[i] >= 0)
+    for (int i = 0; i < g->noutputs; i++)
+        if (p->out_reshard[i] >= 0 && program_holds_output(pr, g->outputs[i]))
             pr->reshards[p->out_reshard[i]].here = 1;
 }
 

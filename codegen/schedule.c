@@ -146,6 +146,23 @@ static void schedule(Program *pr, int prefetch)
             start_before[r] = at;
         }
     }
+    /* A training pipeline runs a microbatch's forward and backward passes
+     * apart, other microbatches' between them: a reshard a backward (or
+     * update) node reads first starts right before the first backward
+     * node, so no collective is in flight from one pass into the other. */
+    if (p->pipe && p->pipe->train) {
+        int fb = nn;
+        for (int i = 0; i < nn && fb == nn; i++)
+            if (program_runs(pr, g->nodes[i]) && (g->nodes[i]->grad || ir_in_optimizer_step(g->nodes[i])))
+                fb = i;
+        for (int r = 0; r < nr && fb < nn; r++) {
+            if (start_before[r] == -3 || reader[r] < fb || start_before[r] >= fb ||
+                (start_before[r] == -2 && after[r] >= fb))
+                continue;
+            start_before[r] = fb;
+            after[r] = -1;
+        }
+    }
     Buckets starts = buckets_make(nn, nr, start_before), waits = buckets_make(nn + 1, nr, reader),
             posts = buckets_make(nn, nr, after);
     pr->ninsts = 0;

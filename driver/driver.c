@@ -206,7 +206,39 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
                  o->stage_boundaries ? "--stage-boundaries" : "--microbatches");
         return -1;
     }
-    if (pipeline_axis && pipeline_mesh(&world, pipeline_axis, o->microbatches, &mesh, &pp_axis, d))
+    /* Training through a pipeline: the microbatches are --accum's, each
+     * the model's batch, so the stages are planned without a loop axis. */
+    TrainOptions topt = o->trainopt;
+    if (o->train && pipeline_axis) {
+        if (o->microbatches > 1 && topt.accum > 1 && o->microbatches != topt.accum) {
+            diag_add(d, "--train: --microbatches %d and --accum %d: in a pipeline they are the same count (give one)",
+                     o->microbatches, topt.accum);
+            return -1;
+        }
+        if (o->microbatches > 1)
+            topt.accum = o->microbatches;
+        if (topt.clip_norm > 0 || topt.precision == DT_F16) {
+            diag_add(d, "%s: the gradients' global %s spans every pipeline stage, which does not train with it yet; "
+                     "drop the %s axis or the flag", topt.clip_norm > 0 ? "--clip-norm" : "--precision fp16",
+                     topt.clip_norm > 0 ? "norm" : "overflow check", pipeline_axis);
+            return -1;
+        }
+        if (o->target && strcmp(o->target, "cuda") == 0) {
+            diag_add(d, "--train --target cuda: pipeline stages train on the C target only so far (drop the %s axis, "
+                     "or --target c)", pipeline_axis);
+            return -1;
+        }
+        if (o->schedule == PIPE_INTERLEAVED) {
+            diag_add(d, "--schedule interleaved: not implemented yet; use 1f1b or gpipe");
+            return -1;
+        }
+    } else if (o->schedule_set || o->virtual_stages) {
+        diag_add(d, "%s: pipeline schedules are for --train on a mesh with a pipeline axis",
+                 o->schedule_set ? "--schedule" : "--virtual-stages");
+        return -1;
+    }
+    if (pipeline_axis &&
+        pipeline_mesh(&world, pipeline_axis, o->train ? 1 : o->microbatches, &mesh, &pp_axis, d))
         return -1;
 
     const char *ctx = d->context;
@@ -214,12 +246,7 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     d->context = o->model;
     if (frontend_load_file(o->model, &o->frontend, &r->graph, d))
         goto out;
-    if (o->train && pipeline_axis) {
-        diag_add(d, "--train: pipeline stages do not train yet (no backward schedule); drop the %s axis",
-                 pipeline_axis);
-        goto out;
-    }
-    if (o->train && ir_build_training(r->graph, &o->trainopt, d))
+    if (o->train && ir_build_training(r->graph, &topt, d))
         goto out;
     r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
@@ -256,9 +283,13 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     d->context = ctx;
     if (!o->use_auto && o->shard_weights && partition_shard_weights(r->plan, o->shard_weights, d))
         goto out;
-    if (pipeline_axis && pipeline_build(r->plan, &world, pp_axis, o->microbatches, o->stage_boundaries,
-                                        po.mem_limit, d))
-        goto out;
+    if (pipeline_axis) {
+        PipelineOptions pop = {.microbatches = o->train ? (topt.accum > 1 ? topt.accum : 1) : o->microbatches,
+                               .boundaries = o->stage_boundaries, .mem_limit = po.mem_limit, .train = o->train,
+                               .schedule = o->schedule};
+        if (pipeline_build(r->plan, &world, pp_axis, &pop, d))
+            goto out;
+    }
     r->nranks = plan_world_ranks(r->plan);
     rc = 0;
 out:

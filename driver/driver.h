@@ -41,6 +41,9 @@ typedef struct DriverOptions {
     const char *pipeline_axis;     /* --pipeline-axis, or NULL (pp if there is one) */
     const char *stage_boundaries;  /* --stage-boundaries, or NULL */
     int microbatches;              /* --microbatches (1: none) */
+    PipeSchedule schedule;         /* --schedule (training pipelines; default 1f1b) */
+    int schedule_set;              /* --schedule given */
+    int virtual_stages;            /* --virtual-stages (0: not given) */
     int train;                     /* --train */
     int zero;                      /* --zero 0..3 */
     int zero_set;                  /* --zero given (or implied by --shard-weights): --auto does not choose it */

@@ -82,6 +82,8 @@ Node *ad_begin(Vjp *v, OpKind op, int nin, Tensor *const *ins)
     Graph *g = v->g;
     Node *n = graph_node_add(g, op, node_name(v));
     n->grad = 1;
+    if (v->n->id < g->nnodes && g->nodes[v->n->id] == v->n) /* (not the seed's stand-in) */
+        n->fwd = v->n->fwd ? v->n->fwd : v->n;
     n->inputs = arena_alloc(&g->arena, (size_t)(nin ? nin : 1) * sizeof(Tensor *));
     DType dt = DT_UNDEFINED; /* the type of the values it computes on */
     for (int i = 0; i < nin; i++)
@@ -280,6 +282,14 @@ static Tensor *grads_get(Graph *g, Grads *gr, const Tensor *t, Diag *d)
     snprintf(base, sizeof base, "%.170s.grad_sum", t->name);
     Node *n = graph_node_add(g, OP_SUM, base);
     n->grad = 1;
+    /* A weight's contributions: with the earliest node reading it (in a
+     * pipeline the lowest stage, where the others' gradients flow to). */
+    n->fwd = t->producer;
+    for (int k = 0; !t->producer && k < np; k++) {
+        const Node *f = gr->parts[id][k]->producer ? gr->parts[id][k]->producer->fwd : NULL;
+        if (f && (!n->fwd || f->id < n->fwd->id))
+            n->fwd = f;
+    }
     n->inputs = arena_alloc(&g->arena, (size_t)np * sizeof(Tensor *));
     memcpy(n->inputs, gr->parts[id], (size_t)np * sizeof(Tensor *));
     n->ninputs = np;
@@ -491,8 +501,11 @@ static int accum_copies(Graph *g, Tensor **grads, int n, Diag *d)
             continue;
         Node fake = {.name = grads[w]->name, .label = grads[w]->label, .op = OP_IDENTITY};
         Vjp v = {.g = g, .n = &fake, .d = d};
+        const Node *of = grads[w]->producer->fwd;
         if (!(grads[w] = ad_un(&v, OP_IDENTITY, grads[w])))
             rc = -1;
+        else
+            ((Node *)grads[w]->producer)->fwd = of;
     }
     free(read);
     return rc;

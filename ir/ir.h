@@ -194,6 +194,10 @@ struct Node {
     unsigned grad : 1;   /* part of the backward pass --train built (ir/autodiff.c) */
     unsigned recomputed : 1; /* a forward node run again in backward (--recompute, ir/recompute.c) */
     unsigned per_step : 1; /* runs once per step, after every microbatch: gradient clipping (ir/autodiff.c) */
+    /* --train: the forward node whose gradient rule (or recomputation)
+     * made it, or NULL (the seed, the updates, Sums of a weight's
+     * contributions): a pipeline runs it on that node's stage. */
+    const struct Node *fwd;
     OpKind op;
     Tensor **inputs;  /* NULL entries are omitted optional inputs */
     int ninputs;

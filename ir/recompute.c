@@ -89,6 +89,7 @@ static Tensor *copy_of(Recompute *rc, Tensor *t)
     Node *c = graph_node_add(g, n->op, name);
     c->grad = 1;
     c->recomputed = 1;
+    c->fwd = n;
     c->attrs = n->attrs;
     c->nattrs = n->nattrs;
     c->op_type = n->op_type;

@@ -465,13 +465,34 @@ int cbc_solve(const MipProblem *mp, double time_limit_s, int max_nodes, MipResul
 #define PIPE_MAX_STAGES 32
 
 typedef struct PipelineStage {
-    int first, last;           /* its nodes, by index */
-    double compute_s;          /* per microbatch: its nodes and their reshards */
-    double send_s;             /* per microbatch: sending what leaves it */
-    int64_t weight_bytes;      /* per rank */
-    int64_t activation_bytes;  /* per rank: peak live values of a microbatch */
-    int64_t boundary_bytes;    /* per rank: send and receive slots (two each) */
+    int first, last;           /* its (forward) nodes, by index: the first and the last */
+    double compute_s;          /* per microbatch: its nodes and their reshards (training: forward) */
+    double backward_s;         /* --train, per microbatch: its backward nodes and their reshards */
+    double update_s;           /* --train, per step: its optimizer updates */
+    double send_s;             /* per microbatch: sending what leaves it (training: both ways) */
+    int64_t weight_bytes;      /* per rank (training: with gradients and optimizer state) */
+    int64_t activation_bytes;  /* per rank: peak live values of a microbatch's forward */
+    int64_t stash_bytes;       /* --train, per rank: what a microbatch keeps from forward to backward */
+    int inflight;              /* --train: microbatches whose stash it holds at once (the schedule's) */
+    int64_t boundary_bytes;    /* per rank: send and receive slots */
 } PipelineStage;
+
+/* --train's pipeline schedules: the order each stage runs its
+ * microbatches' forward (F) and backward (B) passes in. */
+typedef enum PipeSchedule {
+    PIPE_1F1B = 0,     /* p - s - 1 forwards, then one forward and one backward in turn (PipeDream-flush) */
+    PIPE_GPIPE,        /* every forward, then every backward */
+    PIPE_INTERLEAVED,  /* 1F1B over V model chunks per rank (Megatron's interleaved schedule) */
+} PipeSchedule;
+
+const char *pipe_schedule_name(PipeSchedule s);
+
+/* One slot of a stage's schedule, with the cost model's times. */
+typedef struct PipeOp {
+    char backward;             /* 0: F, 1: B */
+    int mb;                    /* the microbatch, 0-based */
+    double start_s, end_s;
+} PipeOp;
 
 typedef struct Pipeline {
     Mesh world;                /* the --mesh as given, with the pipeline axis */
@@ -482,9 +503,31 @@ typedef struct Pipeline {
     int automatic;             /* boundaries chosen by the search (else --stage-boundaries) */
     int *stage_of;             /* node index -> stage */
     int *tensor_stage;         /* tensor id -> the stage producing it (graph inputs: 0), -1 weights */
-    unsigned *readers;         /* tensor id -> the other stages reading it (graph outputs: the last) */
+    unsigned *readers;         /* tensor id -> the other stages reading it (inference's graph outputs: the last) */
     PipelineStage stages[PIPE_MAX_STAGES];
+    /* --train: every stage runs forward and backward of each microbatch
+     * (microbatches = the graph's --accum), in this schedule's order. */
+    int train;
+    PipeSchedule schedule;
+    PipeOp *ops[PIPE_MAX_STAGES];
+    int nops[PIPE_MAX_STAGES];
+    double step_s;             /* the schedule's time per step, updates included (cost model) */
+    /* --train: weights read on more than one stage (tied embeddings): the
+     * stage that updates one (where every reader's gradient is summed)
+     * sends it to the others after each step. */
+    const Tensor **shared;
+    int *shared_owner;
+    unsigned *shared_readers;
+    int nshared;
 } Pipeline;
+
+typedef struct PipelineOptions {
+    int microbatches;          /* (training: the graph's accum) */
+    const char *boundaries;    /* --stage-boundaries, or NULL for the search */
+    int64_t mem_limit;         /* per rank, 0: none */
+    int train;
+    PipeSchedule schedule;
+} PipelineOptions;
 
 /* The mesh a pipeline's stages are planned on: the world's axes but the
  * pipeline axis, after a loop axis "mb" of the microbatches when there
@@ -495,8 +538,7 @@ int pipeline_mesh(const Mesh *world, const char *axis, int microbatches, Mesh *s
 int pipeline_annotate(AnnotationList *l, Arena *a, const Graph *g, const Mesh *spmd, Diag *d);
 /* Cuts the planned graph into stages (boundaries: tensor names, or NULL
  * for the search) and sets p->pipe. */
-int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, const char *boundaries,
-                   int64_t mem_limit, Diag *d);
+int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOptions *o, Diag *d);
 /* The search: n items in order into nstages consecutive non-empty stages,
  * minimising the slowest stage, a stage costing its items' cost plus
  * cut[i] for the cut before its end item i (cut[n] unused); mem[] per item
@@ -506,6 +548,13 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
  * it is within 10% of the best. Returns the slowest stage's time, or -1. */
 double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
                       int64_t limit, int nstages, int *first);
+/* The same with --train's stash: item i keeps stash[i] bytes per
+ * microbatch for backward (NULL: none), and stage k holds inflight[k]
+ * microbatches' stash at once. */
+double pipeline_split_train(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
+                            const int64_t *stash, const int *inflight, int64_t limit, int nstages, int *first);
+/* --train: the microbatches stage s keeps in flight under a schedule. */
+int pipeline_inflight(PipeSchedule s, int nstages, int microbatches, int stage);
 int pipeline_stage_of_rank(const Pipeline *pp, int world_rank);
 int pipeline_sub_rank(const Pipeline *pp, int world_rank);
 int pipeline_world_rank(const Pipeline *pp, int stage, int sub);

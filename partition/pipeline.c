@@ -158,7 +158,8 @@ static int cmp_double(const void *a, const void *b)
  * Ties on the slowest stage (a cut's latency can dominate every split) go
  * to the more even split: the smaller sum of squared stage times. */
 static double split_over(int n, const double *prefix, const double *cut, const int64_t *mem, const int64_t *act,
-                         int64_t limit, int nstages, const int *pos, int np, int *first)
+                         const int64_t *stash, const int *inflight, int64_t limit, int nstages, const int *pos, int np,
+                         int *first)
 {
     size_t cells = (size_t)nstages * (size_t)np;
     double *best = malloc(sizeof(double) * cells), *even = malloc(sizeof(double) * cells);
@@ -175,21 +176,27 @@ static double split_over(int n, const double *prefix, const double *cut, const i
             any = best[(size_t)(k - 1) * (size_t)np + (size_t)a] < DBL_MAX;
         if (!any)
             continue;
-        int64_t m = 0, peak = 0;
-        int at = pos[a];
+        int64_t m = 0, peak = 0, kept = 0;
+        int at = pos[a], least = 1; /* the fewest microbatches in flight any stage k holds */
+        for (int k = 0; inflight && k < nstages; k++)
+            if (k == 0 || inflight[k] < least)
+                least = inflight[k];
         for (int b = a + 1; b < np; b++) {
             for (; at < pos[b]; at++) {
                 m += mem ? mem[at] : 0;
+                kept += stash ? stash[at] : 0;
                 if (act && act[at] > peak)
                     peak = act[at];
             }
-            if (limit > 0 && m + peak > limit)
+            if (limit > 0 && m + peak + (inflight ? least : 0) * kept > limit)
                 break; /* longer stages only hold more */
             double t = prefix[pos[b]] - prefix[pos[a]] + (pos[b] < n ? cut[pos[b]] : 0);
             for (int k = a == 0 ? 0 : 1; k < nstages; k++) {
                 double before = k == 0 ? 0 : best[(size_t)(k - 1) * (size_t)np + (size_t)a];
                 if (before == DBL_MAX || (k == 0 && a != 0))
                     continue;
+                if (limit > 0 && inflight && m + peak + inflight[k] * kept > limit)
+                    continue; /* stage k keeps more microbatches in flight than this split affords */
                 double v = before > t ? before : t;
                 double e = (k == 0 ? 0 : even[(size_t)(k - 1) * (size_t)np + (size_t)a]) + t * t;
                 size_t c = (size_t)k * (size_t)np + (size_t)b;
@@ -225,6 +232,12 @@ static double split_over(int n, const double *prefix, const double *cut, const i
 double pipeline_split(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
                       int64_t limit, int nstages, int *first)
 {
+    return pipeline_split_train(n, cost, cut, mem, act, NULL, NULL, limit, nstages, first);
+}
+
+double pipeline_split_train(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
+                            const int64_t *stash, const int *inflight, int64_t limit, int nstages, int *first)
+{
     if (nstages < 1 || n < nstages)
         return -1;
     double *prefix = malloc(sizeof(double) * (size_t)(n + 1));
@@ -255,7 +268,7 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
         free(sorted);
     }
     pos[np++] = n;
-    double result = split_over(n, prefix, cut, mem, act, limit, nstages, pos, np, first);
+    double result = split_over(n, prefix, cut, mem, act, stash, inflight, limit, nstages, pos, np, first);
     /* The cuts that cost the least to cross (within 1%): a transformer's
      * layer boundaries, where only the residual stream crosses. Stages
      * that end there, as Megatron and Alpa cut them, are taken when they
@@ -271,7 +284,7 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
             cheap[nc++] = pos[j];
     cheap[nc++] = n;
     if (result >= 0 && nc < np) {
-        double r2 = split_over(n, prefix, cut, mem, act, limit, nstages, cheap, nc, alt);
+        double r2 = split_over(n, prefix, cut, mem, act, stash, inflight, limit, nstages, cheap, nc, alt);
         if (r2 >= 0 && r2 <= result * (1 + PIPE_CHEAP_SLACK)) {
             result = r2;
             memcpy(first, alt, sizeof(int) * (size_t)nstages);
@@ -388,8 +401,162 @@ static int check_microbatches(const Plan *p, int mb, Diag *d)
     return 0;
 }
 
-int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, const char *boundaries,
-                   int64_t mem_limit, Diag *d)
+/* ---- training ------------------------------------------------------------- */
+
+const char *pipe_schedule_name(PipeSchedule s)
+{
+    return s == PIPE_GPIPE ? "gpipe" : s == PIPE_INTERLEAVED ? "interleaved" : "1f1b";
+}
+
+int pipeline_inflight(PipeSchedule s, int nstages, int microbatches, int stage)
+{
+    int w = s == PIPE_GPIPE ? microbatches : nstages - stage;
+    return w < microbatches ? w : microbatches;
+}
+
+/* A forward node: the model's own (or a --precision Cast), not backward,
+ * not recomputed, not the optimizer step. */
+static int is_forward(const Node *n)
+{
+    return !n->grad && !n->recomputed && !ir_in_optimizer_step(n);
+}
+
+/* The order stage s runs its microbatches' passes in: GPipe's every
+ * forward then every backward; 1F1B's p - s - 1 forwards (the warm-up),
+ * then one forward and one backward in turn, then the remaining
+ * backwards (the cool-down). */
+static int schedule_ops(PipeSchedule sch, int p, int m, int s, PipeOp *ops)
+{
+    int n = 0, warm = sch == PIPE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
+    for (int i = 0; i < warm; i++)
+        ops[n++] = (PipeOp){0, i, 0, 0};
+    for (int i = 0; i + warm < m; i++) {
+        ops[n++] = (PipeOp){0, i + warm, 0, 0};
+        ops[n++] = (PipeOp){1, i, 0, 0};
+    }
+    for (int i = m - warm; i < m; i++)
+        ops[n++] = (PipeOp){1, i, 0, 0};
+    return n;
+}
+
+/* The cost model's run of the schedule: a stage's pass starts when the
+ * stage is free and what it reads has arrived (F after the previous
+ * stage's F of the microbatch, B after the next stage's B and its own F);
+ * each pass takes its compute and its sends. */
+static void schedule_times(Pipeline *pp)
+{
+    int p = pp->nstages, m = pp->microbatches;
+    double *fend = calloc((size_t)(p * m), sizeof(double)), *bend = calloc((size_t)(p * m), sizeof(double));
+    int at[PIPE_MAX_STAGES] = {0};
+    double free_at[PIPE_MAX_STAGES] = {0};
+    if (!fend || !bend)
+        abort();
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int s = 0; s < p; s++)
+            while (at[s] < pp->nops[s]) {
+                PipeOp *o = &pp->ops[s][at[s]];
+                double ready = free_at[s];
+                if (!o->backward && s > 0) {
+                    double t = fend[(s - 1) * m + o->mb];
+                    if (t <= 0)
+                        break;
+                    ready = t > ready ? t : ready;
+                }
+                if (o->backward) {
+                    double t = s + 1 < p ? bend[(s + 1) * m + o->mb] : fend[s * m + o->mb];
+                    if (t <= 0 || fend[s * m + o->mb] <= 0)
+                        break;
+                    ready = t > ready ? t : ready;
+                }
+                const PipelineStage *st = &pp->stages[s];
+                double dur = (o->backward ? st->backward_s : st->compute_s) + st->send_s;
+                o->start_s = ready;
+                o->end_s = ready + (dur > 0 ? dur : 1e-12);
+                (o->backward ? bend : fend)[s * m + o->mb] = o->end_s;
+                free_at[s] = o->end_s;
+                at[s]++;
+                progress = 1;
+            }
+    }
+    pp->step_s = 0;
+    for (int s = 0; s < p; s++) {
+        double end = free_at[s] + pp->stages[s].update_s;
+        if (end > pp->step_s)
+            pp->step_s = end;
+    }
+    free(fend);
+    free(bend);
+}
+
+/* --train: the stage of every node that is not a forward one. A gradient
+ * rule's node (or a recomputed one) runs where its forward node does; the
+ * rest (the seed, a weight's summed gradient, its update) where the values
+ * they read are made, or else where they are read. */
+static int assign_training(Plan *p, Pipeline *pp, Diag *d)
+{
+    const Graph *g = p->g;
+    int n = g->nnodes;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        if (is_forward(nd))
+            continue;
+        const Node *f = nd->fwd;
+        while (f && f->fwd)
+            f = f->fwd;
+        pp->stage_of[i] = f ? pp->stage_of[f->id] : -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        if (pp->stage_of[i] >= 0)
+            continue;
+        for (int k = 0; k < nd->ninputs; k++) {
+            const Tensor *t = nd->inputs[k];
+            if (t && t->producer && pp->stage_of[t->producer->id] > pp->stage_of[i])
+                pp->stage_of[i] = pp->stage_of[t->producer->id];
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        const Node *nd = g->nodes[i];
+        if (pp->stage_of[i] >= 0)
+            continue;
+        int s = pp->nstages - 1;
+        for (int k = 0; k < nd->noutputs; k++)
+            for (int c = 0; nd->outputs[k] && c < nd->outputs[k]->nconsumers; c++) {
+                int cs = pp->stage_of[nd->outputs[k]->consumers[c]->id];
+                if (cs >= 0 && cs < s)
+                    s = cs;
+            }
+        pp->stage_of[i] = s;
+    }
+    /* A weight that trains is updated on one stage; one that other stages
+     * read too (tied embeddings) is sent to them after each update. */
+    pp->shared = arena_alloc(&p->arena, sizeof(Tensor *) * (size_t)(n + 1));
+    pp->shared_owner = arena_alloc(&p->arena, sizeof(int) * (size_t)(n + 1));
+    pp->shared_readers = arena_alloc(&p->arena, sizeof(unsigned) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        if (ir_output_in_place(nd, 0) < 0)
+            continue;
+        const Tensor *w = nd->inputs[0];
+        unsigned others = 0;
+        for (int c = 0; c < w->nconsumers; c++)
+            if (pp->stage_of[w->consumers[c]->id] != pp->stage_of[i])
+                others |= 1u << pp->stage_of[w->consumers[c]->id];
+        if (!others)
+            continue;
+        if (pp->nshared >= 2000) {
+            diag_add(d, "--train: more than 2000 weights are read on several pipeline stages (at \"%s\")", w->label);
+            return -1;
+        }
+        pp->shared[pp->nshared] = w;
+        pp->shared_owner[pp->nshared] = pp->stage_of[i];
+        pp->shared_readers[pp->nshared++] = others;
+    }
+    return 0;
+}
+
+int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOptions *o, Diag *d)
 {
     const Graph *g = p->g;
     int n = g->nnodes;
@@ -398,80 +565,149 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
     pp->world = *world;
     pp->axis = pp_axis;
     pp->nstages = world->axes[pp_axis].size;
-    pp->microbatches = microbatches;
+    pp->microbatches = o->microbatches;
     pp->nsub = world->nranks / pp->nstages;
     pp->mb_axis = -1;
+    pp->train = o->train;
+    pp->schedule = o->schedule;
     for (int a = 0; a < p->mesh.naxes; a++)
         if (p->mesh.axes[a].loop)
             pp->mb_axis = a;
     if (pp->mb_axis >= 0 && check_microbatches(p, pp->mb_axis, d))
         return -1;
-    if (n < pp->nstages) {
-        diag_add(d, "--mesh: %d pipeline stages for a graph of %d node%s (a stage needs one)", pp->nstages, n,
-                 n == 1 ? "" : "s");
+    /* The items the stages cut: the forward nodes (every node, inferring). */
+    int *item = malloc(sizeof(int) * (size_t)(n + 1)), *pos_of = malloc(sizeof(int) * (size_t)(n + 1));
+    if (!item || !pos_of)
+        abort();
+    int ni = 0;
+    for (int i = 0; i < n; i++) {
+        pos_of[i] = -1;
+        if (!pp->train || is_forward(g->nodes[i])) {
+            pos_of[i] = ni;
+            item[ni++] = i;
+        }
+    }
+    if (ni < pp->nstages) {
+        diag_add(d, "--mesh: %d pipeline stages for a graph of %d %snode%s (a stage needs one)", pp->nstages, ni,
+                 pp->train ? "forward " : "", ni == 1 ? "" : "s");
+        free(item);
+        free(pos_of);
         return -1;
     }
     pp->stage_of = arena_alloc(&p->arena, sizeof(int) * (size_t)(n + 1));
     pp->tensor_stage = arena_alloc(&p->arena, sizeof(int) * (size_t)(g->ntensors + 1));
     pp->readers = arena_alloc(&p->arena, sizeof(unsigned) * (size_t)(g->ntensors + 1));
-    int first[PIPE_MAX_STAGES + 1];
-    /* Per node: its time, the weights it is the first to read, the live
-     * bytes at it; per cut position: the time to send what crosses it. */
-    double *cost = calloc((size_t)n + 1, sizeof(double)), *cut = calloc((size_t)n + 2, sizeof(double));
-    int64_t *mem = calloc((size_t)n + 1, sizeof(int64_t)), *act = calloc((size_t)n + 2, sizeof(int64_t));
-    int *last = malloc(sizeof(int) * (size_t)(g->ntensors + 1));
+    int first[PIPE_MAX_STAGES + 1], inflight[PIPE_MAX_STAGES];
+    for (int s = 0; s < pp->nstages; s++)
+        inflight[s] = pipeline_inflight(pp->schedule, pp->nstages, pp->microbatches, s);
+    /* Per item: its time (training: with its gradient nodes'), the weights
+     * it is the first to read (training: with their gradient and optimizer
+     * state), the live bytes at it, what it keeps for backward; per cut
+     * position: the time to send what crosses it (training: and its
+     * gradient back). */
+    double *cost = calloc((size_t)ni + 1, sizeof(double)), *cut = calloc((size_t)ni + 2, sizeof(double));
+    int64_t *mem = calloc((size_t)ni + 1, sizeof(int64_t)), *act = calloc((size_t)ni + 2, sizeof(int64_t));
+    int64_t *stash = calloc((size_t)ni + 1, sizeof(int64_t));
+    int *last = malloc(sizeof(int) * (size_t)(g->ntensors + 1)), *owner = malloc(sizeof(int) * (size_t)(n + 1));
     char *read = calloc((size_t)g->ntensors + 1, 1);
-    if (!cost || !cut || !mem || !act || !last || !read)
+    if (!cost || !cut || !mem || !act || !stash || !last || !owner || !read)
         abort();
-    graph_last_readers(g, last);
-    for (int i = 0; i < g->noutputs; i++)
-        last[g->outputs[i]->id] = n; /* the last stage writes the outputs */
+    /* owner[i]: the item node i's cost and memory count with. */
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i], *f = nd->fwd;
+        while (f && f->fwd)
+            f = f->fwd;
+        owner[i] = pos_of[i] >= 0 ? pos_of[i] : f && pos_of[f->id] >= 0 ? pos_of[f->id] : -1;
+    }
+    for (int i = 0; i < n; i++) { /* the rest: with the item that made what they read */
+        const Node *nd = g->nodes[i];
+        for (int k = 0; owner[i] < 0 && k < nd->ninputs; k++)
+            if (nd->inputs[k] && nd->inputs[k]->producer && owner[nd->inputs[k]->producer->id] >= 0)
+                owner[i] = owner[nd->inputs[k]->producer->id];
+        if (owner[i] < 0)
+            owner[i] = ni - 1;
+    }
     for (int i = 0; i < n; i++) {
         const Node *nd = g->nodes[i];
-        cost[i] = node_seconds(p, i);
-        for (int k = 0; k < nd->ninputs; k++) {
+        if (pos_of[i] < 0 && ir_output_in_place(nd, 0) >= 0)
+            continue; /* an update: once per step, not per microbatch (its state below) */
+        cost[owner[i]] += node_seconds(p, i);
+        for (int k = 0; pos_of[i] >= 0 && k < nd->ninputs; k++) {
             const Tensor *t = nd->inputs[k];
             if (is_weight(t) && !read[t->id]) {
                 read[t->id] = 1;
-                mem[i] += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+                mem[pos_of[i]] += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
             }
         }
     }
+    for (int i = 0; pp->train && i < n; i++) {
+        const Node *nd = g->nodes[i];
+        if (ir_output_in_place(nd, 0) < 0)
+            continue;
+        for (int k = 1; k < nd->ninputs; k++) /* the gradient and the optimizer state */
+            if (nd->inputs[k])
+                mem[owner[i]] += sharding_local_bytes(&p->tensors[nd->inputs[k]->id].sharding, &p->mesh,
+                                                      nd->inputs[k]);
+    }
+    /* Readers among the items only: a value's last item reader; in
+     * training, a forward value a backward node reads is kept for it. */
+    for (int i = 0; i < g->ntensors; i++)
+        last[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        for (int k = 0; k < nd->ninputs; k++) {
+            const Tensor *t = nd->inputs[k];
+            if (!t)
+                continue;
+            if (pos_of[i] >= 0 && pos_of[i] > last[t->id])
+                last[t->id] = pos_of[i];
+            if (pos_of[i] < 0 && pp->train && !read[t->id] && !is_weight(t) && t->producer &&
+                pos_of[t->producer->id] >= 0) {
+                read[t->id] = 1; /* (weights were marked above: never stashed) */
+                stash[pos_of[t->producer->id]] += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+            }
+        }
+    }
+    for (int i = 0; !pp->train && i < g->noutputs; i++)
+        last[g->outputs[i]->id] = ni; /* the last stage writes the outputs */
     /* A value produced before cut c and read at or after it crosses c;
-     * the live bytes at a node, by the same sweep over [producer, last]. */
-    double *dcut = calloc((size_t)n + 2, sizeof(double));
-    int64_t *dact = calloc((size_t)n + 2, sizeof(int64_t));
+     * the live bytes at an item, by the same sweep over [producer, last]. */
+    double *dcut = calloc((size_t)ni + 2, sizeof(double));
+    int64_t *dact = calloc((size_t)ni + 2, sizeof(int64_t));
     if (!dcut || !dact)
         abort();
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
         if (t->rank < 0 || is_weight(t) || last[t->id] < 0)
             continue;
-        int at = t->producer ? t->producer->id : -1, end = last[t->id];
+        if (t->producer && pos_of[t->producer->id] < 0)
+            continue; /* a backward value: not cut by the forward order */
+        int at = t->producer ? pos_of[t->producer->id] : -1, end = last[t->id];
         if (end <= at)
             continue;
-        dcut[at + 1] += send_seconds(p, pp, t);
-        dcut[end + 1] -= send_seconds(p, pp, t);
+        double sec = send_seconds(p, pp, t) * (pp->train && dtype_is_float(t->dtype) ? 2 : 1);
+        dcut[at + 1] += sec;
+        dcut[end + 1] -= sec;
         int64_t b = sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
         dact[at < 0 ? 0 : at] += b;
-        dact[end < n ? end + 1 : n + 1] -= b;
+        dact[end < ni ? end + 1 : ni + 1] -= b;
     }
     double run = 0;
     int64_t live = 0;
-    for (int i = 0; i <= n; i++) {
+    for (int i = 0; i <= ni; i++) {
         run += dcut[i];
         cut[i] = run > 0 ? run : 0;
         live += dact[i];
-        if (i < n)
+        if (i < ni)
             act[i] = live;
     }
     free(dcut);
     free(dact);
     int rc = -1;
-    if (boundaries) {
+    if (o->boundaries) {
         /* The stages end after the producers of the named tensors. */
         int nb = 0;
-        const char *s = boundaries;
+        const char *s = o->boundaries;
         while (*s) {
             const char *e = strchr(s, ',');
             size_t len = e ? (size_t)(e - s) : strlen(s);
@@ -487,20 +723,20 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
                 diag_add(d, "--stage-boundaries: no tensor named \"%s\" in the model", name);
                 goto done;
             }
-            if (!t->producer) {
-                diag_add(d, "--stage-boundaries: \"%s\" is a graph input or weight: name a tensor a node produces",
-                         t->label);
+            if (!t->producer || pos_of[t->producer->id] < 0) {
+                diag_add(d, "--stage-boundaries: \"%s\" is %s: name a tensor a forward node produces", t->label,
+                         t->producer ? "a backward value" : "a graph input or weight");
                 goto done;
             }
             if (nb + 1 >= pp->nstages) {
                 diag_add(d, "--stage-boundaries: more than %d tensors for %d stages", pp->nstages - 1, pp->nstages);
                 goto done;
             }
-            int at = t->producer->id + 1;
-            if (at >= n || (nb > 0 && at <= first[nb])) {
+            int at = pos_of[t->producer->id] + 1;
+            if (at >= ni || (nb > 0 && at <= first[nb])) {
                 diag_add(d, "--stage-boundaries: \"%s\" %s", t->label,
-                         at >= n ? "is produced by the last node: the last stage would be empty"
-                                 : "is not produced after the previous boundary (list them in graph order)");
+                         at >= ni ? "is produced by the last node: the last stage would be empty"
+                                  : "is not produced after the previous boundary (list them in graph order)");
                 goto done;
             }
             first[++nb] = at;
@@ -514,26 +750,41 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
         first[0] = 0;
     } else {
         pp->automatic = 1;
-        if (pipeline_split(n, cost, cut, mem, act, mem_limit, pp->nstages, first) < 0) {
+        if (pipeline_split_train(ni, cost, cut, mem, act, pp->train ? stash : NULL, pp->train ? inflight : NULL,
+                                 o->mem_limit, pp->nstages, first) < 0) {
             diag_add(d, "--mesh: no split into %d pipeline stages fits --mem-limit %lld bytes per rank", pp->nstages,
-                     (long long)mem_limit);
+                     (long long)o->mem_limit);
             goto done;
         }
     }
-    first[pp->nstages] = n;
+    first[pp->nstages] = ni;
     for (int s = 0; s < pp->nstages; s++) {
         PipelineStage *st = &pp->stages[s];
-        st->first = first[s];
-        st->last = first[s + 1] - 1;
-        for (int i = st->first; i <= st->last; i++) {
-            pp->stage_of[i] = s;
-            st->compute_s += cost[i];
-        }
+        st->first = item[first[s]];
+        st->last = item[first[s + 1] - 1];
+        for (int j = first[s]; j < first[s + 1]; j++)
+            pp->stage_of[item[j]] = s;
     }
-    /* Output reshards (a partial output's reduction) run on the last stage. */
+    if (pp->train && assign_training(p, pp, d))
+        goto done;
+    for (int i = 0; i < n; i++) {
+        PipelineStage *st = &pp->stages[pp->stage_of[i]];
+        const Node *nd = g->nodes[i];
+        double sec = node_seconds(p, i);
+        if (pos_of[i] >= 0 || !pp->train)
+            st->compute_s += sec;
+        else if (ir_in_optimizer_step(nd))
+            st->update_s += sec;
+        else
+            st->backward_s += sec;
+    }
+    /* Output reshards (a partial output's reduction) run on its stage. */
     for (int i = 0; i < g->noutputs; i++)
-        if (p->out_reshard[i] >= 0)
-            pp->stages[pp->nstages - 1].compute_s += p->reshards[p->out_reshard[i]].r.seconds;
+        if (p->out_reshard[i] >= 0) {
+            const Node *prod = g->outputs[i]->producer;
+            int s = pp->train && prod ? pp->stage_of[prod->id] : pp->nstages - 1;
+            pp->stages[s].compute_s += p->reshards[p->out_reshard[i]].r.seconds;
+        }
     /* Who produces and who reads each value. */
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];
@@ -546,7 +797,7 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
             if (s != pp->tensor_stage[i])
                 pp->readers[i] |= 1u << s;
         }
-        if (t->is_output && pp->tensor_stage[i] != pp->nstages - 1)
+        if (!pp->train && t->is_output && pp->tensor_stage[i] != pp->nstages - 1)
             pp->readers[i] |= 1u << (pp->nstages - 1);
     }
     for (int i = 0; i < g->ntensors; i++) {
@@ -555,38 +806,58 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, int microbatches, co
             continue;
         int64_t b = sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
         PipelineStage *src = &pp->stages[pp->tensor_stage[i]];
+        /* Inferring: two slots each side. Training: a send slot per
+         * microbatch, and a receive slot per microbatch in flight. */
         for (int s = 0; s < pp->nstages; s++)
             if (pp->readers[i] & (1u << s)) {
                 src->send_s += send_seconds(p, pp, t);
-                src->boundary_bytes += 2 * b; /* two send slots */
-                pp->stages[s].boundary_bytes += 2 * b; /* two receive slots */
+                src->boundary_bytes += (pp->train ? pp->microbatches : 2) * b;
+                pp->stages[s].boundary_bytes += (pp->train ? inflight[s] : 2) * b;
             }
     }
-    /* Weights per stage, each once; peak live values over the stage's nodes. */
+    /* Weights per stage, each once; peak live values over the stage's
+     * items; training: the stash per microbatch and the microbatches held. */
     for (int s = 0; s < pp->nstages; s++) {
         PipelineStage *st = &pp->stages[s];
-        memset(read, 0, (size_t)g->ntensors + 1);
-        for (int i = st->first; i <= st->last; i++) {
-            const Node *nd = g->nodes[i];
-            for (int k = 0; k < nd->ninputs; k++) {
-                const Tensor *t = nd->inputs[k];
-                if (is_weight(t) && !read[t->id]) {
-                    read[t->id] = 1;
-                    st->weight_bytes += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
-                }
-            }
-            if (act[i] > st->activation_bytes)
-                st->activation_bytes = act[i];
+        st->inflight = pp->train ? inflight[s] : 1;
+        for (int j = first[s]; j < first[s + 1]; j++) {
+            st->stash_bytes += stash[j];
+            if (act[j] > st->activation_bytes)
+                st->activation_bytes = act[j];
         }
+    }
+    memset(read, 0, (size_t)g->ntensors + 1);
+    for (int i = 0; i < n; i++) {
+        const Node *nd = g->nodes[i];
+        PipelineStage *st = &pp->stages[pp->stage_of[i]];
+        for (int k = 0; k < nd->ninputs; k++) {
+            const Tensor *t = nd->inputs[k];
+            int state = pp->train && k > 0 && ir_output_in_place(nd, 0) >= 0; /* a gradient or optimizer state */
+            if (t && (is_weight(t) || state) && !read[t->id]) {
+                read[t->id] = 1;
+                st->weight_bytes += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
+            }
+        }
+    }
+    if (pp->train) {
+        for (int s = 0; s < pp->nstages; s++) {
+            pp->ops[s] = arena_alloc(&p->arena, sizeof(PipeOp) * (size_t)(2 * pp->microbatches));
+            pp->nops[s] = schedule_ops(pp->schedule, pp->nstages, pp->microbatches, s, pp->ops[s]);
+        }
+        schedule_times(pp);
     }
     p->pipe = pp;
     rc = 0;
 done:
+    free(item);
+    free(pos_of);
     free(cost);
     free(cut);
     free(mem);
     free(act);
+    free(stash);
     free(last);
+    free(owner);
     free(read);
     return rc;
 }
@@ -594,11 +865,13 @@ done:
 double pipeline_stage_seconds(const Pipeline *pp, int s)
 {
     const PipelineStage *st = &pp->stages[s];
-    return st->compute_s + st->send_s;
+    return st->compute_s + st->send_s + (pp->train ? st->backward_s + st->send_s : 0);
 }
 
 double pipeline_batch_seconds(const Pipeline *pp)
 {
+    if (pp->train)
+        return pp->step_s;
     double slow = 0;
     for (int s = 0; s < pp->nstages; s++)
         if (pipeline_stage_seconds(pp, s) > slow)

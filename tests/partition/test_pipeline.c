@@ -117,7 +117,8 @@ static Plan *pipe_plan(Setup *s, const char *mesh, int microbatches, const char 
     assert_int_equal(pipeline_annotate(&s->ann, &s->arena, s->g, &s->mesh, &s->d), 0);
     s->p = partition_propagate(s->g, &s->mesh, &s->ann, &s->d);
     assert_non_null(s->p);
-    if (pipeline_build(s->p, world, pp, microbatches, boundaries, 0, &s->d))
+    PipelineOptions po = {.microbatches = microbatches, .boundaries = boundaries};
+    if (pipeline_build(s->p, world, pp, &po, &s->d))
         return NULL;
     return s->p;
 }

@@ -1,0 +1,396 @@
+/* emit_pipe_train.c: a training pipeline stage's passes and its schedule.
+ *
+ * A stage runs, per microbatch, forward(mb) (its forward nodes) and
+ * backward(mb) (the gradient nodes of those), in the order the schedule
+ * gives (partition/pipeline.c: GPipe, or 1F1B), then optimizer_step() on
+ * the gradients summed over the microbatches (--accum's accumulators and
+ * its last-microbatch collectives: the data-parallel buckets start during
+ * the last backward pass). train_step() is that order written out as
+ * straight-line calls, one per slot of plan.txt's stage x time table.
+ *
+ * Between a microbatch's forward and backward passes other microbatches
+ * run, so what forward leaves for backward is kept per microbatch in
+ * flight: the values live across the two passes are placed in the stash
+ * region (memplan.c), INFLIGHT copies of it, and use_slot(mb % INFLIGHT)
+ * points the stash, the receive slots and stage 0's input slots at the
+ * microbatch's copy before each pass. Everything else (a pass's own
+ * temporaries, the gradients) lives in the arena, which each pass reuses.
+ *
+ * Values cross stages as in inference, shard to shard (sub-rank r of one
+ * stage to sub-rank r of another) with MPI_Isend/MPI_Irecv on
+ * MPI_COMM_WORLD: activations forward in forward(), their gradients back
+ * in backward(). A send is copied to its own slot per microbatch and
+ * started right after the node computing it; every send is waited for at
+ * the end of the step. Each receive is posted as soon as its slot is free
+ * (the step's first INFLIGHT microbatches at its start, microbatch
+ * mb + INFLIGHT when backward(mb) is done) and waited for at the start of
+ * the pass that reads it. MPI matches a value's messages in the order they
+ * are sent, and every stage runs its microbatches in order, so one tag per
+ * value serves every microbatch. The C target only (the driver refuses
+ * --target cuda here).
+ */
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Is value t made in backward (a gradient) rather than forward? */
+static int is_backward_value(const Tensor *t)
+{
+    return t->producer && (t->producer->grad || ir_in_optimizer_step(t->producer));
+}
+
+static const char *direction(const PipeLink *k)
+{
+    return is_backward_value(k->t) ? "backward" : "forward";
+}
+
+void emit_pipe_train_decls(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    const PipelineStage *st = &pp->stages[pr->stage];
+    char nm[ESC_NAME_CAP];
+    int ns, nr;
+    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
+    fprintf(f, "\n/* ---- pipeline training: stage %d of %d, %s schedule, %d microbatch%s per step ---- */\n\n",
+            pr->stage, pp->nstages, pipe_schedule_name(pp->schedule), pp->microbatches,
+            pp->microbatches == 1 ? "" : "es");
+    fprintf(f, "#define MICROBATCHES %d\n#define INFLIGHT %d /* microbatches between their forward and backward "
+               "passes at once */\n#define STASH_BYTES %lldULL /* what one microbatch keeps from forward for "
+               "backward */\n\nstatic unsigned char *g_stash_slots, *g_stash; /* INFLIGHT stashes; the current "
+               "microbatch's */\n",
+            pp->microbatches, st->inflight, (long long)pr->stash_bytes);
+    for (int i = 0; i < ns; i++) {
+        const Buffer *b = &pr->bufs[snd[i].buf];
+        fprintf(f, "static unsigned char *send_%s[MICROBATCHES]; /* %s (%s), %lld bytes, to stage", b->name,
+                CMT(snd[i].t->name, nm), direction(&snd[i]), (long long)b->bytes);
+        for (int k = 0; k < snd[i].npeer; k++)
+            fprintf(f, " %d (rank %d)", snd[i].peer_stage[k], snd[i].peer[k]);
+        fprintf(f, " */\nstatic MPI_Request sreq_%s[MICROBATCHES][%d];\n", b->name, snd[i].npeer);
+    }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "static unsigned char *slot_%s[INFLIGHT]; /* %s (%s), %lld bytes, from stage %d (rank %d) */\n"
+                   "static MPI_Request rreq_%s[INFLIGHT];\n",
+                b->name, CMT(rcv[i].t->name, nm), direction(&rcv[i]), (long long)b->bytes, rcv[i].peer_stage[0],
+                rcv[i].peer[0], b->name);
+    }
+    for (int i = 0; pr->stage == 0 && i < g->ninputs; i++) {
+        const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+        fprintf(f, "static %s *in_%s[INFLIGHT]; /* graph input %s per microbatch in flight (several batches) */\n",
+                emit_ctype(b->dtype), b->name, CMT(g->inputs[i]->name, nm));
+    }
+    fprintf(f, "\nstatic void pipe_init(void)\n{\n    g_stash_slots = rt_alloc(INFLIGHT * STASH_BYTES);\n"
+               "    g_stash = g_stash_slots;\n");
+    for (int i = 0; i < ns; i++) {
+        const Buffer *b = &pr->bufs[snd[i].buf];
+        fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        send_%s[mb] = rt_alloc(%lld);\n"
+                   "        for (int k = 0; k < %d; k++)\n            sreq_%s[mb][k] = MPI_REQUEST_NULL;\n    }\n",
+                b->name, (long long)b->bytes, snd[i].npeer, b->name);
+    }
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "    for (int s = 0; s < INFLIGHT; s++) {\n        slot_%s[s] = rt_alloc(%lld);\n"
+                   "        rreq_%s[s] = MPI_REQUEST_NULL;\n    }\n",
+                b->name, (long long)b->bytes, b->name);
+    }
+    for (int i = 0; pr->stage == 0 && i < g->ninputs; i++) {
+        const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+        fprintf(f, "    for (int s = 0; s < INFLIGHT; s++)\n        in_%s[s] = rt_alloc(%lld);\n", b->name,
+                (long long)(b->bytes ? b->bytes : 1));
+    }
+    fprintf(f, "}\n");
+    free(snd);
+    free(rcv);
+}
+
+/* Sends value k of microbatch mb (in a pass: `mb`). */
+static void emit_send(Emitter *e, const PipeLink *k)
+{
+    const Buffer *b = &e->pr->bufs[k->buf];
+    FILE *f = e->f;
+    char nm[ESC_NAME_CAP];
+    fprintf(f, "\n    /* send %s (%s, %lld bytes) of microbatch mb to stage", CMT(k->t->name, nm), direction(k),
+            (long long)b->bytes);
+    for (int j = 0; j < k->npeer; j++)
+        fprintf(f, " %d (rank %d)", k->peer_stage[j], k->peer[j]);
+    fprintf(f, ": copied to its slot, sent while the pass goes on */\n    memcpy(send_%s[mb], %s, %lld);\n",
+            b->name, b->name, (long long)b->bytes);
+    for (int j = 0; j < k->npeer; j++)
+        fprintf(f, "    CHECK_MPI(MPI_Isend(send_%s[mb], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sreq_%s[mb][%d]));\n"
+                   "    rt_started(%d, &sreq_%s[mb][%d]);\n",
+                b->name, (long long)b->bytes, k->peer[j], k->tag, b->name, j, k->comm, b->name, j);
+}
+
+static void emit_recv_wait(Emitter *e, const PipeLink *k)
+{
+    char nm[ESC_NAME_CAP];
+    fprintf(e->f, "    rt_wait(&rreq_%s[slot], %d); /* %s (%s) of microbatch mb, from stage %d (rank %d) */\n",
+            e->pr->bufs[k->buf].name, k->comm, CMT(k->t->name, nm), direction(k), k->peer_stage[0], k->peer[0]);
+}
+
+/* One pass: instructions [from, to), each send after the node computing
+ * its value (before the first instruction: those of no node, the inputs). */
+static void emit_pass(Emitter *e, int from, int to, const PipeLink *snd, int ns, int backward)
+{
+    const Program *pr = e->pr;
+    for (int k = 0; k < ns; k++)
+        if (!backward && !snd[k].t->producer)
+            emit_send(e, &snd[k]);
+    for (int i = from; i < to; i++) {
+        emit_inst(e, i);
+        const Inst *in = &pr->insts[i];
+        if (in->kind != INST_COMPUTE)
+            continue;
+        for (int k = 0; k < ns; k++)
+            if (snd[k].t->producer == in->node)
+                emit_send(e, &snd[k]);
+    }
+}
+
+/* Weights read on several stages (tied embeddings): the stage that
+ * updated one sends it to the others, shard to shard, before their next
+ * forward pass reads it. */
+static void emit_weight_sync(Emitter *e)
+{
+    const Program *pr = e->pr;
+    const Pipeline *pp = pr->plan->pipe;
+    FILE *f = e->f;
+    int sub = pipeline_sub_rank(pp, pr->rank), nreq = 0;
+    char nm[ESC_NAME_CAP];
+    for (int k = 0; k < pp->nshared; k++) {
+        const Tensor *w = pp->shared[k];
+        int owner = pp->shared_owner[k];
+        if (owner != pr->stage && !(pp->shared_readers[k] & (1u << pr->stage)))
+            continue;
+        const Buffer *b = &pr->bufs[pr->tensor_buf[w->id]];
+        if (!nreq)
+            fprintf(f, "    /* weights read on several stages: the updating stage sends the new values */\n"
+                       "    MPI_Request sync[%d];\n    int nsync = 0;\n", PIPE_MAX_STAGES * pp->nshared);
+        if (owner == pr->stage) {
+            for (int z = 0; z < pp->nstages; z++)
+                if (pp->shared_readers[k] & (1u << z)) {
+                    fprintf(f, "    CHECK_MPI(MPI_Isend(%s, %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sync[nsync++])); "
+                               "/* %s to stage %d */\n",
+                            b->name, (long long)b->bytes, pipeline_world_rank(pp, z, sub), 30000 + k,
+                            CMT(w->name, nm), z);
+                    nreq++;
+                }
+        } else {
+            fprintf(f, "    CHECK_MPI(MPI_Irecv(%s, %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sync[nsync++])); "
+                       "/* %s, updated by stage %d */\n",
+                    b->name, (long long)b->bytes, pipeline_world_rank(pp, owner, sub), 30000 + k, CMT(w->name, nm),
+                    owner);
+            nreq++;
+        }
+    }
+    if (nreq)
+        fprintf(f, "    CHECK_MPI(MPI_Waitall(nsync, sync, MPI_STATUSES_IGNORE));\n");
+}
+
+int emit_pipe_train(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    Diag *d = e->d;
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    int ns, nr, rc = 0;
+    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
+    for (int i = 0; i < ns + nr && !rc; i++) {
+        const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        if (k->tag > 32767) { /* MPI guarantees tags up to 32767 */
+            diag_add(d, "pipeline: more than 32768 values cross stages (at \"%s\"): cut the stages elsewhere",
+                     k->t->label);
+            rc = -1;
+        } else if (pr->bufs[k->buf].bytes > 0x7fffffff) {
+            diag_add(d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
+                     k->t->label, (long long)pr->bufs[k->buf].bytes);
+            rc = -1;
+        }
+    }
+    if (rc) {
+        free(snd);
+        free(rcv);
+        return -1;
+    }
+    for (int i = 0; i < ns + nr; i++) {
+        PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        char what[ESC_TEXT_CAP], peer[256];
+        size_t n = 0;
+        for (int j = 0; j < k->npeer && n < sizeof peer; j++)
+            n += (size_t)snprintf(peer + n, sizeof peer - n, "%sstage %d (rank %d)", j ? ", " : "", k->peer_stage[j],
+                                  k->peer[j]);
+        snprintf(what, sizeof what, "%s of %s (%s) %s %s", i < ns ? "send" : "receive", k->t->label, direction(k),
+                 i < ns ? "to" : "from", peer);
+        k->comm = trace_comm(&e->trace, what, i < ns ? "send" : "receive", k->t->label, peer,
+                             i < ns ? "the rest of the step (a slot per microbatch)"
+                                    : "the passes before its reader (a slot per microbatch in flight)",
+                             (long long)pr->bufs[k->buf].bytes);
+    }
+    int bwd = program_backward_start(pr), opt = pr->ninsts;
+    for (int i = pr->ninsts - 1; i >= bwd; i--)
+        if (pr->insts[i].kind == INST_COMPUTE && ir_in_optimizer_step(pr->insts[i].node))
+            opt = i;
+    fprintf(f, "\n/* ---- training state ---- */\n\n"
+               "static int64_t g_step; /* optimizer steps taken, counted from 1 (AdamW's bias correction) */\n"
+               "#define ACCUM MICROBATCHES /* the gradients of every microbatch are summed before the update */\n"
+               "static int g_micro = 1; /* the microbatch a pass runs, 1..ACCUM */\n");
+    if (pr->stage == 0)
+        fprintf(f, "static void load_batch(long batch);\nstatic int64_t g_batches[%d];\n",
+                g->ninputs ? g->ninputs : 1);
+    /* use_slot(): the stash, receive slots and inputs of one microbatch in flight. */
+    fprintf(f, "\n/* The stash, receive slots and input blocks of the microbatches in flight' slot s. */\n"
+               "static void use_slot(int s)\n{\n    g_stash = g_stash_slots + (size_t)s * STASH_BYTES;\n");
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        fprintf(f, "    %s = (%s *)slot_%s[s];\n", b->name, emit_ctype(b->dtype), b->name);
+    }
+    for (int i = 0; pr->stage == 0 && i < g->ninputs; i++) {
+        const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+        fprintf(f, "    if (g_batches[%d] > 1) /* (one batch: every microbatch reads the same block) */\n"
+                   "        %s = in_%s[s];\n", i, b->name, b->name);
+    }
+    fprintf(f, "    (void)s;\n}\n");
+    /* post_receives(mb): into the slot its microbatch uses. */
+    fprintf(f, "\n/* Posts microbatch mb's receives, into its slot (free: the microbatch INFLIGHT before\n"
+               " * it has finished backward). */\nstatic void post_receives(int mb)\n{\n"
+               "    const int slot = mb %% INFLIGHT;\n    (void)slot;\n");
+    for (int i = 0; i < nr; i++) {
+        const Buffer *b = &pr->bufs[rcv[i].buf];
+        char nm[ESC_NAME_CAP];
+        fprintf(f, "    /* receive %s (%s) of microbatch mb from stage %d (rank %d) */\n"
+                   "    CHECK_MPI(MPI_Irecv(slot_%s[slot], %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &rreq_%s[slot]));\n"
+                   "    rt_started(%d, &rreq_%s[slot]);\n",
+                CMT(rcv[i].t->name, nm), direction(&rcv[i]), rcv[i].peer_stage[0], rcv[i].peer[0], b->name,
+                (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, rcv[i].comm, b->name);
+    }
+    fprintf(f, "}\n");
+    /* forward(mb) */
+    fprintf(f, "\n/* ---- stage %d's forward pass of microbatch mb ---- */\n\nstatic void forward(int mb)\n{\n"
+               "    const int slot = mb %% INFLIGHT;\n    use_slot(slot);\n    g_micro = mb + 1;\n",
+            pr->stage);
+    if (pr->stage == 0)
+        fprintf(f, "    load_batch((long)g_step * ACCUM + mb + 1);\n");
+    for (int i = 0; i < nr; i++)
+        if (!is_backward_value(rcv[i].t))
+            emit_recv_wait(e, &rcv[i]);
+    emit_pass(e, 0, bwd, snd, ns, 0);
+    fprintf(f, "}\n");
+    /* backward(mb) */
+    fprintf(f, "\n/* ---- stage %d's backward pass of microbatch mb ---- */\n\nstatic void backward(int mb)\n{\n"
+               "    const int slot = mb %% INFLIGHT;\n    use_slot(slot);\n    g_micro = mb + 1;\n",
+            pr->stage);
+    for (int i = 0; i < nr; i++)
+        if (is_backward_value(rcv[i].t))
+            emit_recv_wait(e, &rcv[i]);
+    emit_pass(e, bwd, opt, snd, ns, 1);
+    fprintf(f, "    if (mb + INFLIGHT < MICROBATCHES) /* this slot is free: the microbatch that reuses it */\n"
+               "        post_receives(mb + INFLIGHT);\n}\n");
+    /* optimizer_step() */
+    fprintf(f, "\n/* ---- the optimizer: this stage's weights, updated in place ---- */\n\n"
+               "static void optimizer_step(void)\n{\n    g_step++;\n");
+    for (int i = opt; i < pr->ninsts; i++)
+        emit_inst(e, i);
+    fprintf(f, "}\n");
+    /* train_step(): the schedule */
+    const PipeOp *ops = pp->ops[pr->stage];
+    int nops = pp->nops[pr->stage];
+    fprintf(f, "\n/* ---- one training step: stage %d's part of the %s schedule ---- */\n\n"
+               "static void train_step(void)\n{\n    rt_step_begin();\n"
+               "    for (int mb = 0; mb < INFLIGHT; mb++)\n        post_receives(mb);\n",
+            pr->stage, pipe_schedule_name(pp->schedule));
+    int warm = 0;
+    while (warm < nops && !ops[warm].backward)
+        warm++;
+    int cool = nops;
+    while (cool > 0 && ops[cool - 1].backward)
+        cool--;
+    for (int i = 0; i < nops; i++) {
+        if (i == 0 && pp->schedule == PIPE_GPIPE)
+            fprintf(f, "    /* every forward pass, then every backward pass */\n");
+        else if (i == 0 && warm < nops && cool > warm)
+            fprintf(f, "    /* warm-up: %d forward pass%s before the first backward */\n", warm - 1 > 0 ? warm - 1 : 0,
+                    warm - 1 == 1 ? "" : "es");
+        if (pp->schedule != PIPE_GPIPE && i == warm - 1 && cool > warm)
+            fprintf(f, "    /* steady state: one forward, one backward */\n");
+        if (pp->schedule != PIPE_GPIPE && i == cool && cool > warm)
+            fprintf(f, "    /* cool-down: the remaining backward passes */\n");
+        fprintf(f, "    %s(%d);\n", ops[i].backward ? "backward" : "forward", ops[i].mb);
+    }
+    fprintf(f, "    g_micro = ACCUM;\n    optimizer_step();\n");
+    emit_weight_sync(e);
+    for (int i = 0; i < ns; i++)
+        fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) /* the slots are reused next step */\n"
+                   "        for (int k = 0; k < %d; k++)\n            rt_wait(&sreq_%s[mb][k], %d);\n",
+                snd[i].npeer, pr->bufs[snd[i].buf].name, snd[i].comm);
+    fprintf(f, "    rt_step_end();\n}\n");
+    free(snd);
+    free(rcv);
+    return 0;
+}
+
+/* main()'s --out: each trained weight from the stage that updates it (its
+ * first rank gathers the blocks), the loss from the last stage. */
+void emit_pipe_train_outputs(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Pipeline *pp = pr->plan->pipe;
+    const Graph *g = pr->g;
+    const Mesh *m = &pr->plan->mesh;
+    fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
+    for (int i = 0; i < g->noutputs; i++) {
+        const Tensor *t = g->outputs[i];
+        int hs = pp->tensor_stage[t->id] < 0 ? 0 : pp->tensor_stage[t->id], root = pipeline_world_rank(pp, hs, 0);
+        fprintf(f, "        if (strcmp(args.out_name[i], ");
+        esc_c_string(f, ir_output_name(t));
+        if (!program_holds_output(pr, t)) {
+            fprintf(f, ") == 0)\n            continue; /* written by stage %d (rank %d) */\n", hs, root);
+            continue;
+        }
+        const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+        char sb[128];
+        if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
+            fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
+            emit_dims(f, t->dims, t->rank);
+            fprintf(f, ";\n            if (RANK == %d) /* every rank of stage %d holds it whole */\n"
+                       "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n            continue;\n        }\n",
+                    root, hs, (int)t->dtype, t->rank, b->name);
+            continue;
+        }
+        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
+        emit_dims(f, t->dims, t->rank);
+        fprintf(f, ", blocks[] = ");
+        emit_dims(f, b->dims, t->rank);
+        unsigned used = sharding_used_axes(&b->layout);
+        fprintf(f, ";\n            /* %s over stage %d's ranks: rank %d gathers one copy of each block */\n"
+                   "            static const int64_t index[] = {",
+                sharding_str(&b->layout, m, sb, sizeof sb), hs, root);
+        for (int r = 0; r < pp->world.nranks; r++) {
+            int v = pipeline_sub_rank(pp, r);
+            for (int dd = 0; dd < (t->rank ? t->rank : 1); dd++)
+                fprintf(f, "%s%d", r || dd ? ", " : "",
+                        t->rank ? mesh_block_index(m, v, b->layout.axes[dd], b->layout.naxes[dd]) : 0);
+        }
+        fprintf(f, "};\n            static const unsigned char sender[] = {");
+        for (int r = 0; r < pp->world.nranks; r++) {
+            int sends = pipeline_stage_of_rank(pp, r) == hs, v = pipeline_sub_rank(pp, r);
+            for (int a = 0; a < m->naxes; a++)
+                if (!(used & (1u << a)) && mesh_coord(m, v, a) != 0)
+                    sends = 0;
+            fprintf(f, "%s%d", r ? ", " : "", sends);
+        }
+        fprintf(f, "};\n            void *whole = rt_gather_output(%s, 1, %d, dims, blocks, index, sender, %zu, ",
+                b->name, t->rank, dtype_size(t->dtype));
+        esc_c_string(f, t->label);
+        fprintf(f, ", %d);\n            if (RANK == %d)\n"
+                   "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n"
+                   "            continue;\n        }\n",
+                root, root, (int)t->dtype, t->rank);
+    }
+    fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
+}
