@@ -826,15 +826,16 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
                 st->activation_bytes = act[j];
         }
     }
-    memset(read, 0, (size_t)g->ntensors + 1);
+    for (int i = 0; i < g->ntensors; i++)
+        last[i] = -1; /* now: the stage that counted it */
     for (int i = 0; i < n; i++) {
         const Node *nd = g->nodes[i];
         PipelineStage *st = &pp->stages[pp->stage_of[i]];
         for (int k = 0; k < nd->ninputs; k++) {
             const Tensor *t = nd->inputs[k];
             int state = pp->train && k > 0 && ir_output_in_place(nd, 0) >= 0; /* a gradient or optimizer state */
-            if (t && (is_weight(t) || state) && !read[t->id]) {
-                read[t->id] = 1;
+            if (t && (is_weight(t) || state) && last[t->id] != pp->stage_of[i]) {
+                last[t->id] = pp->stage_of[i];
                 st->weight_bytes += sharding_local_bytes(&p->tensors[t->id].sharding, &p->mesh, t);
             }
         }
