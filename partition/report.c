@@ -10,6 +10,7 @@
  */
 #include "partition.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void axes_str(const Mesh *m, unsigned axes, char *buf, size_t cap)
@@ -150,6 +151,101 @@ static const char *local_str(const Sharding *s, const Mesh *m, const Tensor *t, 
     if (off < cap)
         snprintf(buf + off, cap - off, "]");
     return buf;
+}
+
+static int cmp_time(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --train: the stages with forward, backward and update times, their
+ * memory (weights with gradients and optimizer state, the stash a
+ * microbatch keeps and how many the schedule holds at once), and the
+ * schedule as a stage x time table of F and B slots, laid out by the cost
+ * model's run of it (a column per moment some pass starts). */
+static void print_pipeline_train(const Plan *p, FILE *f)
+{
+    const Pipeline *pp = p->pipe;
+    const Graph *g = p->g;
+    int ns = pp->nstages, m = pp->microbatches;
+    char t1[32], t2[32], t3[32], t4[32];
+    fprintf(f, "\npipeline %d stages over %s (%d rank%s each), %d microbatch%s per step, %s schedule; boundaries %s\n",
+            ns, pp->world.axes[pp->axis].name, pp->nsub, pp->nsub == 1 ? "" : "s", m, m == 1 ? "" : "es",
+            pipe_schedule_name(pp->schedule),
+            pp->automatic ? "chosen by the search (the slowest stage's forward and backward as fast as they can be)"
+                          : "from --stage-boundaries");
+    fprintf(f, "  %-5s %-5s %-22s %-22s %9s %9s %9s %9s %12s %10s %6s %11s\n", "stage", "ranks", "first node",
+            "last node", "forward", "backward", "send", "update", "weights", "stash/mb", "held", "boundaries");
+    fprintf(f, "  (per rank, per microbatch; weights with their gradients and optimizer state; stash: what a\n"
+               "  microbatch keeps from forward to backward, held for that many microbatches at once; boundaries:\n"
+               "  a send slot per microbatch, a receive slot per microbatch held)\n");
+    for (int s = 0; s < ns; s++) {
+        const PipelineStage *st = &pp->stages[s];
+        char ranks[32];
+        int r0 = pipeline_world_rank(pp, s, 0), r1 = pipeline_world_rank(pp, s, pp->nsub - 1);
+        if (r0 == r1)
+            snprintf(ranks, sizeof ranks, "%d", r0);
+        else
+            snprintf(ranks, sizeof ranks, "%d..%d", r0 < r1 ? r0 : r1, r0 < r1 ? r1 : r0);
+        fprintf(f, "  %-5d %-5s %-22.22s %-22.22s %9s %9s %9s %9s %12lld %10lld %6d %11lld\n", s, ranks,
+                g->nodes[st->first]->label, g->nodes[st->last]->label, time_str(st->compute_s, t1, sizeof t1),
+                time_str(st->backward_s, t2, sizeof t2), time_str(st->send_s, t3, sizeof t3),
+                time_str(st->update_s, t4, sizeof t4), (long long)st->weight_bytes, (long long)st->stash_bytes,
+                st->inflight, (long long)st->boundary_bytes);
+    }
+    fprintf(f, "  bubble        (p-1)/(M+p-1) = %d/%d = %.1f%% of the schedule\n", ns - 1, m + ns - 1,
+            100.0 * (ns - 1) / (m + ns - 1));
+    fprintf(f, "  step          %s: the schedule below on the cost model, each stage's updates after its last pass\n",
+            time_str(pp->step_s, t1, sizeof t1));
+    int nx = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        nx += pp->readers[i] != 0;
+    fprintf(f, "  crossing      %d value%s, each shard to shard (activations forward, their gradients back)\n", nx,
+            nx == 1 ? "" : "s");
+    for (int k = 0; k < pp->nshared; k++) {
+        fprintf(f, "  shared        weight %s: updated by stage %d, sent after each step to stage", pp->shared[k]->label,
+                pp->shared_owner[k]);
+        for (int s = 0; s < ns; s++)
+            if (pp->shared_readers[k] & (1u << s))
+                fprintf(f, " %d", s);
+        fprintf(f, "\n");
+    }
+    /* The table: a column per distinct start time. */
+    int nt = 0;
+    for (int s = 0; s < ns; s++)
+        nt += pp->nops[s];
+    double *times = malloc(sizeof(double) * (size_t)(nt + 1));
+    if (!times)
+        abort();
+    nt = 0;
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < pp->nops[s]; i++)
+            times[nt++] = pp->ops[s][i].start_s;
+    qsort(times, (size_t)nt, sizeof(double), cmp_time);
+    int nc = 0;
+    for (int i = 0; i < nt; i++)
+        if (nc == 0 || times[i] > times[nc - 1] + 1e-15)
+            times[nc++] = times[i];
+    int shown = nc < 40 ? nc : 40;
+    fprintf(f, "  schedule      stage x time: Fk, Bk the forward, backward pass of microbatch k; -- still running it\n");
+    for (int s = 0; s < ns; s++) {
+        fprintf(f, "  %5d  ", s);
+        int at = 0;
+        for (int c = 0; c < shown; c++) {
+            while (at < pp->nops[s] && pp->ops[s][at].end_s <= times[c] + 1e-15)
+                at++;
+            const PipeOp *o = at < pp->nops[s] ? &pp->ops[s][at] : NULL;
+            if (o && o->start_s <= times[c] + 1e-15 && o->start_s > times[c] - 1e-15)
+                fprintf(f, " %c%-3d", o->backward ? 'B' : 'F', o->mb);
+            else if (o && o->start_s < times[c])
+                fprintf(f, " -- ");
+            else
+                fprintf(f, "  . ");
+        }
+        fprintf(f, "%s\n", shown < nc ? " ..." : "");
+    }
+    free(times);
 }
 
 /* The stages: their nodes, time per microbatch, memory per rank; the
@@ -382,7 +478,7 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     plan_print_precision(p, f);
     plan_print_train_memory(x, f);
     if (p->pipe)
-        print_pipeline(p, f);
+        (p->pipe->train ? print_pipeline_train : print_pipeline)(p, f);
 }
 
 void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
@@ -503,6 +599,19 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
                    "\"automatic\": %s, \"bubble\": %.6g, \"batch_s\": %.9g, \"per_stage\": [",
                 pp->world.axes[pp->axis].name, pp->nstages, pp->microbatches, pp->nsub, pp->automatic ? "true" : "false",
                 (double)(pp->nstages - 1) / (pp->microbatches + pp->nstages - 1), pipeline_batch_seconds(pp));
+        if (pp->train) {
+            fprintf(f, "\"schedule\": \"%s\", \"step_s\": %.9g, \"slots\": [", pipe_schedule_name(pp->schedule),
+                    pp->step_s);
+            for (int s = 0; s < pp->nstages; s++) {
+                fprintf(f, "%s[", s ? ", " : "");
+                for (int i = 0; i < pp->nops[s]; i++)
+                    fprintf(f, "%s{\"pass\": \"%c\", \"microbatch\": %d, \"start_s\": %.9g, \"end_s\": %.9g}",
+                            i ? ", " : "", pp->ops[s][i].backward ? 'B' : 'F', pp->ops[s][i].mb, pp->ops[s][i].start_s,
+                            pp->ops[s][i].end_s);
+                fprintf(f, "]");
+            }
+            fprintf(f, "], ");
+        }
         for (int s = 0; s < pp->nstages; s++) {
             const PipelineStage *st = &pp->stages[s];
             fprintf(f, "%s{\"first_node\": ", s ? ", " : "");
@@ -510,9 +619,13 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
             fprintf(f, ", \"last_node\": ");
             json_write_str(f, g->nodes[st->last]->name);
             fprintf(f, ", \"nodes\": %d, \"compute_s\": %.9g, \"send_s\": %.9g, \"weight_bytes\": %lld, "
-                       "\"activation_bytes\": %lld, \"boundary_bytes\": %lld}",
+                       "\"activation_bytes\": %lld, \"boundary_bytes\": %lld",
                     st->last - st->first + 1, st->compute_s, st->send_s, (long long)st->weight_bytes,
                     (long long)st->activation_bytes, (long long)st->boundary_bytes);
+            if (pp->train)
+                fprintf(f, ", \"backward_s\": %.9g, \"update_s\": %.9g, \"stash_bytes\": %lld, \"inflight\": %d",
+                        st->backward_s, st->update_s, (long long)st->stash_bytes, st->inflight);
+            fprintf(f, "}");
         }
         fprintf(f, "]}");
     }
