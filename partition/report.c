@@ -596,7 +596,7 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
     if (p->pipe) {
         const Pipeline *pp = p->pipe;
         fprintf(f, ",\n  \"pipeline\": {\"axis\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"ranks_per_stage\": %d, "
-                   "\"automatic\": %s, \"bubble\": %.6g, \"batch_s\": %.9g, \"per_stage\": [",
+                   "\"automatic\": %s, \"bubble\": %.6g, \"batch_s\": %.9g, ",
                 pp->world.axes[pp->axis].name, pp->nstages, pp->microbatches, pp->nsub, pp->automatic ? "true" : "false",
                 (double)(pp->nstages - 1) / (pp->microbatches + pp->nstages - 1), pipeline_batch_seconds(pp));
         if (pp->train) {
@@ -612,6 +612,7 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
             }
             fprintf(f, "], ");
         }
+        fprintf(f, "\"per_stage\": [");
         for (int s = 0; s < pp->nstages; s++) {
             const PipelineStage *st = &pp->stages[s];
             fprintf(f, "%s{\"first_node\": ", s ? ", " : "");
