@@ -506,6 +506,22 @@ static int assign_training(Plan *p, Pipeline *pp, Diag *d)
             f = f->fwd;
         pp->stage_of[i] = f ? pp->stage_of[f->id] : -1;
     }
+    /* A recomputed node runs where its value is read again (the latest
+     * such stage: backward flows down), not where it first ran: a copy
+     * made on an earlier stage would reach a later one's backward only
+     * after that had to run. */
+    for (int i = n - 1; i >= 0; i--) {
+        const Node *nd = g->nodes[i];
+        if (!nd->recomputed)
+            continue;
+        int s = -1;
+        for (int k = 0; k < nd->noutputs; k++)
+            for (int c = 0; nd->outputs[k] && c < nd->outputs[k]->nconsumers; c++)
+                if (pp->stage_of[nd->outputs[k]->consumers[c]->id] > s)
+                    s = pp->stage_of[nd->outputs[k]->consumers[c]->id];
+        if (s >= 0)
+            pp->stage_of[i] = s;
+    }
     for (int i = 0; i < n; i++) {
         const Node *nd = g->nodes[i];
         if (pp->stage_of[i] >= 0)
@@ -799,6 +815,27 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
         }
         if (!pp->train && t->is_output && pp->tensor_stage[i] != pp->nstages - 1)
             pp->readers[i] |= 1u << (pp->nstages - 1);
+    }
+    /* Training: every value must cross in the direction its passes run:
+     * forward values to later stages (a later forward, or any backward),
+     * backward values to earlier stages' backward. Anything else would
+     * wait for a pass the schedule runs after it. */
+    for (int i = 0; pp->train && i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (!pp->readers[i])
+            continue;
+        int from = pp->tensor_stage[i], fwd_value = !t->producer || is_forward(t->producer);
+        for (int c = 0; c < t->nconsumers; c++) {
+            const Node *r = t->consumers[c];
+            int to = pp->stage_of[r->id], fwd_reader = is_forward(r);
+            if (to == from || (fwd_value && (to > from || !fwd_reader)) || (!fwd_value && !fwd_reader && to < from))
+                continue;
+            diag_add(d, "--train: value \"%s\" (%s pass of stage %d) is read by node \"%s\" in the %s pass of stage "
+                     "%d, which the schedule runs before it: cut the stages elsewhere (--stage-boundaries)",
+                     t->label, fwd_value ? "forward" : "backward", from, r->label, fwd_reader ? "forward" : "backward",
+                     to);
+            goto done;
+        }
     }
     for (int i = 0; i < g->ntensors; i++) {
         const Tensor *t = g->tensors[i];

@@ -164,7 +164,8 @@ def compare(losses, params, ref_losses, ref_params):
 def reference(name, model, opt, flags, results, cases):
     """(losses, weights, what) to compare a case with."""
     gold = os.path.join(GOLDEN, "%s_%s" % (model, opt))
-    numpy_only = ("--clip-norm", "--lr-schedule", "--warmup-steps", "--momentum", "--weight-decay", "--accum")
+    numpy_only = ("--clip-norm", "--lr-schedule", "--warmup-steps", "--momentum", "--weight-decay", "--accum",
+                   "--microbatches")
     if not any(f in numpy_only or f.startswith("@") for f in flags) and os.path.isdir(gold):
         return np.load(os.path.join(gold, "losses.npy")), dict(np.load(os.path.join(gold, "weights.npz"))), \
             "onnxruntime-training"
@@ -182,8 +183,11 @@ def reference(name, model, opt, flags, results, cases):
         data = {k: np.load(v) for k, v in files.items()}
         kb = [int(f.split("=", 1)[1]) for f in flags if f.startswith("@batches=")] or [1]
         batches = [{k: np.split(v, kb[0])[j] for k, v in data.items()} for j in range(kb[0])]
-        if "--accum" in flags:  # a step's K microbatches are, for a mean loss, one batch K times as large
-            acc = int(flags[flags.index("--accum") + 1])
+        # A step's K microbatches (--accum K, or a pipeline's --microbatches K)
+        # are, for a mean loss, one batch K times as large.
+        acc_flag = "--accum" if "--accum" in flags else "--microbatches" if "--microbatches" in flags else None
+        if acc_flag:
+            acc = int(flags[flags.index(acc_flag) + 1])
             batches = [{k: np.concatenate([batches[(st * acc + m) % len(batches)][k] for m in range(acc)])
                         for k in batches[0]} for st in range(STEPS)]
         losses, params = np_reference.train(np_reference.MODEL_GRADS[model], cfg, weights, batches)
