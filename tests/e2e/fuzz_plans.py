@@ -36,8 +36,10 @@ table's vjp column, ir/*.def; TRAIN below), float paths from the weights
 conditions; train_model() appends a scalar loss that reads every float
 output (ReduceMean(o * o) or ReduceSum(o * R), R a fixed random Constant).
 Each case is compiled with `--train --optimizer sgd --lr 1` (now and then
---frozen for one weight) on its random mesh, annotations and flags (not
---pipeline: pipeline training is refused by design), runs one step, and
+--frozen for one weight) on its random mesh, annotations and flags (with
+--pipeline, a "pp" axis and 1, 2 or 4 microbatches per step under a random
+--schedule: each microbatch reads the same batch, so the step's gradient is
+the batch's), runs one step, and
   * the loss it prints must match ORT's inference of the same model
     (1e-5 + 1e-4 relative, or within ORT's own rounding sensitivity);
   * each trained weight's gradient (before - after) must match central
@@ -1551,7 +1553,7 @@ def generate(seed, index):
         # other axes), with microbatches that divide the batch.
         mesh = [("pp", int(rng.choice([1, 2, 2, 3])))] + list(mesh)
         b = feeds[next(iter(feeds))].shape
-        divs = [d for d in (1, 2, 4) if b and b[0] % d == 0]
+        divs = [d for d in (1, 2, 4) if USE_TRAIN[0] or (b and b[0] % d == 0)]  # (training: whole batches)
         pipe = int(rng.choice(divs)) if divs else 1
     shard_file = rng.random() < 0.25
     isa = str(rng.choice(list(ISAS)))
@@ -1562,10 +1564,13 @@ def generate(seed, index):
             frozen = [ws[int(rng.integers(len(ws)))]]
     train_flags = []
     if USE_TRAIN[0]:
-        if rng.random() < 0.25:
+        if rng.random() < 0.25 and not pipe:  # (a pipeline's microbatches are its accumulation)
             train_flags += ["--accum", "2"]
-        if rng.random() < 0.2 and not fsdp:
-            train_flags += ["--zero", str(rng.choice(["1", "2"])), "--zero-axis", mesh[int(rng.integers(len(mesh)))][0]]
+        if pipe:
+            train_flags += ["--schedule", str(rng.choice(["1f1b", "gpipe"]))]
+        axes = [a for a, _ in mesh if a != "pp"]
+        if rng.random() < 0.2 and not fsdp and axes:
+            train_flags += ["--zero", str(rng.choice(["1", "2"])), "--zero-axis", axes[int(rng.integers(len(axes)))]]
         if rng.random() < 0.2:
             train_flags += ["--bucket-mb", str(rng.choice(["0", "0.001"]))]
     return Case(seed, index, m, feeds, mesh, shards, links, fsdp, prefetch, fuse, shard_file, dims, auto, pipe,
@@ -2497,8 +2502,6 @@ def main():
     USE_AUTO[0] = args.auto
     USE_PIPELINE[0] = args.pipeline
     USE_TRAIN[0] = args.train
-    if args.train and args.pipeline:
-        ap.error("--train with --pipeline: onnx2spmd refuses pipeline training by design (the next issue)")
     if not os.access(BIN, os.X_OK):
         print("fuzz_plans: %s is not built (run make)" % BIN)
         return 2
