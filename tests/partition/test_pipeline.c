@@ -8,7 +8,10 @@
  * boundaries) when that costs at most 10% more. Memory is a hard limit. And a
  * planned model: stages cover every node once, in order, values crossing
  * stages are recorded with their readers, the microbatch axis is refused
- * where a node needs the whole batch.
+ * where a node needs the whole batch. Training: the microbatches a
+ * schedule keeps in flight per stage, the split under a memory limit that
+ * counts them, and a trained model's backward nodes on their forward
+ * node's stage with the 1F1B order per stage.
  */
 #include "tests/partition/plan_setup.h"
 
@@ -220,6 +223,87 @@ static void test_pipeline_microbatches_must_divide_the_batch(void **st)
     diag_free(&s.d);
 }
 
+
+static void test_pipeline_inflight_per_schedule(void **st)
+{
+    (void)st;
+    /* 1F1B: stage s holds p - s microbatches (at most M); GPipe holds all. */
+    int want[4] = {4, 3, 2, 1};
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 8, s), want[s]);
+        assert_int_equal(pipeline_inflight(PIPE_GPIPE, 4, 8, s), 8);
+    }
+    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 2, 0), 2);
+    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 2, 3), 1);
+}
+
+static void test_pipeline_split_counts_stash_in_flight(void **st)
+{
+    (void)st;
+    /* Two stages under 1F1B: stage 0 holds 2 microbatches' stash, stage 1
+     * one. Items 0 and 1 keep 100 bytes each for backward. */
+    double cost[4] = {1, 1, 1, 1}, cut[5] = {0};
+    int64_t stash[4] = {100, 100, 0, 0};
+    int inflight[2] = {2, 1}, first[2];
+    assert_true(pipeline_split_train(4, cost, cut, NULL, NULL, stash, inflight, 0, 2, first) > 0);
+    assert_int_equal(first[1], 2); /* no limit: the even split */
+    /* 250 bytes: stage 0 cannot keep items 0 and 1 for two microbatches
+     * (400), so it ends after item 0 (200), stage 1 keeping item 1 once. */
+    assert_true(fabs(pipeline_split_train(4, cost, cut, NULL, NULL, stash, inflight, 250, 2, first) - 3) < 1e-12);
+    assert_int_equal(first[1], 1);
+    assert_true(pipeline_split_train(4, cost, cut, NULL, NULL, stash, inflight, 150, 2, first) < 0);
+}
+
+static void test_pipeline_training_stages_and_1f1b(void **st)
+{
+    (void)st;
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
+    diag_init(&s.d, NULL);
+    TrainOptions to;
+    train_options_default(&to);
+    to.accum = 3;
+    assert_int_equal(ir_build_training(s.g, &to, &s.d), 0);
+    Mesh world;
+    int pp = -1;
+    assert_int_equal(mesh_parse("pp=2", &world, &s.d), 0);
+    world.device = device_preset_find("cpu");
+    assert_int_equal(pipeline_mesh(&world, "pp", 1, &s.mesh, &pp, &s.d), 0);
+    s.p = partition_propagate(s.g, &s.mesh, &s.ann, &s.d);
+    assert_non_null(s.p);
+    PipelineOptions po = {.microbatches = 3, .boundaries = "l0_out", .train = 1, .schedule = PIPE_1F1B};
+    assert_int_equal(pipeline_build(s.p, &world, pp, &po, &s.d), 0);
+    const Pipeline *pp_ = s.p->pipe;
+    /* Every gradient node runs on its forward node's stage; stage 1 has
+     * the loss, so backward starts there and crosses back. */
+    int grads = 0;
+    for (int i = 0; i < s.g->nnodes; i++) {
+        const Node *n = s.g->nodes[i];
+        if (n->grad && n->fwd) {
+            assert_int_equal(pp_->stage_of[i], pp_->stage_of[n->fwd->id]);
+            grads++;
+        }
+    }
+    assert_true(grads > 50);
+    assert_int_equal(pp_->stages[0].inflight, 2);
+    assert_int_equal(pp_->stages[1].inflight, 1);
+    assert_true(pp_->stages[0].stash_bytes > 0 && pp_->stages[1].backward_s > pp_->stages[1].compute_s);
+    /* 1F1B on stage 0: one warm-up forward, then F and B in turn. */
+    const char *want0 = "F0 F1 B0 F2 B1 B2 ", *want1 = "F0 B0 F1 B1 F2 B2 ";
+    char got[2][64] = {{0}};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < pp_->nops[k]; i++)
+            snprintf(got[k] + strlen(got[k]), sizeof got[k] - strlen(got[k]), "%c%d ",
+                     pp_->ops[k][i].backward ? 'B' : 'F', pp_->ops[k][i].mb);
+    assert_string_equal(got[0], want0);
+    assert_string_equal(got[1], want1);
+    /* The cost model's run: stage 1's B0 waits for its F0, stage 0's B0 for stage 1's. */
+    assert_true(pp_->ops[0][2].start_s >= pp_->ops[1][1].end_s);
+    assert_true(pp_->step_s >= pp_->ops[0][5].end_s);
+    setup_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +315,9 @@ int main(void)
         cmocka_unit_test(test_pipeline_build_stages),
         cmocka_unit_test(test_pipeline_hand_boundaries),
         cmocka_unit_test(test_pipeline_microbatches_must_divide_the_batch),
+        cmocka_unit_test(test_pipeline_inflight_per_schedule),
+        cmocka_unit_test(test_pipeline_split_counts_stash_in_flight),
+        cmocka_unit_test(test_pipeline_training_stages_and_1f1b),
     };
     return cmocka_run_group_tests_name("pipeline", tests, NULL, NULL);
 }
