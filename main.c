@@ -859,8 +859,12 @@ static int cmd_plan(int argc, char **argv, int compile)
             printf("  ZeRO stage %d: %s\n", r.zero,
                    o.prog.mem_limit ? "the first whose programs fit --mem-limit" : "no --mem-limit, the fastest");
         for (int k = 0; k < r.nranks; k++)
-            printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", k, (long long)r.arena_bytes[k],
-                   (long long)r.weight_bytes[k]);
+            if (r.plan->pipe && r.plan->pipe->train) /* the stashes and slots the schedule holds matter here */
+                printf("  rank %d: peak arena %lld bytes, weights %lld bytes, stashes, slots and inputs %lld bytes\n",
+                       k, (long long)r.arena_bytes[k], (long long)r.weight_bytes[k], (long long)r.held_bytes[k]);
+            else
+                printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", k, (long long)r.arena_bytes[k],
+                       (long long)r.weight_bytes[k]);
     } else {
         if (driver_measure(&o, &r, &d))
             goto cleanup;

@@ -496,6 +496,7 @@ typedef struct CompileOptions {
     const char *model;
     int64_t *arena_bytes;    /* out, per rank (may be NULL) */
     int64_t *weight_bytes;   /* out, per rank (may be NULL) */
+    int64_t *held_bytes;     /* out, per rank (may be NULL): inputs, pipeline slots and stashes */
 } CompileOptions;
 
 /* Whether -o DIR may be written: a new path, or an earlier onnx2spmd

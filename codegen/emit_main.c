@@ -207,9 +207,18 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "            printf(\"time per step: %%.3f ms (%%ld steps after 1 warm-up, %%d ranks)\\n\"\n"
                   "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
                   "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
-                  "                   rt_peak_rss_kib() / 1024.0);\n"
-                  "    }\n",
+                  "                   rt_peak_rss_kib() / 1024.0);\n",
             sync, barrier, cond, loss ? loss : "0.0", blob, barrier, barrier, sync, barrier);
+    if (pp && pp->train) /* each stage holds its own weights, stashes and slots */
+        fprintf(e->f, "        double mine = rt_peak_rss_kib() / 1024.0, all[WORLD];\n"
+                      "        CHECK_MPI(MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));\n"
+                      "        if (RANK == 0) {\n"
+                      "            printf(\"peak memory per rank (MiB, VmHWM):\");\n"
+                      "            for (int r = 0; r < WORLD; r++)\n"
+                      "                printf(\" %%.1f\", all[r]);\n"
+                      "            printf(\"\\n\");\n"
+                      "        }\n");
+    fprintf(e->f, "    }\n");
 }
 
 void emit_batch_loader(Emitter *e)

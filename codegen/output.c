@@ -203,6 +203,8 @@ static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const 
         opt->arena_bytes[rank] = pr->arena_bytes;
     if (opt->weight_bytes)
         opt->weight_bytes[rank] = pr->weight_bytes;
+    if (opt->held_bytes)
+        opt->held_bytes[rank] = pr->input_bytes;
     *families |= headers_families(pr);
     int cuda = strcmp(opt->target, "cuda") == 0;
     int64_t bytes;

@@ -348,9 +348,11 @@ int driver_emit(const DriverOptions *o, Driven *r, Diag *d)
 {
     r->arena_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
     r->weight_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
+    r->held_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
     CompileOptions co = {.prog = program_options(o), .out_dir = r->out_dir, .target = o->target,
                          .tf32 = o->tf32, .cuda_arch = o->cuda_arch, .command_line = o->command_line,
-                         .model = o->model, .arena_bytes = r->arena_bytes, .weight_bytes = r->weight_bytes};
+                         .model = o->model, .arena_bytes = r->arena_bytes, .weight_bytes = r->weight_bytes,
+                         .held_bytes = r->held_bytes};
     const char *ctx = d->context;
     d->context = o->model;
     int rc = codegen_compile(r->plan, &co, d);

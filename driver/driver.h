@@ -73,6 +73,7 @@ typedef struct Driven {
     int nrecompute, recompute_chosen;
     int64_t *arena_bytes;          /* driver_emit: per rank */
     int64_t *weight_bytes;         /* driver_emit: per rank */
+    int64_t *held_bytes;           /* driver_emit: per rank, inputs, pipeline slots and stashes */
     Arena arena;                   /* annotations and small strings */
     AnnotationList ann;
 } Driven;
