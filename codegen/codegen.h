@@ -57,10 +57,14 @@ typedef struct Buffer {
     /* Bytes into alias_of's storage where this view starts: a ZeRO update's
      * block of its weight (views.c), else 0. */
     int64_t alias_offset;
-    /* A training pipeline's stash: a value (or view root) live from a
-     * microbatch's forward pass into its backward one, placed in the stash
-     * region, which has one copy per microbatch in flight (memplan.c). */
+    /* A training pipeline's stash: a value (or view root) live from one of
+     * a microbatch's passes into another, placed in a stash region with a
+     * copy per microbatch in flight (memplan.c): 1 + c for model chunk c's
+     * (its forward into its backward), 1 + chunks for one crossing chunks;
+     * 0 none. A value that is not: in the arena region of its chunk
+     * (region), which other chunks' passes do not touch. */
     char stash;
+    char region;
 } Buffer;
 
 typedef enum InstKind {
@@ -168,7 +172,12 @@ typedef struct Program {
     int prefetch_used;      /* prefetch depth that fit the memory limit */
     int first_update;       /* --train: the first optimizer update's instruction (ninsts: none) */
     int64_t arena_bytes, weight_bytes, input_bytes;
-    int64_t stash_bytes;    /* training pipeline: one microbatch's stash (input_bytes counts every copy) */
+    /* A training pipeline's stash regions (Buffer.stash - 1): one copy's
+     * bytes and the copies (microbatches in flight); input_bytes counts
+     * every copy. nstash: chunks, plus one if values cross chunks. */
+    int64_t stash_bytes[PIPE_MAX_STAGES + 1];
+    int stash_slots[PIPE_MAX_STAGES + 1];
+    int nstash;
 } Program;
 
 /* lower.c: this rank's program (the passes below, in order), or NULL with
@@ -182,9 +191,14 @@ Program *program_new(const Plan *p, int rank, const ProgramOptions *opt);
 int program_buf_new(Program *pr, const char *base, const Tensor *t, BufKind kind, DType dt, int rank,
                     const int64_t *dims, const Sharding *layout);
 void program_inst_add(Program *pr, InstKind k, const Node *n, int reshard);
-/* A training pipeline's stage: the first instruction of backward (any
- * instruction of a backward node: its starts and waits too), or ninsts. */
-int program_backward_start(const Program *pr);
+/* A training pipeline's passes, in the order a program's instructions
+ * run them: chunk c's forward is c, its backward chunks + (chunks - 1 -
+ * c), the optimizer step 2 chunks (chunks is 1 but for the interleaved
+ * schedule). program_pass: node n's; program_inst_pass: instruction i's
+ * (a start or wait: its node's; one of no node: the program's start or
+ * end). 0 without a training pipeline. */
+int program_pass(const Program *pr, const Node *n);
+int program_inst_pass(const Program *pr, int i);
 /* Does this rank's program hold graph output t (without a pipeline,
  * every rank; inferring, the last stage; training, the stage making it)? */
 int program_holds_output(const Program *pr, const Tensor *t);
@@ -389,6 +403,8 @@ PipeLink *emit_pipe_links(const Program *pr, int sending, int *n);
 
 /* ---- emit_pipe_train.c --------------------------------------------------- */
 
+/* The name of stash region `stash` (Buffer.stash) in a rank file. */
+void emit_stash_name(const Program *pr, int stash, char *buf, size_t cap);
 /* A training stage's slots, stash and pipe_init(). */
 void emit_pipe_train_decls(Emitter *e);
 /* use_slot(), post_receives(), forward(mb), backward(mb), optimizer_step()

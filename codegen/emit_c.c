@@ -90,9 +90,12 @@ static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
         fprintf(f, "#define %s %s /* %s, updated in place */\n", b->name, pr->bufs[b->alias_of].name,
                 t ? CMT(t->name, nm) : "");
     } else if (b->last >= 0) {
+        char region[32] = "g_arena";
+        if (b->stash)
+            emit_stash_name(pr, b->stash, region, sizeof region);
         fprintf(f, "#define %s ((%s *)(%s + %lld)) /* %lld bytes, live [%d, %d]%s", b->name, emit_ctype(b->dtype),
-                b->stash ? "g_stash" : "g_arena", (long long)b->offset, (long long)b->bytes, b->first, b->last,
-                b->stash ? ", kept from forward to backward" : "");
+                region, (long long)b->offset, (long long)b->bytes, b->first, b->last,
+                b->stash ? ", kept from one pass to another" : "");
         if (t)
             fprintf(f, ": %s local %s, %s", CMT(t->name, nm), l,
                     sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));

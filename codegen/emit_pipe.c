@@ -30,7 +30,9 @@
 #include <string.h>
 
 /* The values this rank sends (produced here, read by another stage) or
- * receives; *n gets the count. */
+ * receives; *n gets the count. With model chunks (the interleaved
+ * schedule) the stages are virtual: a value read by another chunk of the
+ * same ranks is no message. */
 PipeLink *emit_pipe_links(const Program *pr, int sending, int *n)
 {
     const Pipeline *pp = pr->plan->pipe;
@@ -44,19 +46,25 @@ PipeLink *emit_pipe_links(const Program *pr, int sending, int *n)
         if (!pp->readers[i])
             continue;
         const Tensor *t = g->tensors[i];
-        int from = pp->tensor_stage[i];
+        int from = pipeline_rank_stage(pp, pp->tensor_stage[i]);
+        unsigned to = 0; /* the reading stages (ranks), but the producing one */
+        for (int v = 0; v < pp->nvstages; v++)
+            if ((pp->readers[i] & (1u << v)) && pipeline_rank_stage(pp, v) != from)
+                to |= 1u << pipeline_rank_stage(pp, v);
+        if (!to)
+            continue; /* (read by another chunk on the same ranks) */
         PipeLink *k = &l[*n];
         k->t = t;
         k->tag = tag++;
         k->buf = pr->tensor_buf[i];
         if (sending && from == pr->stage) {
             for (int s = 0; s < pp->nstages; s++)
-                if (pp->readers[i] & (1u << s)) {
+                if (to & (1u << s)) {
                     k->peer_stage[k->npeer] = s;
                     k->peer[k->npeer++] = pipeline_world_rank(pp, s, sub);
                 }
             (*n)++;
-        } else if (!sending && (pp->readers[i] & (1u << pr->stage))) {
+        } else if (!sending && (to & (1u << pr->stage))) {
             k->peer_stage[0] = from;
             k->peer[0] = pipeline_world_rank(pp, from, sub);
             k->npeer = 1;

@@ -2,32 +2,35 @@
  *
  * A stage runs, per microbatch, forward(mb) (its forward nodes) and
  * backward(mb) (the gradient nodes of those), in the order the schedule
- * gives (partition/pipeline.c: GPipe, or 1F1B), then optimizer_step() on
- * the gradients summed over the microbatches (--accum's accumulators and
- * its last-microbatch collectives: the data-parallel buckets start during
- * the last backward pass). train_step() is that order written out as
- * straight-line calls, one per slot of plan.txt's stage x time table.
+ * gives (partition/pipeline.c: GPipe, 1F1B, or interleaved, where each
+ * rank runs V model chunks and has forward<c>(mb) and backward<c>(mb) for
+ * each), then optimizer_step() on the gradients summed over the
+ * microbatches (--accum's accumulators and its last-microbatch
+ * collectives: the data-parallel buckets start during the last backward
+ * pass). train_step() is that order written out as straight-line calls,
+ * one per slot of plan.txt's stage x time table.
  *
- * Between a microbatch's forward and backward passes other microbatches
- * run, so what forward leaves for backward is kept per microbatch in
- * flight: the values live across the two passes are placed in the stash
- * region (memplan.c), INFLIGHT copies of it, and use_slot(mb % INFLIGHT)
- * points the stash, the receive slots and stage 0's input slots at the
- * microbatch's copy before each pass. Everything else (a pass's own
- * temporaries, the gradients) lives in the arena, which each pass reuses.
+ * Between two passes of a microbatch other microbatches' passes run, so
+ * what one pass leaves for a later one is kept per microbatch in flight:
+ * such values are placed in a stash region (memplan.c: a chunk's, from its
+ * forward to its backward, or one for values crossing chunks), with a
+ * copy per microbatch the schedule holds there, and use_slot() points the
+ * stashes, the receive slots and stage 0's input slots at the
+ * microbatch's copies before each pass. Everything else lives in the arena
+ * (a region per chunk), which the passes reuse.
  *
  * Values cross stages as in inference, shard to shard (sub-rank r of one
  * stage to sub-rank r of another) with MPI_Isend/MPI_Irecv on
- * MPI_COMM_WORLD: activations forward in forward(), their gradients back
- * in backward(). A send is copied to its own slot per microbatch and
- * started right after the node computing it; every send is waited for at
- * the end of the step. Each receive is posted as soon as its slot is free
- * (the step's first INFLIGHT microbatches at its start, microbatch
- * mb + INFLIGHT when backward(mb) is done) and waited for at the start of
- * the pass that reads it. MPI matches a value's messages in the order they
- * are sent, and every stage runs its microbatches in order, so one tag per
- * value serves every microbatch. The C target only (the driver refuses
- * --target cuda here).
+ * MPI_COMM_WORLD: activations forward in the forward passes, their
+ * gradients back in the backward ones. A send is copied to its own slot per
+ * microbatch and started right after the node computing it; every send is
+ * waited for at the end of the step. Each receive is posted as soon as its
+ * slot is free (the step's first INFLIGHT microbatches at its start,
+ * microbatch mb + INFLIGHT when mb's last pass is done) and waited for at
+ * the start of the first pass that reads it. MPI matches a value's
+ * messages in the order they are sent, and every stage runs a chunk's
+ * microbatches in order, so one tag per value serves every microbatch.
+ * The C target only (the driver refuses --target cuda here).
  */
 #include "codegen.h"
 
@@ -45,24 +48,54 @@ static const char *direction(const PipeLink *k)
     return is_backward_value(k->t) ? "backward" : "forward";
 }
 
+void emit_stash_name(const Program *pr, int stash, char *buf, size_t cap)
+{
+    int v = pr->plan->pipe->chunks;
+    if (v == 1)
+        snprintf(buf, cap, "g_stash");
+    else if (stash - 1 < v)
+        snprintf(buf, cap, "g_stash%d", stash - 1);
+    else
+        snprintf(buf, cap, "g_stash_mb");
+}
+
+/* The pass names: forward(mb), or with chunks forward<c>(mb). */
+static void pass_name(const Program *pr, int backward, int chunk, char *buf, size_t cap)
+{
+    if (pr->plan->pipe->chunks == 1)
+        snprintf(buf, cap, "%s", backward ? "backward" : "forward");
+    else
+        snprintf(buf, cap, "%s%d", backward ? "backward" : "forward", chunk);
+}
+
 void emit_pipe_train_decls(Emitter *e)
 {
     const Program *pr = e->pr;
     FILE *f = e->f;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
-    const PipelineStage *st = &pp->stages[pr->stage];
-    char nm[ESC_NAME_CAP];
-    int ns, nr;
+    char nm[ESC_NAME_CAP], sn[32];
+    int ns, nr, rank_slots = pr->stash_slots[pr->nstash - 1];
     PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
-    fprintf(f, "\n/* ---- pipeline training: stage %d of %d, %s schedule, %d microbatch%s per step ---- */\n\n",
-            pr->stage, pp->nstages, pipe_schedule_name(pp->schedule), pp->microbatches,
-            pp->microbatches == 1 ? "" : "es");
-    fprintf(f, "#define MICROBATCHES %d\n#define INFLIGHT %d /* microbatches between their forward and backward "
-               "passes at once */\n#define STASH_BYTES %lldULL /* what one microbatch keeps from forward for "
-               "backward */\n\nstatic unsigned char *g_stash_slots, *g_stash; /* INFLIGHT stashes; the current "
-               "microbatch's */\n",
-            pp->microbatches, st->inflight, (long long)pr->stash_bytes);
+    fprintf(f, "\n/* ---- pipeline training: stage %d of %d, %s schedule", pr->stage, pp->nstages,
+            pipe_schedule_name(pp->schedule));
+    if (pp->chunks > 1) {
+        fprintf(f, ", %d model chunks (virtual stages", pp->chunks);
+        for (int c = 0; c < pp->chunks; c++)
+            fprintf(f, " %d", c * pp->nstages + pr->stage);
+        fprintf(f, ")");
+    }
+    fprintf(f, ", %d microbatch%s per step ---- */\n\n#define MICROBATCHES %d\n"
+               "#define INFLIGHT %d /* microbatches between their first and last passes here at once */\n",
+            pp->microbatches, pp->microbatches == 1 ? "" : "es", pp->microbatches, rank_slots);
+    for (int k = 0; k < pr->nstash; k++) {
+        emit_stash_name(pr, k + 1, sn, sizeof sn);
+        fprintf(f, "static unsigned char *%s_slots, *%s; /* %d cop%s of %lld bytes, %s; the current microbatch's */\n",
+                sn, sn, pr->stash_slots[k], pr->stash_slots[k] == 1 ? "y" : "ies", (long long)pr->stash_bytes[k],
+                pp->chunks == 1 ? "what a microbatch keeps from forward for backward"
+                : k < pp->chunks ? "what a microbatch keeps from this chunk's forward for its backward"
+                                 : "what a microbatch keeps from one chunk's pass for another's");
+    }
     for (int i = 0; i < ns; i++) {
         const Buffer *b = &pr->bufs[snd[i].buf];
         fprintf(f, "static unsigned char *send_%s[MICROBATCHES]; /* %s (%s), %lld bytes, to stage", b->name,
@@ -83,8 +116,12 @@ void emit_pipe_train_decls(Emitter *e)
         fprintf(f, "static %s *in_%s[INFLIGHT]; /* graph input %s per microbatch in flight (several batches) */\n",
                 emit_ctype(b->dtype), b->name, CMT(g->inputs[i]->name, nm));
     }
-    fprintf(f, "\nstatic void pipe_init(void)\n{\n    g_stash_slots = rt_alloc(INFLIGHT * STASH_BYTES);\n"
-               "    g_stash = g_stash_slots;\n");
+    fprintf(f, "\nstatic void pipe_init(void)\n{\n");
+    for (int k = 0; k < pr->nstash; k++) {
+        emit_stash_name(pr, k + 1, sn, sizeof sn);
+        fprintf(f, "    %s = %s_slots = rt_alloc(%dULL * %lldULL);\n", sn, sn, pr->stash_slots[k],
+                (long long)(pr->stash_bytes[k] ? pr->stash_bytes[k] : 1));
+    }
     for (int i = 0; i < ns; i++) {
         const Buffer *b = &pr->bufs[snd[i].buf];
         fprintf(f, "    for (int mb = 0; mb < MICROBATCHES; mb++) {\n        send_%s[mb] = rt_alloc(%lld);\n"
@@ -132,25 +169,6 @@ static void emit_recv_wait(Emitter *e, const PipeLink *k)
             e->pr->bufs[k->buf].name, k->comm, CMT(k->t->name, nm), direction(k), k->peer_stage[0], k->peer[0]);
 }
 
-/* One pass: instructions [from, to), each send after the node computing
- * its value (before the first instruction: those of no node, the inputs). */
-static void emit_pass(Emitter *e, int from, int to, const PipeLink *snd, int ns, int backward)
-{
-    const Program *pr = e->pr;
-    for (int k = 0; k < ns; k++)
-        if (!backward && !snd[k].t->producer)
-            emit_send(e, &snd[k]);
-    for (int i = from; i < to; i++) {
-        emit_inst(e, i);
-        const Inst *in = &pr->insts[i];
-        if (in->kind != INST_COMPUTE)
-            continue;
-        for (int k = 0; k < ns; k++)
-            if (snd[k].t->producer == in->node)
-                emit_send(e, &snd[k]);
-    }
-}
-
 /* Weights read on several stages (tied embeddings): the stage that
  * updated one sends it to the others, shard to shard, before their next
  * forward pass reads it. */
@@ -163,8 +181,12 @@ static void emit_weight_sync(Emitter *e)
     char nm[ESC_NAME_CAP];
     for (int k = 0; k < pp->nshared; k++) {
         const Tensor *w = pp->shared[k];
-        int owner = pp->shared_owner[k];
-        if (owner != pr->stage && !(pp->shared_readers[k] & (1u << pr->stage)))
+        int owner = pipeline_rank_stage(pp, pp->shared_owner[k]);
+        unsigned to = 0; /* the other ranks' stages reading it */
+        for (int z = 0; z < pp->nvstages; z++)
+            if ((pp->shared_readers[k] & (1u << z)) && pipeline_rank_stage(pp, z) != owner)
+                to |= 1u << pipeline_rank_stage(pp, z);
+        if (!to || (owner != pr->stage && !(to & (1u << pr->stage))))
             continue;
         const Buffer *b = &pr->bufs[pr->tensor_buf[w->id]];
         if (!nreq)
@@ -172,7 +194,7 @@ static void emit_weight_sync(Emitter *e)
                        "    MPI_Request sync[%d];\n    int nsync = 0;\n", PIPE_MAX_STAGES * pp->nshared);
         if (owner == pr->stage) {
             for (int z = 0; z < pp->nstages; z++)
-                if (pp->shared_readers[k] & (1u << z)) {
+                if (to & (1u << z)) {
                     fprintf(f, "    CHECK_MPI(MPI_Isend(%s, %lld, MPI_BYTE, %d, %d, MPI_COMM_WORLD, &sync[nsync++])); "
                                "/* %s to stage %d */\n",
                             b->name, (long long)b->bytes, pipeline_world_rank(pp, z, sub), 30000 + k,
@@ -198,12 +220,13 @@ int emit_pipe_train(Emitter *e)
     Diag *d = e->d;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
-    int ns, nr, rc = 0;
+    int ns, nr, rc = 0, v = pp->chunks;
+    char sn[32], name[32];
     PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
     for (int i = 0; i < ns + nr && !rc; i++) {
         const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
-        if (k->tag > 32767) { /* MPI guarantees tags up to 32767 */
-            diag_add(d, "pipeline: more than 32768 values cross stages (at \"%s\"): cut the stages elsewhere",
+        if (k->tag > 29999) { /* MPI guarantees tags up to 32767; tied weights' syncs use 30000 up */
+            diag_add(d, "pipeline: more than 30000 values cross stages (at \"%s\"): cut the stages elsewhere",
                      k->t->label);
             rc = -1;
         } else if (pr->bufs[k->buf].bytes > 0x7fffffff) {
@@ -231,10 +254,30 @@ int emit_pipe_train(Emitter *e)
                                     : "the passes before its reader (a slot per microbatch in flight)",
                              (long long)pr->bufs[k->buf].bytes);
     }
-    int bwd = program_backward_start(pr), opt = pr->ninsts;
-    for (int i = pr->ninsts - 1; i >= bwd; i--)
-        if (pr->insts[i].kind == INST_COMPUTE && ir_in_optimizer_step(pr->insts[i].node))
-            opt = i;
+    /* Each pass's instructions (sorted by pass: schedule.c), and the
+     * first pass that reads each received value. */
+    int npass = 2 * v + 1, from[2 * PIPE_MAX_STAGES + 2], to[2 * PIPE_MAX_STAGES + 2];
+    for (int k = 0; k < npass; k++)
+        from[k] = to[k] = -1;
+    for (int i = pr->ninsts - 1; i >= 0; i--) {
+        int k = program_inst_pass(pr, i);
+        from[k] = i;
+        if (to[k] < 0)
+            to[k] = i + 1;
+    }
+    for (int k = 0; k < npass; k++)
+        if (to[k] < 0)
+            from[k] = to[k] = 0; /* an empty pass */
+    int *first_read = malloc(sizeof(int) * (size_t)(nr + 1));
+    if (!first_read)
+        abort();
+    for (int i = 0; i < nr; i++) {
+        first_read[i] = npass - 1;
+        const Tensor *t = rcv[i].t;
+        for (int c = 0; c < t->nconsumers; c++)
+            if (program_runs(pr, t->consumers[c]) && program_pass(pr, t->consumers[c]) < first_read[i])
+                first_read[i] = program_pass(pr, t->consumers[c]);
+    }
     fprintf(f, "\n/* ---- training state ---- */\n\n"
                "static int64_t g_step; /* optimizer steps taken, counted from 1 (AdamW's bias correction) */\n"
                "#define ACCUM MICROBATCHES /* the gradients of every microbatch are summed before the update */\n"
@@ -242,22 +285,32 @@ int emit_pipe_train(Emitter *e)
     if (pr->stage == 0)
         fprintf(f, "static void load_batch(long batch);\nstatic int64_t g_batches[%d];\n",
                 g->ninputs ? g->ninputs : 1);
-    /* use_slot(): the stash, receive slots and inputs of one microbatch in flight. */
-    fprintf(f, "\n/* The stash, receive slots and input blocks of the microbatches in flight' slot s. */\n"
-               "static void use_slot(int s)\n{\n    g_stash = g_stash_slots + (size_t)s * STASH_BYTES;\n");
+    /* use_slot(): the stashes, receive slots and inputs of a microbatch. */
+    fprintf(f, "\n/* Points the stash%s, receive slots and input blocks at microbatch mb's copies%s. */\n"
+               "static void use_slot(int chunk, int mb)\n{\n    const int slot = mb %% INFLIGHT;\n",
+            pr->nstash > 1 ? "es" : "", v > 1 ? " (a chunk's stash: that chunk's)" : "");
+    for (int k = 0; k < pr->nstash; k++) {
+        emit_stash_name(pr, k + 1, sn, sizeof sn);
+        if (v > 1 && k < v)
+            fprintf(f, "    if (chunk == %d)\n        %s = %s_slots + (size_t)(mb %% %d) * %lldULL;\n", k, sn, sn,
+                    pr->stash_slots[k], (long long)pr->stash_bytes[k]);
+        else
+            fprintf(f, "    %s = %s_slots + (size_t)(mb %% %d) * %lldULL;\n", sn, sn, pr->stash_slots[k],
+                    (long long)pr->stash_bytes[k]);
+    }
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
-        fprintf(f, "    %s = (%s *)slot_%s[s];\n", b->name, emit_ctype(b->dtype), b->name);
+        fprintf(f, "    %s = (%s *)slot_%s[slot];\n", b->name, emit_ctype(b->dtype), b->name);
     }
     for (int i = 0; pr->stage == 0 && i < g->ninputs; i++) {
         const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
         fprintf(f, "    if (g_batches[%d] > 1) /* (one batch: every microbatch reads the same block) */\n"
-                   "        %s = in_%s[s];\n", i, b->name, b->name);
+                   "        %s = in_%s[slot];\n", i, b->name, b->name);
     }
-    fprintf(f, "    (void)s;\n}\n");
+    fprintf(f, "    (void)chunk;\n    (void)slot;\n}\n");
     /* post_receives(mb): into the slot its microbatch uses. */
     fprintf(f, "\n/* Posts microbatch mb's receives, into its slot (free: the microbatch INFLIGHT before\n"
-               " * it has finished backward). */\nstatic void post_receives(int mb)\n{\n"
+               " * it has finished its last pass). */\nstatic void post_receives(int mb)\n{\n"
                "    const int slot = mb %% INFLIGHT;\n    (void)slot;\n");
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
@@ -269,31 +322,45 @@ int emit_pipe_train(Emitter *e)
                 (long long)b->bytes, rcv[i].peer[0], rcv[i].tag, b->name, rcv[i].comm, b->name);
     }
     fprintf(f, "}\n");
-    /* forward(mb) */
-    fprintf(f, "\n/* ---- stage %d's forward pass of microbatch mb ---- */\n\nstatic void forward(int mb)\n{\n"
-               "    const int slot = mb %% INFLIGHT;\n    use_slot(slot);\n    g_micro = mb + 1;\n",
-            pr->stage);
-    if (pr->stage == 0)
-        fprintf(f, "    load_batch((long)g_step * ACCUM + mb + 1);\n");
-    for (int i = 0; i < nr; i++)
-        if (!is_backward_value(rcv[i].t))
-            emit_recv_wait(e, &rcv[i]);
-    emit_pass(e, 0, bwd, snd, ns, 0);
-    fprintf(f, "}\n");
-    /* backward(mb) */
-    fprintf(f, "\n/* ---- stage %d's backward pass of microbatch mb ---- */\n\nstatic void backward(int mb)\n{\n"
-               "    const int slot = mb %% INFLIGHT;\n    use_slot(slot);\n    g_micro = mb + 1;\n",
-            pr->stage);
-    for (int i = 0; i < nr; i++)
-        if (is_backward_value(rcv[i].t))
-            emit_recv_wait(e, &rcv[i]);
-    emit_pass(e, bwd, opt, snd, ns, 1);
-    fprintf(f, "    if (mb + INFLIGHT < MICROBATCHES) /* this slot is free: the microbatch that reuses it */\n"
-               "        post_receives(mb + INFLIGHT);\n}\n");
+    /* The passes, chunk by chunk. */
+    for (int c = 0; c < v; c++)
+        for (int bw = 0; bw < 2; bw++) {
+            int k = bw ? 2 * v - 1 - c : c, vs = c * pp->nstages + pr->stage;
+            pass_name(pr, bw, c, name, sizeof name);
+            fprintf(f, "\n/* ---- %s pass of microbatch mb: stage %d", bw ? "the backward" : "the forward",
+                    pr->stage);
+            if (v > 1)
+                fprintf(f, ", chunk %d (virtual stage %d)", c, vs);
+            fprintf(f, " ---- */\n\nstatic void %s(int mb)\n{\n    const int slot = mb %% INFLIGHT;\n    (void)slot;\n"
+                       "    use_slot(%d, mb);\n    g_micro = mb + 1;\n",
+                    name, c);
+            if (pr->stage == 0 && k == 0)
+                fprintf(f, "    load_batch((long)g_step * ACCUM + mb + 1);\n");
+            for (int i = 0; i < nr; i++)
+                if (first_read[i] == k)
+                    emit_recv_wait(e, &rcv[i]);
+            for (int q = 0; q < ns && k == 0; q++)
+                if (!snd[q].t->producer)
+                    emit_send(e, &snd[q]);
+            for (int i = from[k]; i < to[k]; i++) {
+                emit_inst(e, i);
+                const Inst *in = &pr->insts[i];
+                if (in->kind != INST_COMPUTE)
+                    continue;
+                for (int q = 0; q < ns; q++)
+                    if (snd[q].t->producer == in->node)
+                        emit_send(e, &snd[q]);
+            }
+            if (bw && c == 0)
+                fprintf(f, "    if (mb + INFLIGHT < MICROBATCHES) /* its last pass: the slot is free */\n"
+                           "        post_receives(mb + INFLIGHT);\n");
+            fprintf(f, "}\n");
+        }
+    free(first_read);
     /* optimizer_step() */
     fprintf(f, "\n/* ---- the optimizer: this stage's weights, updated in place ---- */\n\n"
                "static void optimizer_step(void)\n{\n    g_step++;\n");
-    for (int i = opt; i < pr->ninsts; i++)
+    for (int i = from[npass - 1]; i < to[npass - 1]; i++)
         emit_inst(e, i);
     fprintf(f, "}\n");
     /* train_step(): the schedule */
@@ -319,7 +386,8 @@ int emit_pipe_train(Emitter *e)
             fprintf(f, "    /* steady state: one forward, one backward */\n");
         if (pp->schedule != PIPE_GPIPE && i == cool && cool > warm)
             fprintf(f, "    /* cool-down: the remaining backward passes */\n");
-        fprintf(f, "    %s(%d);\n", ops[i].backward ? "backward" : "forward", ops[i].mb);
+        pass_name(pr, ops[i].backward, ops[i].chunk, name, sizeof name);
+        fprintf(f, "    %s(%d);\n", name, ops[i].mb);
     }
     fprintf(f, "    g_micro = ACCUM;\n    optimizer_step();\n");
     emit_weight_sync(e);
@@ -345,7 +413,7 @@ void emit_pipe_train_outputs(Emitter *e)
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
-        int hs = pp->tensor_stage[t->id] < 0 ? 0 : pp->tensor_stage[t->id], root = pipeline_world_rank(pp, hs, 0);
+        int hs = pp->tensor_stage[t->id] < 0 ? 0 : pipeline_rank_stage(pp, pp->tensor_stage[t->id]), root = pipeline_world_rank(pp, hs, 0);
         fprintf(f, "        if (strcmp(args.out_name[i], ");
         esc_c_string(f, ir_output_name(t));
         if (!program_holds_output(pr, t)) {

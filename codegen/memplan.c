@@ -178,7 +178,7 @@ static int round64(int64_t bytes, int64_t *out)
     return 0;
 }
 
-static int place(Program *pr, int stash, int64_t *bytes, Diag *d)
+static int place(Program *pr, int stash, int region, int64_t *bytes, Diag *d)
 {
     int n = pr->nbufs, m = 0, rc = -1, *leaf = malloc(sizeof(int) * (size_t)(n + 1));
     Pair *by_size = malloc(sizeof(Pair) * (size_t)(n + 1)), *by_first = malloc(sizeof(Pair) * (size_t)(n + 1));
@@ -189,7 +189,8 @@ static int place(Program *pr, int stash, int64_t *bytes, Diag *d)
     *bytes = 0;
     for (int i = 0; i < n; i++) {
         const Buffer *b = &pr->bufs[i];
-        if (b->kind < BUF_VALUE || b->last < 0 || pr->bufs[i].alias_of >= 0 || b->stash != stash)
+        if (b->kind < BUF_VALUE || b->last < 0 || pr->bufs[i].alias_of >= 0 || b->stash != stash ||
+            (!stash && b->region != region))
             continue;
         if (round64(b->bytes, &size[i])) {
             diag_add(d, "rank %d: buffer %s (%lld bytes) is too large for a 64-bit arena", pr->rank, b->name,
@@ -236,11 +237,14 @@ static int place(Program *pr, int stash, int64_t *bytes, Diag *d)
         for (t /= 2; t >= 1; t /= 2)
             pl.tree[t] = pl.tree[2 * t] > pl.tree[2 * t + 1] ? pl.tree[2 * t] : pl.tree[2 * t + 1];
     }
-    for (int i = 0; i < n; i++)
-        if (pr->bufs[i].alias_of >= 0 && pr->bufs[pr->bufs[i].alias_of].stash == stash) {
-            pr->bufs[i].offset = pr->bufs[pr->bufs[i].alias_of].offset;
+    for (int i = 0; i < n; i++) {
+        const Buffer *root = pr->bufs[i].alias_of >= 0 ? &pr->bufs[pr->bufs[i].alias_of] : NULL;
+        if (root && root->stash == stash && (stash || root->region == region)) {
+            pr->bufs[i].offset = root->offset;
             pr->bufs[i].stash = (char)stash;
+            pr->bufs[i].region = root->region;
         }
+    }
     rc = 0;
 cleanup:
     free(pl.tree);
@@ -289,27 +293,63 @@ int program_plan_memory(Program *pr, Diag *d)
     pr->weight_bytes = woff;
     const Pipeline *pp = p->pipe;
     if (pp && pp->train) {
-        /* A value live from forward into backward is kept per microbatch
-         * in flight: the stash, one copy per slot. Stage 0 holds a slot of
-         * its inputs each, the others a receive slot per value each, and
-         * every stage a send slot per microbatch per value it sends. */
-        int bwd = program_backward_start(pr), inflight = pp->stages[pr->stage].inflight;
+        /* A value live from one of a microbatch's passes into another is
+         * kept per microbatch in flight: in its chunk's stash (its forward
+         * into its backward), or one for values crossing chunks (with the
+         * interleaved schedule). One that lives from a backward pass into
+         * the optimizer step (a gradient after the last microbatch) stays
+         * in its chunk's arena region, which no later pass touches. Stage
+         * 0 holds a slot of its inputs, the others a receive slot per
+         * value, per microbatch in flight, and every stage a send slot per
+         * microbatch per value it sends. */
+        int v = pp->chunks, opt = 2 * v;
+        pr->nstash = v + (v > 1);
+        for (int k = 0; k < pr->nstash; k++) {
+            pr->stash_slots[k] = pipeline_chunk_inflight(pp, pr->stage, k < v ? k : -1);
+            if (pr->stash_slots[k] < 1)
+                pr->stash_slots[k] = 1;
+        }
         for (int i = 0; i < pr->nbufs; i++) {
             Buffer *b = &pr->bufs[i];
-            b->stash = b->kind >= BUF_VALUE && b->kind != BUF_RECV && b->kind != BUF_ACCUM && b->alias_of < 0 &&
-                       b->last >= 0 && b->first < bwd && b->last >= bwd;
+            b->stash = 0;
+            b->region = 0;
+            if (b->kind < BUF_VALUE || b->kind == BUF_RECV || b->alias_of >= 0 || b->last < 0)
+                continue;
+            int kf = program_inst_pass(pr, b->first), kl = program_inst_pass(pr, b->last);
+            int cf = kf < v ? kf : kf < opt ? opt - 1 - kf : 0, cl = kl < v ? kl : kl < opt ? opt - 1 - kl : 0;
+            b->region = (char)cf;
+            if (b->kind == BUF_ACCUM || kf == kl || (kl == opt && kf >= v))
+                continue;
+            b->stash = (char)(kf < v && kl >= v && kl < opt && cf == cl ? 1 + cf : v > 1 ? 1 + v : 1);
         }
         int64_t held = 0;
         for (int i = 0; i < pr->nbufs; i++) {
             const Buffer *b = &pr->bufs[i];
             if (b->kind == BUF_INPUT || b->kind == BUF_RECV)
-                held += b->bytes * inflight;
+                held += b->bytes * pr->stash_slots[pr->nstash - 1];
             else if (b->kind == BUF_VALUE && b->tensor && pp->readers[b->tensor->id])
                 held += b->bytes * pp->microbatches;
         }
-        if (place(pr, 1, &pr->stash_bytes, d))
-            return -1;
-        pr->input_bytes = held + pr->stash_bytes * inflight;
+        for (int k = 0; k < pr->nstash; k++) {
+            if (place(pr, k + 1, 0, &pr->stash_bytes[k], d))
+                return -1;
+            held += pr->stash_bytes[k] * pr->stash_slots[k];
+        }
+        pr->input_bytes = held;
+        /* The arena: chunk 0's region, then chunk 1's, ... */
+        int64_t base = 0;
+        for (int c = 0; c < v; c++) {
+            int64_t bytes;
+            if (place(pr, 0, c, &bytes, d))
+                return -1;
+            for (int i = 0; i < pr->nbufs; i++)
+                if (!pr->bufs[i].stash && pr->bufs[i].region == c && pr->bufs[i].kind >= BUF_VALUE &&
+                    pr->bufs[i].last >= 0)
+                    pr->bufs[i].offset += base;
+            base += bytes;
+        }
+        pr->arena_bytes = base;
+        return 0;
     } else if (pp) {
         /* A stage holds every microbatch's input blocks (stage 0), two
          * slots per value it receives or sends, and every microbatch's
@@ -328,7 +368,7 @@ int program_plan_memory(Program *pr, Diag *d)
             held += pr->bufs[program_output_buf(pr, i)].bytes * pp->microbatches;
         pr->input_bytes = held;
     }
-    return place(pr, 0, &pr->arena_bytes, d);
+    return place(pr, 0, 0, &pr->arena_bytes, d);
 }
 
 /* Optimizer state: an initializer an update overwrites other than its

@@ -131,15 +131,31 @@ void program_inst_add(Program *pr, InstKind k, const Node *n, int reshard)
  * reshard r? (Always, without a pipeline.) */
 int program_runs(const Program *pr, const Node *n)
 {
-    return pr->stage < 0 || pr->plan->pipe->stage_of[n->id] == pr->stage;
+    return pr->stage < 0 || pipeline_rank_stage(pr->plan->pipe, pr->plan->pipe->stage_of[n->id]) == pr->stage;
 }
 
-int program_backward_start(const Program *pr)
+int program_pass(const Program *pr, const Node *n)
 {
-    for (int i = 0; i < pr->ninsts; i++)
-        if (pr->insts[i].node && (pr->insts[i].node->grad || ir_in_optimizer_step(pr->insts[i].node)))
-            return i;
-    return pr->ninsts;
+    const Pipeline *pp = pr->plan->pipe;
+    if (!pp || !pp->train)
+        return 0;
+    int v = pp->chunks, c = pp->stage_of[n->id] / pp->nstages;
+    if (ir_in_optimizer_step(n))
+        return 2 * v;
+    return n->grad || n->recomputed ? v + (v - 1 - c) : c;
+}
+
+int program_inst_pass(const Program *pr, int i)
+{
+    if (i >= pr->ninsts)
+        return 2 * (pr->plan->pipe ? pr->plan->pipe->chunks : 1);
+    const Node *n = pr->insts[i].node;
+    if (n)
+        return program_pass(pr, n);
+    for (int j = i - 1; j >= 0; j--) /* of no node: the program's start, or after every node its end */
+        if (pr->insts[j].node)
+            return 2 * (pr->plan->pipe ? pr->plan->pipe->chunks : 1);
+    return 0;
 }
 
 int program_holds_output(const Program *pr, const Tensor *t)
@@ -148,7 +164,8 @@ int program_holds_output(const Program *pr, const Tensor *t)
     if (!pp)
         return 1;
     if (pp->train) /* a training stage writes the weights it updates; the last, the loss */
-        return pp->tensor_stage[t->id] == pr->stage || (pp->tensor_stage[t->id] < 0 && pr->stage == 0);
+        return (pp->tensor_stage[t->id] >= 0 && pipeline_rank_stage(pp, pp->tensor_stage[t->id]) == pr->stage) ||
+               (pp->tensor_stage[t->id] < 0 && pr->stage == 0);
     return pr->stage == pp->nstages - 1;
 }
 

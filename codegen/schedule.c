@@ -146,20 +146,30 @@ static void schedule(Program *pr, int prefetch)
             start_before[r] = at;
         }
     }
-    /* A training pipeline runs a microbatch's forward and backward passes
-     * apart, other microbatches' between them: a reshard a backward (or
-     * update) node reads first starts right before the first backward
-     * node, so no collective is in flight from one pass into the other. */
-    if (p->pipe && p->pipe->train) {
-        int fb = nn;
-        for (int i = 0; i < nn && fb == nn; i++)
-            if (program_runs(pr, g->nodes[i]) && (g->nodes[i]->grad || ir_in_optimizer_step(g->nodes[i])))
-                fb = i;
-        for (int r = 0; r < nr && fb < nn; r++) {
-            if (start_before[r] == -3 || reader[r] < fb || start_before[r] >= fb ||
-                (start_before[r] == -2 && after[r] >= fb))
+    /* A training pipeline runs a microbatch's passes (forward, backward,
+     * per model chunk) apart, other microbatches' passes between them: a
+     * reshard whose reader runs in another pass than its start starts
+     * right before that pass's first node, so no collective is in flight
+     * from one pass into another; except one started in backward and
+     * waited for in the optimizer step (the last microbatch's gradient
+     * reductions, started as backward goes). */
+    const Pipeline *pp = p->pipe;
+    if (pp && pp->train) {
+        int npass = 2 * pp->chunks + 1, first_of[2 * PIPE_MAX_STAGES + 1];
+        for (int k = 0; k < npass; k++)
+            first_of[k] = -1;
+        for (int i = nn - 1; i >= 0; i--)
+            if (program_runs(pr, g->nodes[i]))
+                first_of[program_pass(pr, g->nodes[i])] = i;
+        for (int r = 0; r < nr; r++) {
+            if (start_before[r] == -3)
                 continue;
-            start_before[r] = fb;
+            int rp = reader[r] < nn ? program_pass(pr, g->nodes[reader[r]]) : npass - 1;
+            int sp = start_before[r] >= 0 ? program_pass(pr, g->nodes[start_before[r]])
+                     : start_before[r] == -2 ? program_pass(pr, g->nodes[after[r]]) : 0;
+            if (sp == rp || (rp == npass - 1 && sp >= pp->chunks) || first_of[rp] < 0)
+                continue;
+            start_before[r] = first_of[rp];
             after[r] = -1;
         }
     }
@@ -196,6 +206,34 @@ static void schedule(Program *pr, int prefetch)
         int r = waits.items[q];
         pr->reshards[r].wait_at = pr->ninsts;
         program_inst_add(pr, INST_WAIT, NULL, r);
+    }
+    /* A training pipeline's instructions by pass (graph order keeps a
+     * pass's nodes together but for a few: recomputations, a weight's
+     * summed gradient), so each pass is one run of them. */
+    if (pp && pp->train) {
+        int n = pr->ninsts, npass = 2 * pp->chunks + 1;
+        int *key = malloc(sizeof(int) * (size_t)(n + 1)), *count = calloc((size_t)npass + 1, sizeof(int));
+        Inst *sorted = malloc(sizeof(Inst) * (size_t)(n + 1));
+        if (!key || !count || !sorted)
+            abort();
+        for (int i = 0; i < n; i++) {
+            key[i] = program_inst_pass(pr, i);
+            count[key[i] + 1]++;
+        }
+        for (int k = 0; k < npass; k++)
+            count[k + 1] += count[k];
+        for (int i = 0; i < n; i++) {
+            int at = count[key[i]]++;
+            sorted[at] = pr->insts[i];
+            if (sorted[at].kind == INST_START)
+                pr->reshards[sorted[at].reshard].start_at = at;
+            else if (sorted[at].kind == INST_WAIT)
+                pr->reshards[sorted[at].reshard].wait_at = at;
+        }
+        memcpy(pr->insts, sorted, sizeof(Inst) * (size_t)n);
+        free(key);
+        free(count);
+        free(sorted);
     }
     Buckets all[] = {starts, waits, posts};
     for (int k = 0; k < 3; k++) {

@@ -228,8 +228,17 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
                      "or --target c)", pipeline_axis);
             return -1;
         }
-        if (o->schedule == PIPE_INTERLEAVED) {
-            diag_add(d, "--schedule interleaved: not implemented yet; use 1f1b or gpipe");
+        if (o->virtual_stages && o->schedule != PIPE_INTERLEAVED) {
+            diag_add(d, "--virtual-stages %d: model chunks per rank are for --schedule interleaved", o->virtual_stages);
+            return -1;
+        }
+        int a = mesh_axis_find(&mesh, pipeline_axis), p = a >= 0 ? mesh.axes[a].size : 1, m = topt.accum > 1 ? topt.accum : 1;
+        if (o->schedule == PIPE_INTERLEAVED && (o->virtual_stages == 1 || m % p)) {
+            diag_add(d, o->virtual_stages == 1 ? "--virtual-stages 1: the interleaved schedule needs 2 or more chunks "
+                                                 "per rank (or use --schedule 1f1b)"
+                                               : "--schedule interleaved: %d microbatches do not go through %d stages "
+                                                 "in whole groups (give a multiple of %d, as Megatron-LM requires)",
+                     m, p, p);
             return -1;
         }
     } else if (o->schedule_set || o->virtual_stages) {
@@ -286,7 +295,8 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     if (pipeline_axis) {
         PipelineOptions pop = {.microbatches = o->train ? (topt.accum > 1 ? topt.accum : 1) : o->microbatches,
                                .boundaries = o->stage_boundaries, .mem_limit = po.mem_limit, .train = o->train,
-                               .schedule = o->schedule};
+                               .schedule = o->schedule,
+                               .chunks = o->virtual_stages ? o->virtual_stages : 2};
         if (pipeline_build(r->plan, &world, pp_axis, &pop, d))
             goto out;
     }

@@ -490,6 +490,7 @@ const char *pipe_schedule_name(PipeSchedule s);
 /* One slot of a stage's schedule, with the cost model's times. */
 typedef struct PipeOp {
     char backward;             /* 0: F, 1: B */
+    int chunk;                 /* interleaved: the model chunk (virtual stage chunk * p + s), else 0 */
     int mb;                    /* the microbatch, 0-based */
     double start_s, end_s;
 } PipeOp;
@@ -501,7 +502,12 @@ typedef struct Pipeline {
     int nsub;                  /* ranks per stage */
     int mb_axis;               /* the microbatch axis in the plan's mesh, or -1 (one microbatch) */
     int automatic;             /* boundaries chosen by the search (else --stage-boundaries) */
-    int *stage_of;             /* node index -> stage */
+    /* With --schedule interleaved each rank runs `chunks` model chunks:
+     * virtual stage v = chunk * nstages + s runs on the ranks of stage s.
+     * stage_of, tensor_stage, readers and stages[] are by virtual stage
+     * (nvstages of them); otherwise chunks is 1 and they are the stages. */
+    int chunks, nvstages;
+    int *stage_of;             /* node index -> (virtual) stage */
     int *tensor_stage;         /* tensor id -> the stage producing it (graph inputs: 0), -1 weights */
     unsigned *readers;         /* tensor id -> the other stages reading it (inference's graph outputs: the last) */
     PipelineStage stages[PIPE_MAX_STAGES];
@@ -527,7 +533,14 @@ typedef struct PipelineOptions {
     int64_t mem_limit;         /* per rank, 0: none */
     int train;
     PipeSchedule schedule;
+    int chunks;                /* interleaved: model chunks per rank (--virtual-stages) */
 } PipelineOptions;
+
+/* The stage (ranks) a virtual stage runs on, and its model chunk. */
+static inline int pipeline_rank_stage(const struct Pipeline *pp, int v)
+{
+    return v % pp->nstages;
+}
 
 /* The mesh a pipeline's stages are planned on: the world's axes but the
  * pipeline axis, after a loop axis "mb" of the microbatches when there
@@ -553,8 +566,13 @@ double pipeline_split(int n, const double *cost, const double *cut, const int64_
  * microbatches' stash at once. */
 double pipeline_split_train(int n, const double *cost, const double *cut, const int64_t *mem, const int64_t *act,
                             const int64_t *stash, const int *inflight, int64_t limit, int nstages, int *first);
-/* --train: the microbatches stage s keeps in flight under a schedule. */
-int pipeline_inflight(PipeSchedule s, int nstages, int microbatches, int stage);
+/* --train: the microbatches stage s keeps in flight under a schedule
+ * (from the first forward pass of one to its last backward pass). */
+int pipeline_inflight(PipeSchedule s, int nstages, int chunks, int microbatches, int stage);
+/* The same from a built pipeline's order on one stage, for one model
+ * chunk (its forward to its backward; chunk -1: the microbatch's first
+ * pass to its last, those of chunk 0). */
+int pipeline_chunk_inflight(const struct Pipeline *pp, int stage, int chunk);
 int pipeline_stage_of_rank(const Pipeline *pp, int world_rank);
 int pipeline_sub_rank(const Pipeline *pp, int world_rank);
 int pipeline_world_rank(const Pipeline *pp, int stage, int sub);

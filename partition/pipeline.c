@@ -408,12 +408,6 @@ const char *pipe_schedule_name(PipeSchedule s)
     return s == PIPE_GPIPE ? "gpipe" : s == PIPE_INTERLEAVED ? "interleaved" : "1f1b";
 }
 
-int pipeline_inflight(PipeSchedule s, int nstages, int microbatches, int stage)
-{
-    int w = s == PIPE_GPIPE ? microbatches : nstages - stage;
-    return w < microbatches ? w : microbatches;
-}
-
 /* A forward node: the model's own (or a --precision Cast), not backward,
  * not recomputed, not the optimizer step. */
 static int is_forward(const Node *n)
@@ -421,21 +415,67 @@ static int is_forward(const Node *n)
     return !n->grad && !n->recomputed && !ir_in_optimizer_step(n);
 }
 
-/* The order stage s runs its microbatches' passes in: GPipe's every
- * forward then every backward; 1F1B's p - s - 1 forwards (the warm-up),
- * then one forward and one backward in turn, then the remaining
- * backwards (the cool-down). */
-static int schedule_ops(PipeSchedule sch, int p, int m, int s, PipeOp *ops)
+/* The order stage s runs its passes in. GPipe: every forward, then every
+ * backward. 1F1B: p - s - 1 forwards (the warm-up), then one forward and
+ * one backward in turn, then the remaining backwards (the cool-down).
+ * Interleaved (Megatron-LM's, V chunks): the same over the M x V passes of
+ * (microbatch, chunk), p microbatches at a time through each chunk in
+ * turn (backward through the chunks in reverse), with a warm-up of
+ * 2 (p - s - 1) + (V - 1) p forwards. */
+static int schedule_ops(PipeSchedule sch, int p, int v, int m, int s, PipeOp *ops)
 {
-    int n = 0, warm = sch == PIPE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
+    int n = 0, total = m * v, group = p * v;
+    int warm = sch == PIPE_GPIPE ? total : sch == PIPE_INTERLEAVED ? 2 * (p - s - 1) + (v - 1) * p : p - s - 1;
+    if (warm > total)
+        warm = total;
+#define PASS(k, b) (PipeOp){(b), (b) ? v - 1 - ((k) % group) / p : ((k) % group) / p, ((k) / group) * p + (k) % p, 0, 0}
     for (int i = 0; i < warm; i++)
-        ops[n++] = (PipeOp){0, i, 0, 0};
-    for (int i = 0; i + warm < m; i++) {
-        ops[n++] = (PipeOp){0, i + warm, 0, 0};
-        ops[n++] = (PipeOp){1, i, 0, 0};
+        ops[n++] = PASS(i, 0);
+    for (int i = 0; i + warm < total; i++) {
+        ops[n++] = PASS(i + warm, 0);
+        ops[n++] = PASS(i, 1);
     }
-    for (int i = m - warm; i < m; i++)
-        ops[n++] = (PipeOp){1, i, 0, 0};
+    for (int i = total - warm; i < total; i++)
+        ops[n++] = PASS(i, 1);
+#undef PASS
+    return n;
+}
+
+/* The most microbatches between their first forward pass (chunk 0) and
+ * their last backward pass (chunk 0) at once, in an order of passes. */
+static int ops_inflight(const PipeOp *ops, int n)
+{
+    int live = 0, most = 0;
+    for (int i = 0; i < n; i++)
+        if (ops[i].chunk == 0) {
+            live += ops[i].backward ? -1 : 1;
+            if (live > most)
+                most = live;
+        }
+    return most;
+}
+
+int pipeline_chunk_inflight(const Pipeline *pp, int stage, int chunk)
+{
+    int live = 0, most = 0, c = chunk < 0 ? 0 : chunk;
+    for (int i = 0; i < pp->nops[stage]; i++) {
+        const PipeOp *o = &pp->ops[stage][i];
+        if (o->chunk != c)
+            continue;
+        live += o->backward ? -1 : 1;
+        if (live > most)
+            most = live;
+    }
+    return most;
+}
+
+int pipeline_inflight(PipeSchedule s, int nstages, int chunks, int microbatches, int stage)
+{
+    PipeOp *ops = malloc(sizeof(PipeOp) * (size_t)(2 * microbatches * chunks + 1));
+    if (!ops)
+        abort();
+    int n = ops_inflight(ops, schedule_ops(s, nstages, chunks, microbatches, stage, ops));
+    free(ops);
     return n;
 }
 
@@ -445,8 +485,8 @@ static int schedule_ops(PipeSchedule sch, int p, int m, int s, PipeOp *ops)
  * each pass takes its compute and its sends. */
 static void schedule_times(Pipeline *pp)
 {
-    int p = pp->nstages, m = pp->microbatches;
-    double *fend = calloc((size_t)(p * m), sizeof(double)), *bend = calloc((size_t)(p * m), sizeof(double));
+    int p = pp->nstages, nv = pp->nvstages, m = pp->microbatches;
+    double *fend = calloc((size_t)(nv * m), sizeof(double)), *bend = calloc((size_t)(nv * m), sizeof(double));
     int at[PIPE_MAX_STAGES] = {0};
     double free_at[PIPE_MAX_STAGES] = {0};
     if (!fend || !bend)
@@ -456,24 +496,25 @@ static void schedule_times(Pipeline *pp)
         for (int s = 0; s < p; s++)
             while (at[s] < pp->nops[s]) {
                 PipeOp *o = &pp->ops[s][at[s]];
+                int v = o->chunk * p + s; /* its virtual stage */
                 double ready = free_at[s];
-                if (!o->backward && s > 0) {
-                    double t = fend[(s - 1) * m + o->mb];
+                if (!o->backward && v > 0) {
+                    double t = fend[(v - 1) * m + o->mb];
                     if (t <= 0)
                         break;
                     ready = t > ready ? t : ready;
                 }
                 if (o->backward) {
-                    double t = s + 1 < p ? bend[(s + 1) * m + o->mb] : fend[s * m + o->mb];
-                    if (t <= 0 || fend[s * m + o->mb] <= 0)
+                    double t = v + 1 < nv ? bend[(v + 1) * m + o->mb] : fend[v * m + o->mb];
+                    if (t <= 0 || fend[v * m + o->mb] <= 0)
                         break;
                     ready = t > ready ? t : ready;
                 }
-                const PipelineStage *st = &pp->stages[s];
+                const PipelineStage *st = &pp->stages[v];
                 double dur = (o->backward ? st->backward_s : st->compute_s) + st->send_s;
                 o->start_s = ready;
                 o->end_s = ready + (dur > 0 ? dur : 1e-12);
-                (o->backward ? bend : fend)[s * m + o->mb] = o->end_s;
+                (o->backward ? bend : fend)[v * m + o->mb] = o->end_s;
                 free_at[s] = o->end_s;
                 at[s]++;
                 progress = 1;
@@ -481,7 +522,9 @@ static void schedule_times(Pipeline *pp)
     }
     pp->step_s = 0;
     for (int s = 0; s < p; s++) {
-        double end = free_at[s] + pp->stages[s].update_s;
+        double end = free_at[s];
+        for (int v = s; v < nv; v += p)
+            end += pp->stages[v].update_s;
         if (end > pp->step_s)
             pp->step_s = end;
     }
@@ -536,7 +579,7 @@ static int assign_training(Plan *p, Pipeline *pp, Diag *d)
         const Node *nd = g->nodes[i];
         if (pp->stage_of[i] >= 0)
             continue;
-        int s = pp->nstages - 1;
+        int s = pp->nvstages - 1;
         for (int k = 0; k < nd->noutputs; k++)
             for (int c = 0; nd->outputs[k] && c < nd->outputs[k]->nconsumers; c++) {
                 int cs = pp->stage_of[nd->outputs[k]->consumers[c]->id];
@@ -586,6 +629,14 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
     pp->mb_axis = -1;
     pp->train = o->train;
     pp->schedule = o->schedule;
+    pp->chunks = o->train && o->schedule == PIPE_INTERLEAVED && o->chunks > 1 ? o->chunks : 1;
+    pp->nvstages = pp->nstages * pp->chunks;
+    if (pp->nvstages > PIPE_MAX_STAGES) {
+        diag_add(d, "--virtual-stages %d: %d stages x %d chunks is more than %d virtual stages", pp->chunks,
+                 pp->nstages, pp->chunks, PIPE_MAX_STAGES);
+        return -1;
+    }
+    int nv = pp->nvstages;
     for (int a = 0; a < p->mesh.naxes; a++)
         if (p->mesh.axes[a].loop)
             pp->mb_axis = a;
@@ -603,8 +654,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
             item[ni++] = i;
         }
     }
-    if (ni < pp->nstages) {
-        diag_add(d, "--mesh: %d pipeline stages for a graph of %d %snode%s (a stage needs one)", pp->nstages, ni,
+    if (ni < nv) {
+        diag_add(d, "--mesh: %d pipeline stages for a graph of %d %snode%s (a stage needs one)", nv, ni,
                  pp->train ? "forward " : "", ni == 1 ? "" : "s");
         free(item);
         free(pos_of);
@@ -614,8 +665,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
     pp->tensor_stage = arena_alloc(&p->arena, sizeof(int) * (size_t)(g->ntensors + 1));
     pp->readers = arena_alloc(&p->arena, sizeof(unsigned) * (size_t)(g->ntensors + 1));
     int first[PIPE_MAX_STAGES + 1], inflight[PIPE_MAX_STAGES];
-    for (int s = 0; s < pp->nstages; s++)
-        inflight[s] = pipeline_inflight(pp->schedule, pp->nstages, pp->microbatches, s);
+    for (int v = 0; v < nv; v++) /* a virtual stage holds what its ranks do */
+        inflight[v] = pipeline_inflight(pp->schedule, pp->nstages, pp->chunks, pp->microbatches, v % pp->nstages);
     /* Per item: its time (training: with its gradient nodes'), the weights
      * it is the first to read (training: with their gradient and optimizer
      * state), the live bytes at it, what it keeps for backward; per cut
@@ -744,8 +795,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
                          t->producer ? "a backward value" : "a graph input or weight");
                 goto done;
             }
-            if (nb + 1 >= pp->nstages) {
-                diag_add(d, "--stage-boundaries: more than %d tensors for %d stages", pp->nstages - 1, pp->nstages);
+            if (nb + 1 >= nv) {
+                diag_add(d, "--stage-boundaries: more than %d tensors for %d stages", nv - 1, nv);
                 goto done;
             }
             int at = pos_of[t->producer->id] + 1;
@@ -758,23 +809,23 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
             first[++nb] = at;
             s = e ? e + 1 : s + len;
         }
-        if (nb != pp->nstages - 1) {
+        if (nb != nv - 1) {
             diag_add(d, "--stage-boundaries: %d tensor%s for %d stages (name %d)", nb, nb == 1 ? "" : "s",
-                     pp->nstages, pp->nstages - 1);
+                     nv, nv - 1);
             goto done;
         }
         first[0] = 0;
     } else {
         pp->automatic = 1;
         if (pipeline_split_train(ni, cost, cut, mem, act, pp->train ? stash : NULL, pp->train ? inflight : NULL,
-                                 o->mem_limit, pp->nstages, first) < 0) {
-            diag_add(d, "--mesh: no split into %d pipeline stages fits --mem-limit %lld bytes per rank", pp->nstages,
+                                 o->mem_limit, nv, first) < 0) {
+            diag_add(d, "--mesh: no split into %d pipeline stages fits --mem-limit %lld bytes per rank", nv,
                      (long long)o->mem_limit);
             goto done;
         }
     }
-    first[pp->nstages] = ni;
-    for (int s = 0; s < pp->nstages; s++) {
+    first[nv] = ni;
+    for (int s = 0; s < nv; s++) {
         PipelineStage *st = &pp->stages[s];
         st->first = item[first[s]];
         st->last = item[first[s + 1] - 1];
@@ -798,7 +849,7 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
     for (int i = 0; i < g->noutputs; i++)
         if (p->out_reshard[i] >= 0) {
             const Node *prod = g->outputs[i]->producer;
-            int s = pp->train && prod ? pp->stage_of[prod->id] : pp->nstages - 1;
+            int s = pp->train && prod ? pp->stage_of[prod->id] : nv - 1;
             pp->stages[s].compute_s += p->reshards[p->out_reshard[i]].r.seconds;
         }
     /* Who produces and who reads each value. */
@@ -813,8 +864,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
             if (s != pp->tensor_stage[i])
                 pp->readers[i] |= 1u << s;
         }
-        if (!pp->train && t->is_output && pp->tensor_stage[i] != pp->nstages - 1)
-            pp->readers[i] |= 1u << (pp->nstages - 1);
+        if (!pp->train && t->is_output && pp->tensor_stage[i] != nv - 1)
+            pp->readers[i] |= 1u << (nv - 1);
     }
     /* Training: every value must cross in the direction its passes run:
      * forward values to later stages (a later forward, or any backward),
@@ -845,8 +896,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
         PipelineStage *src = &pp->stages[pp->tensor_stage[i]];
         /* Inferring: two slots each side. Training: a send slot per
          * microbatch, and a receive slot per microbatch in flight. */
-        for (int s = 0; s < pp->nstages; s++)
-            if (pp->readers[i] & (1u << s)) {
+        for (int s = 0; s < nv; s++)
+            if ((pp->readers[i] & (1u << s)) && s % pp->nstages != pp->tensor_stage[i] % pp->nstages) {
                 src->send_s += send_seconds(p, pp, t);
                 src->boundary_bytes += (pp->train ? pp->microbatches : 2) * b;
                 pp->stages[s].boundary_bytes += (pp->train ? inflight[s] : 2) * b;
@@ -854,7 +905,7 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
     }
     /* Weights per stage, each once; peak live values over the stage's
      * items; training: the stash per microbatch and the microbatches held. */
-    for (int s = 0; s < pp->nstages; s++) {
+    for (int s = 0; s < nv; s++) {
         PipelineStage *st = &pp->stages[s];
         st->inflight = pp->train ? inflight[s] : 1;
         for (int j = first[s]; j < first[s + 1]; j++) {
@@ -879,8 +930,8 @@ int pipeline_build(Plan *p, const Mesh *world, int pp_axis, const PipelineOption
     }
     if (pp->train) {
         for (int s = 0; s < pp->nstages; s++) {
-            pp->ops[s] = arena_alloc(&p->arena, sizeof(PipeOp) * (size_t)(2 * pp->microbatches));
-            pp->nops[s] = schedule_ops(pp->schedule, pp->nstages, pp->microbatches, s, pp->ops[s]);
+            pp->ops[s] = arena_alloc(&p->arena, sizeof(PipeOp) * (size_t)(2 * pp->microbatches * pp->chunks));
+            pp->nops[s] = schedule_ops(pp->schedule, pp->nstages, pp->chunks, pp->microbatches, s, pp->ops[s]);
         }
         schedule_times(pp);
     }

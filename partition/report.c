@@ -168,11 +168,11 @@ static void print_pipeline_train(const Plan *p, FILE *f)
 {
     const Pipeline *pp = p->pipe;
     const Graph *g = p->g;
-    int ns = pp->nstages, m = pp->microbatches;
+    int ns = pp->nstages, nv = pp->nvstages, m = pp->microbatches;
     char t1[32], t2[32], t3[32], t4[32];
     fprintf(f, "\npipeline %d stages over %s (%d rank%s each), %d microbatch%s per step, %s schedule; boundaries %s\n",
             ns, pp->world.axes[pp->axis].name, pp->nsub, pp->nsub == 1 ? "" : "s", m, m == 1 ? "" : "es",
-            pipe_schedule_name(pp->schedule),
+            pp->chunks > 1 ? "interleaved (virtual stages: chunk c of stage s is c x p + s)" : pipe_schedule_name(pp->schedule),
             pp->automatic ? "chosen by the search (the slowest stage's forward and backward as fast as they can be)"
                           : "from --stage-boundaries");
     fprintf(f, "  %-5s %-5s %-22s %-22s %9s %9s %9s %9s %12s %10s %6s %11s\n", "stage", "ranks", "first node",
@@ -180,10 +180,11 @@ static void print_pipeline_train(const Plan *p, FILE *f)
     fprintf(f, "  (per rank, per microbatch; weights with their gradients and optimizer state; stash: what a\n"
                "  microbatch keeps from forward to backward, held for that many microbatches at once; boundaries:\n"
                "  a send slot per microbatch, a receive slot per microbatch held)\n");
-    for (int s = 0; s < ns; s++) {
+    for (int s = 0; s < nv; s++) {
         const PipelineStage *st = &pp->stages[s];
         char ranks[32];
-        int r0 = pipeline_world_rank(pp, s, 0), r1 = pipeline_world_rank(pp, s, pp->nsub - 1);
+        int rs = pipeline_rank_stage(pp, s);
+        int r0 = pipeline_world_rank(pp, rs, 0), r1 = pipeline_world_rank(pp, rs, pp->nsub - 1);
         if (r0 == r1)
             snprintf(ranks, sizeof ranks, "%d", r0);
         else
@@ -194,8 +195,12 @@ static void print_pipeline_train(const Plan *p, FILE *f)
                 time_str(st->update_s, t4, sizeof t4), (long long)st->weight_bytes, (long long)st->stash_bytes,
                 st->inflight, (long long)st->boundary_bytes);
     }
-    fprintf(f, "  bubble        (p-1)/(M+p-1) = %d/%d = %.1f%% of the schedule\n", ns - 1, m + ns - 1,
-            100.0 * (ns - 1) / (m + ns - 1));
+    if (pp->chunks > 1)
+        fprintf(f, "  bubble        (p-1)/(V M+p-1) = %d/%d = %.1f%% of the schedule\n", ns - 1, pp->chunks * m + ns - 1,
+                100.0 * (ns - 1) / (pp->chunks * m + ns - 1));
+    else
+        fprintf(f, "  bubble        (p-1)/(M+p-1) = %d/%d = %.1f%% of the schedule\n", ns - 1, m + ns - 1,
+                100.0 * (ns - 1) / (m + ns - 1));
     fprintf(f, "  step          %s: the schedule below on the cost model, each stage's updates after its last pass\n",
             time_str(pp->step_s, t1, sizeof t1));
     int nx = 0;
@@ -204,10 +209,15 @@ static void print_pipeline_train(const Plan *p, FILE *f)
     fprintf(f, "  crossing      %d value%s, each shard to shard (activations forward, their gradients back)\n", nx,
             nx == 1 ? "" : "s");
     for (int k = 0; k < pp->nshared; k++) {
+        int owner = pipeline_rank_stage(pp, pp->shared_owner[k]), any = 0;
+        for (int s = 0; s < nv; s++)
+            any |= (pp->shared_readers[k] & (1u << s)) && pipeline_rank_stage(pp, s) != owner;
+        if (!any)
+            continue; /* read by other chunks of the same ranks only */
         fprintf(f, "  shared        weight %s: updated by stage %d, sent after each step to stage", pp->shared[k]->label,
                 pp->shared_owner[k]);
-        for (int s = 0; s < ns; s++)
-            if (pp->shared_readers[k] & (1u << s))
+        for (int s = 0; s < nv; s++)
+            if ((pp->shared_readers[k] & (1u << s)) && pipeline_rank_stage(pp, s) != owner)
                 fprintf(f, " %d", s);
         fprintf(f, "\n");
     }
@@ -228,7 +238,11 @@ static void print_pipeline_train(const Plan *p, FILE *f)
         if (nc == 0 || times[i] > times[nc - 1] + 1e-15)
             times[nc++] = times[i];
     int shown = nc < 40 ? nc : 40;
-    fprintf(f, "  schedule      stage x time: Fk, Bk the forward, backward pass of microbatch k; -- still running it\n");
+    if (pp->chunks > 1)
+        fprintf(f, "  schedule      stage x time: Fk.c, Bk.c the forward, backward pass of microbatch k through chunk c;"
+                   " -- still running it\n");
+    else
+        fprintf(f, "  schedule      stage x time: Fk, Bk the forward, backward pass of microbatch k; -- still running it\n");
     for (int s = 0; s < ns; s++) {
         fprintf(f, "  %5d  ", s);
         int at = 0;
@@ -236,12 +250,16 @@ static void print_pipeline_train(const Plan *p, FILE *f)
             while (at < pp->nops[s] && pp->ops[s][at].end_s <= times[c] + 1e-15)
                 at++;
             const PipeOp *o = at < pp->nops[s] ? &pp->ops[s][at] : NULL;
-            if (o && o->start_s <= times[c] + 1e-15 && o->start_s > times[c] - 1e-15)
-                fprintf(f, " %c%-3d", o->backward ? 'B' : 'F', o->mb);
-            else if (o && o->start_s < times[c])
-                fprintf(f, " -- ");
-            else
-                fprintf(f, "  . ");
+            char cell[16];
+            if (o && o->start_s <= times[c] + 1e-15 && o->start_s > times[c] - 1e-15) {
+                if (pp->chunks > 1)
+                    snprintf(cell, sizeof cell, "%c%d.%d", o->backward ? 'B' : 'F', o->mb, o->chunk);
+                else
+                    snprintf(cell, sizeof cell, "%c%d", o->backward ? 'B' : 'F', o->mb);
+            } else {
+                snprintf(cell, sizeof cell, o && o->start_s < times[c] ? "--" : " .");
+            }
+            fprintf(f, " %-*s", pp->chunks > 1 ? 5 : 3, cell);
         }
         fprintf(f, "%s\n", shown < nc ? " ..." : "");
     }
@@ -600,20 +618,21 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
                 pp->world.axes[pp->axis].name, pp->nstages, pp->microbatches, pp->nsub, pp->automatic ? "true" : "false",
                 (double)(pp->nstages - 1) / (pp->microbatches + pp->nstages - 1), pipeline_batch_seconds(pp));
         if (pp->train) {
-            fprintf(f, "\"schedule\": \"%s\", \"step_s\": %.9g, \"slots\": [", pipe_schedule_name(pp->schedule),
-                    pp->step_s);
+            fprintf(f, "\"schedule\": \"%s\", \"chunks\": %d, \"step_s\": %.9g, \"slots\": [",
+                    pipe_schedule_name(pp->schedule), pp->chunks, pp->step_s);
             for (int s = 0; s < pp->nstages; s++) {
                 fprintf(f, "%s[", s ? ", " : "");
                 for (int i = 0; i < pp->nops[s]; i++)
-                    fprintf(f, "%s{\"pass\": \"%c\", \"microbatch\": %d, \"start_s\": %.9g, \"end_s\": %.9g}",
-                            i ? ", " : "", pp->ops[s][i].backward ? 'B' : 'F', pp->ops[s][i].mb, pp->ops[s][i].start_s,
-                            pp->ops[s][i].end_s);
+                    fprintf(f, "%s{\"pass\": \"%c\", \"chunk\": %d, \"microbatch\": %d, \"start_s\": %.9g, "
+                               "\"end_s\": %.9g}",
+                            i ? ", " : "", pp->ops[s][i].backward ? 'B' : 'F', pp->ops[s][i].chunk, pp->ops[s][i].mb,
+                            pp->ops[s][i].start_s, pp->ops[s][i].end_s);
                 fprintf(f, "]");
             }
             fprintf(f, "], ");
         }
         fprintf(f, "\"per_stage\": [");
-        for (int s = 0; s < pp->nstages; s++) {
+        for (int s = 0; s < pp->nvstages; s++) {
             const PipelineStage *st = &pp->stages[s];
             fprintf(f, "%s{\"first_node\": ", s ? ", " : "");
             json_write_str(f, g->nodes[st->first]->name);

@@ -38,8 +38,8 @@ output (ReduceMean(o * o) or ReduceSum(o * R), R a fixed random Constant).
 Each case is compiled with `--train --optimizer sgd --lr 1` (now and then
 --frozen for one weight) on its random mesh, annotations and flags (with
 --pipeline, a "pp" axis and 1, 2 or 4 microbatches per step under a random
---schedule: each microbatch reads the same batch, so the step's gradient is
-the batch's), runs one step, and
+--schedule, interleaved where the microbatches fill whole groups: each
+microbatch reads the same batch, so the step's gradient is the batch's), runs one step, and
   * the loss it prints must match ORT's inference of the same model
     (1e-5 + 1e-4 relative, or within ORT's own rounding sensitivity);
   * each trained weight's gradient (before - after) must match central
@@ -1567,7 +1567,9 @@ def generate(seed, index):
         if rng.random() < 0.25 and not pipe:  # (a pipeline's microbatches are its accumulation)
             train_flags += ["--accum", "2"]
         if pipe:
-            train_flags += ["--schedule", str(rng.choice(["1f1b", "gpipe"]))]
+            stages = dict(mesh).get("pp", 1)
+            scheds = ["1f1b", "gpipe"] + (["interleaved"] if stages > 1 and pipe % stages == 0 else [])
+            train_flags += ["--schedule", str(rng.choice(scheds))]
         axes = [a for a, _ in mesh if a != "pp"]
         if rng.random() < 0.2 and not fsdp and axes:
             train_flags += ["--zero", str(rng.choice(["1", "2"])), "--zero-axis", axes[int(rng.integers(len(axes)))]]

@@ -230,11 +230,15 @@ static void test_pipeline_inflight_per_schedule(void **st)
     /* 1F1B: stage s holds p - s microbatches (at most M); GPipe holds all. */
     int want[4] = {4, 3, 2, 1};
     for (int s = 0; s < 4; s++) {
-        assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 8, s), want[s]);
-        assert_int_equal(pipeline_inflight(PIPE_GPIPE, 4, 8, s), 8);
+        assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 1, 8, s), want[s]);
+        assert_int_equal(pipeline_inflight(PIPE_GPIPE, 4, 1, 8, s), 8);
     }
-    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 2, 0), 2);
-    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 2, 3), 1);
+    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 1, 2, 0), 2);
+    assert_int_equal(pipeline_inflight(PIPE_1F1B, 4, 1, 2, 3), 1);
+    /* Interleaved, p = 2, V = 2, M = 4: stage 0 starts microbatch 3's
+     * chunk 0 before microbatch 0 has left chunk 0's backward. */
+    assert_int_equal(pipeline_inflight(PIPE_INTERLEAVED, 2, 2, 4, 0), 4);
+    assert_int_equal(pipeline_inflight(PIPE_INTERLEAVED, 2, 2, 4, 1), 3);
 }
 
 static void test_pipeline_split_counts_stash_in_flight(void **st)
@@ -304,6 +308,49 @@ static void test_pipeline_training_stages_and_1f1b(void **st)
     setup_free(&s);
 }
 
+static void test_pipeline_interleaved_order(void **st)
+{
+    (void)st;
+    Setup s;
+    memset(&s, 0, sizeof s);
+    s.g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
+    diag_init(&s.d, NULL);
+    TrainOptions to;
+    train_options_default(&to);
+    to.accum = 4;
+    assert_int_equal(ir_build_training(s.g, &to, &s.d), 0);
+    Mesh world;
+    int pp = -1;
+    assert_int_equal(mesh_parse("pp=2", &world, &s.d), 0);
+    world.device = device_preset_find("cpu");
+    assert_int_equal(pipeline_mesh(&world, "pp", 1, &s.mesh, &pp, &s.d), 0);
+    s.p = partition_propagate(s.g, &s.mesh, &s.ann, &s.d);
+    assert_non_null(s.p);
+    PipelineOptions po = {.microbatches = 4, .train = 1, .schedule = PIPE_INTERLEAVED, .chunks = 2};
+    assert_int_equal(pipeline_build(s.p, &world, pp, &po, &s.d), 0);
+    const Pipeline *q = s.p->pipe;
+    assert_int_equal(q->nvstages, 4);
+    /* Megatron-LM's order: p microbatches through chunk 0, then chunk 1,
+     * a warm-up of 2 (p - s - 1) + (V - 1) p forwards, then one forward
+     * and one backward (chunks in reverse) in turn. */
+    const char *want0 = "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0 ";
+    const char *want1 = "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0 ";
+    char got[2][128] = {{0}};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < q->nops[k]; i++)
+            snprintf(got[k] + strlen(got[k]), sizeof got[k] - strlen(got[k]), "%c%d.%d ",
+                     q->ops[k][i].backward ? 'B' : 'F', q->ops[k][i].mb, q->ops[k][i].chunk);
+    assert_string_equal(got[0], want0);
+    assert_string_equal(got[1], want1);
+    /* Every node on a virtual stage; each gradient node on its forward node's. */
+    for (int i = 0; i < s.g->nnodes; i++) {
+        assert_true(q->stage_of[i] >= 0 && q->stage_of[i] < 4);
+        if (s.g->nodes[i]->grad && s.g->nodes[i]->fwd && !s.g->nodes[i]->recomputed)
+            assert_int_equal(q->stage_of[i], q->stage_of[s.g->nodes[i]->fwd->id]);
+    }
+    setup_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_inflight_per_schedule),
         cmocka_unit_test(test_pipeline_split_counts_stash_in_flight),
         cmocka_unit_test(test_pipeline_training_stages_and_1f1b),
+        cmocka_unit_test(test_pipeline_interleaved_order),
     };
     return cmocka_run_group_tests_name("pipeline", tests, NULL, NULL);
 }
