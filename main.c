@@ -71,6 +71,7 @@ static const char usage_text[] =
     "  --schedule S      --train's pipeline schedule: 1f1b (default: one forward, one\n"
     "                    backward; at most as many microbatches in flight as stages after\n"
     "                    it), gpipe (every forward, then every backward) or interleaved\n"
+    "                    (Megatron-LM's: V model chunks per rank, M a multiple of the stages)\n"
     "  --virtual-stages V  interleaved: V model chunks per rank (default 2)\n"
     "  --stage-boundaries T1,T2,...  end stage k after the node producing Tk\n"
     "                    (default: a search for the fastest balanced split)\n"

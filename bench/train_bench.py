@@ -29,8 +29,9 @@ of the logits against labels). --model, --plan and --part pick what runs.
 3. Peak memory per rank (VmHWM of rank 0) of gpt_512_lm on dp=2 with
    --zero 0, 1, 2 and 3, beside the plan's figure for the program
    (arena + weights + optimizer state + inputs, from the memory plan).
-4. Pipeline training: gpt_512_lm on pp=4 (4 CPU ranks), GPipe and 1F1B
-   with M = 4 and 8 microbatches per step (each the model's batch): time
+4. Pipeline training: gpt_512_lm on pp=4 (4 CPU ranks), GPipe, 1F1B and
+   interleaved (V = 2) with M = 4 and 8 microbatches per step (each the
+   model's batch): time
    per step beside the plan's estimate (plan.json's pipeline step_s), and
    peak memory per stage (VmHWM of each rank) beside the program's own
    figure (arena + weights + stashes, slots and inputs). Target: 1F1B
@@ -264,7 +265,7 @@ def bench_pipeline():
     _, model, feeds = models()[1]
     peak0 = {}
     for m in (4, 8):
-        for sched in ("gpipe", "1f1b"):
+        for sched in ("gpipe", "1f1b", "interleaved"):
             name = "gpt_512_lm_pp4_%s_m%d" % (sched, m)
             d = os.path.join(OUT, name)
             subprocess.run(["rm", "-rf", d], check=True)
