@@ -286,17 +286,16 @@ int emit_pipe_train(Emitter *e)
         fprintf(f, "static void load_batch(long batch);\nstatic int64_t g_batches[%d];\n",
                 g->ninputs ? g->ninputs : 1);
     /* use_slot(): the stashes, receive slots and inputs of a microbatch. */
-    fprintf(f, "\n/* Points the stash%s, receive slots and input blocks at microbatch mb's copies%s. */\n"
+    fprintf(f, "\n/* Points the stash%s, receive slots and input blocks at microbatch mb's copies. */\n"
                "static void use_slot(int chunk, int mb)\n{\n    const int slot = mb %% INFLIGHT;\n",
-            pr->nstash > 1 ? "es" : "", v > 1 ? " (a chunk's stash: that chunk's)" : "");
+            pr->nstash > 1 ? "es" : "");
+    /* Every chunk's: a value chunk 0 keeps from its forward for its
+     * backward may be read by chunk 1's passes in between, and the
+     * microbatch's copy stays in its slot until that backward is done. */
     for (int k = 0; k < pr->nstash; k++) {
         emit_stash_name(pr, k + 1, sn, sizeof sn);
-        if (v > 1 && k < v)
-            fprintf(f, "    if (chunk == %d)\n        %s = %s_slots + (size_t)(mb %% %d) * %lldULL;\n", k, sn, sn,
-                    pr->stash_slots[k], (long long)pr->stash_bytes[k]);
-        else
-            fprintf(f, "    %s = %s_slots + (size_t)(mb %% %d) * %lldULL;\n", sn, sn, pr->stash_slots[k],
-                    (long long)pr->stash_bytes[k]);
+        fprintf(f, "    %s = %s_slots + (size_t)(mb %% %d) * %lldULL;\n", sn, sn, pr->stash_slots[k],
+                (long long)pr->stash_bytes[k]);
     }
     for (int i = 0; i < nr; i++) {
         const Buffer *b = &pr->bufs[rcv[i].buf];
