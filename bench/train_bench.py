@@ -260,7 +260,7 @@ def bench_zero():
 def bench_pipeline():
     print("\npipeline training: gpt_512_lm on pp=4 (4 CPU ranks), AdamW; time per step (median of %d runs) beside "
           "the plan's estimate, peak memory per stage beside the program's figure" % ROUNDS)
-    print("%-8s %3s %10s %10s %7s   %-27s %-27s" % ("schedule", "M", "ms/step", "plan ms", "ratio",
+    print("%-11s %3s %10s %10s %7s   %-27s %-27s" % ("schedule", "M", "ms/step", "plan ms", "ratio",
                                                   "measured MiB per stage", "program MiB per stage"))
     _, model, feeds = models()[1]
     peak0 = {}
@@ -297,7 +297,7 @@ def bench_pipeline():
                                                         rr.stdout).group(1).split()]
             ms = statistics.median(times)
             peak0[(sched, m)] = per_rank[0]
-            print("%-8s %3d %10.1f %10.1f %7.2f   %-27s %-27s" % (
+            print("%-11s %3d %10.1f %10.1f %7.2f   %-27s %-27s" % (
                 sched, m, ms, plan_ms, ms / plan_ms if plan_ms > 0 else float("nan"),
                 " ".join("%6.1f" % x for x in per_rank), " ".join("%6.1f" % x for x in program)))
     for m in (4, 8):
