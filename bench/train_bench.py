@@ -130,19 +130,25 @@ def compile_build(name, model, flags):
     return d, int(m.group(1)) if m else -1
 
 
-def run_ours(d, feeds, steps, extra=()):
+def run_program(d, feeds, steps, extra=()):
+    """The program's stdout after steps timed steps (and one warm-up)."""
     args = [os.path.join(d, "run.sh"), "--steps", str(steps + 1), "--log-every", str(10 ** 9)] + list(extra)
     for n, p in feeds.items():
         args += ["--in", "%s=%s" % (n, p)]
     tmp = tempfile.mkdtemp(prefix="o2s.", dir="/tmp")  # a private OpenMPI session folder (a shared one races)
     try:
-        r = subprocess.run(args, capture_output=True, text=True, env=dict(ENV, TMPDIR=tmp), timeout=600)
+        r = subprocess.run(args, capture_output=True, text=True, env=dict(ENV, TMPDIR=tmp), timeout=900)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if r.returncode:
         sys.exit("train_bench: %s: %s" % (d, r.stderr[-2000:]))
-    ms = float(re.search(r"time per step: ([\d.]+) ms", r.stdout).group(1))
-    mib = float(re.search(r"peak memory: ([\d.]+) MiB", r.stdout).group(1))
+    return r.stdout
+
+
+def run_ours(d, feeds, steps, extra=()):
+    out = run_program(d, feeds, steps, extra)
+    ms = float(re.search(r"time per step: ([\d.]+) ms", out).group(1))
+    mib = float(re.search(r"peak memory: ([\d.]+) MiB", out).group(1))
     return ms, mib
 
 
@@ -282,19 +288,10 @@ def bench_pipeline():
                 plan_ms = json.load(fh)["pipeline"]["step_s"] * 1e3
             times, per_rank = [], None
             for _ in range(ROUNDS):
-                args = [os.path.join(d, "run.sh"), "--steps", "3", "--log-every", str(10 ** 9)]
-                for n, p in feeds.items():
-                    args += ["--in", "%s=%s" % (n, p)]
-                tmp = tempfile.mkdtemp(prefix="o2s.", dir="/tmp")
-                try:
-                    rr = subprocess.run(args, capture_output=True, text=True, env=dict(ENV, TMPDIR=tmp), timeout=900)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                if rr.returncode:
-                    sys.exit("train_bench: %s: %s" % (name, rr.stderr[-2000:]))
-                times.append(float(re.search(r"time per step: ([\d.]+) ms", rr.stdout).group(1)))
+                out = run_program(d, feeds, 2)
+                times.append(float(re.search(r"time per step: ([\d.]+) ms", out).group(1)))
                 per_rank = [float(x) for x in re.search(r"peak memory per rank \(MiB, VmHWM\):((?: [\d.]+)+)",
-                                                        rr.stdout).group(1).split()]
+                                                        out).group(1).split()]
             ms = statistics.median(times)
             peak0[(sched, m)] = per_rank[0]
             print("%-11s %3d %10.1f %10.1f %7.2f   %-27s %-27s" % (

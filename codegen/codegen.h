@@ -397,6 +397,10 @@ int emit_pipe_forward(Emitter *e);
 void emit_pipe_recv_comment(Emitter *e, const PipeLink *k, const char *mb, const char *indent);
 /* main()'s --out: the last stage assembles the outputs on its first rank. */
 void emit_pipe_outputs(Emitter *e);
+/* One --out branch's body: output i gathered from the ranks of `stage`
+ * (nmb microbatch blocks each, from the C expression data) to its first
+ * rank, which writes it. */
+void emit_pipe_gather_output(Emitter *e, int i, int stage, int nmb, const char *data);
 /* The values this rank sends (produced here, read by another stage) or
  * receives, each with its tag (the same on both sides); *n gets the count. */
 PipeLink *emit_pipe_links(const Program *pr, int sending, int *n);

@@ -253,6 +253,55 @@ int emit_pipe_forward(Emitter *e)
     return 0;
 }
 
+/* One --out branch's body in a pipeline: output i, held by the ranks of
+ * `stage` (nmb microbatch blocks each, from `data`), gathered to the
+ * stage's first rank, which writes it. */
+void emit_pipe_gather_output(Emitter *e, int i, int stage, int nmb, const char *data)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Pipeline *pp = pr->plan->pipe;
+    const Tensor *t = pr->g->outputs[i];
+    const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+    const Mesh *m = &pr->plan->mesh;
+    int root = pipeline_world_rank(pp, stage, 0);
+    char sb[128];
+    fprintf(f, "            static const int64_t dims[] = ");
+    emit_dims(f, t->dims, t->rank);
+    fprintf(f, ", blocks[] = ");
+    emit_dims(f, b->dims, t->rank);
+    unsigned used = sharding_used_axes(&b->layout);
+    fprintf(f, ";\n            /* %s over stage %d's ranks%s: rank %d gathers one copy of each block */\n"
+               "            static const int64_t index[] = {",
+            sharding_str(&b->layout, m, sb, sizeof sb), stage, nmb > 1 ? " and microbatches" : "", root);
+    int first = 1;
+    for (int r = 0; r < pp->world.nranks; r++)
+        for (int mb = 0; mb < nmb; mb++) {
+            int v = mb * pp->nsub + pipeline_sub_rank(pp, r);
+            for (int d = 0; d < (t->rank ? t->rank : 1); d++) {
+                int idx = t->rank ? mesh_block_index(m, v, b->layout.axes[d], b->layout.naxes[d]) : 0;
+                fprintf(f, "%s%d", first ? "" : ", ", idx);
+                first = 0;
+            }
+        }
+    fprintf(f, "};\n            static const unsigned char sender[] = {");
+    for (int r = 0; r < pp->world.nranks; r++) {
+        int sends = pipeline_stage_of_rank(pp, r) == stage;
+        int v = pipeline_sub_rank(pp, r);
+        for (int a = 0; a < m->naxes; a++)
+            if (!(used & (1u << a)) && !m->axes[a].loop && mesh_coord(m, v, a) != 0)
+                sends = 0;
+        fprintf(f, "%s%d", r ? ", " : "", sends);
+    }
+    fprintf(f, "};\n            void *whole = rt_gather_output(%s, %d, %d, dims, blocks, index, sender, %zu, ", data, nmb,
+            t->rank, dtype_size(t->dtype));
+    esc_c_string(f, t->label);
+    fprintf(f, ", %d);\n            if (RANK == %d)\n"
+               "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n"
+               "            continue;\n        }\n",
+            root, root, (int)t->dtype, t->rank);
+}
+
 /* main()'s --out on the last stage: its first rank assembles each output
  * from every microbatch's blocks. Other stages write nothing. */
 void emit_pipe_outputs(Emitter *e)
@@ -261,7 +310,6 @@ void emit_pipe_outputs(Emitter *e)
     FILE *f = e->f;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
-    const Mesh *m = &pr->plan->mesh;
     int last = pp->nstages - 1, root = pipeline_world_rank(pp, last, 0);
     if (!is_last(pr)) {
         fprintf(f, "    /* --out: the last stage (ranks from %d) writes the outputs */\n", root);
@@ -271,45 +319,14 @@ void emit_pipe_outputs(Emitter *e)
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-        char sb[128];
         fprintf(f, "        if (strcmp(args.out_name[i], ");
         esc_c_string(f, t->name);
-        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", blocks[] = ");
-        emit_dims(f, b->dims, t->rank);
-        unsigned used = sharding_used_axes(&b->layout);
+        fprintf(f, ") == 0) {\n");
         /* An output the same in every microbatch is taken from the first. */
-        int nmb = pp->mb_axis >= 0 && (used & (1u << pp->mb_axis)) ? pp->microbatches : 1;
-        fprintf(f, ";\n            /* %s over the stage's ranks and microbatches: rank %d gathers one copy of each "
-                   "block */\n            static const int64_t index[] = {",
-                sharding_str(&b->layout, m, sb, sizeof sb), root);
-        int first = 1;
-        for (int r = 0; r < pp->world.nranks; r++)
-            for (int mb = 0; mb < nmb; mb++) {
-                int v = mb * pp->nsub + pipeline_sub_rank(pp, r);
-                for (int d = 0; d < (t->rank ? t->rank : 1); d++) {
-                    int idx = t->rank ? mesh_block_index(m, v, b->layout.axes[d], b->layout.naxes[d]) : 0;
-                    fprintf(f, "%s%d", first ? "" : ", ", idx);
-                    first = 0;
-                }
-            }
-        fprintf(f, "};\n            static const unsigned char sender[] = {");
-        for (int r = 0; r < pp->world.nranks; r++) {
-            int sends = pipeline_stage_of_rank(pp, r) == last;
-            int v = pipeline_sub_rank(pp, r);
-            for (int a = 0; a < m->naxes; a++)
-                if (!(used & (1u << a)) && !m->axes[a].loop && mesh_coord(m, v, a) != 0)
-                    sends = 0;
-            fprintf(f, "%s%d", r ? ", " : "", sends);
-        }
-        fprintf(f, "};\n            void *whole = rt_gather_output(out%d, %d, %d, dims, blocks, index, sender, %zu, ", i,
-                nmb, t->rank, dtype_size(t->dtype));
-        esc_c_string(f, t->label);
-        fprintf(f, ", %d);\n            if (RANK == %d)\n"
-                   "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n"
-                   "            continue;\n        }\n",
-                root, root, (int)t->dtype, t->rank);
+        int nmb = pp->mb_axis >= 0 && (sharding_used_axes(&b->layout) & (1u << pp->mb_axis)) ? pp->microbatches : 1;
+        char data[32];
+        snprintf(data, sizeof data, "out%d", i);
+        emit_pipe_gather_output(e, i, last, nmb, data);
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
 }

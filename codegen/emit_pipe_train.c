@@ -408,11 +408,11 @@ void emit_pipe_train_outputs(Emitter *e)
     FILE *f = e->f;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
-    const Mesh *m = &pr->plan->mesh;
     fprintf(f, "    for (int i = 0; i < args.nout; i++) {\n");
     for (int i = 0; i < g->noutputs; i++) {
         const Tensor *t = g->outputs[i];
-        int hs = pp->tensor_stage[t->id] < 0 ? 0 : pipeline_rank_stage(pp, pp->tensor_stage[t->id]), root = pipeline_world_rank(pp, hs, 0);
+        int hs = pp->tensor_stage[t->id] < 0 ? 0 : pipeline_rank_stage(pp, pp->tensor_stage[t->id]);
+        int root = pipeline_world_rank(pp, hs, 0);
         fprintf(f, "        if (strcmp(args.out_name[i], ");
         esc_c_string(f, ir_output_name(t));
         if (!program_holds_output(pr, t)) {
@@ -420,7 +420,6 @@ void emit_pipe_train_outputs(Emitter *e)
             continue;
         }
         const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
-        char sb[128];
         if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
             fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
             emit_dims(f, t->dims, t->rank);
@@ -429,35 +428,8 @@ void emit_pipe_train_outputs(Emitter *e)
                     root, hs, (int)t->dtype, t->rank, b->name);
             continue;
         }
-        fprintf(f, ") == 0) {\n            static const int64_t dims[] = ");
-        emit_dims(f, t->dims, t->rank);
-        fprintf(f, ", blocks[] = ");
-        emit_dims(f, b->dims, t->rank);
-        unsigned used = sharding_used_axes(&b->layout);
-        fprintf(f, ";\n            /* %s over stage %d's ranks: rank %d gathers one copy of each block */\n"
-                   "            static const int64_t index[] = {",
-                sharding_str(&b->layout, m, sb, sizeof sb), hs, root);
-        for (int r = 0; r < pp->world.nranks; r++) {
-            int v = pipeline_sub_rank(pp, r);
-            for (int dd = 0; dd < (t->rank ? t->rank : 1); dd++)
-                fprintf(f, "%s%d", r || dd ? ", " : "",
-                        t->rank ? mesh_block_index(m, v, b->layout.axes[dd], b->layout.naxes[dd]) : 0);
-        }
-        fprintf(f, "};\n            static const unsigned char sender[] = {");
-        for (int r = 0; r < pp->world.nranks; r++) {
-            int sends = pipeline_stage_of_rank(pp, r) == hs, v = pipeline_sub_rank(pp, r);
-            for (int a = 0; a < m->naxes; a++)
-                if (!(used & (1u << a)) && mesh_coord(m, v, a) != 0)
-                    sends = 0;
-            fprintf(f, "%s%d", r ? ", " : "", sends);
-        }
-        fprintf(f, "};\n            void *whole = rt_gather_output(%s, 1, %d, dims, blocks, index, sender, %zu, ",
-                b->name, t->rank, dtype_size(t->dtype));
-        esc_c_string(f, t->label);
-        fprintf(f, ", %d);\n            if (RANK == %d)\n"
-                   "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n"
-                   "            continue;\n        }\n",
-                root, root, (int)t->dtype, t->rank);
+        fprintf(f, ") == 0) {\n");
+        emit_pipe_gather_output(e, i, hs, 1, b->name);
     }
     fprintf(f, "        rt_die(\"--out %%s: the model has no output of that name\", args.out_name[i]);\n    }\n");
 }

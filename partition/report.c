@@ -153,6 +153,16 @@ static const char *local_str(const Sharding *s, const Mesh *m, const Tensor *t, 
     return buf;
 }
 
+/* A stage's ranks, "3" or "2..3". */
+static void stage_ranks(const Pipeline *pp, int s, char *buf, size_t cap)
+{
+    int r0 = pipeline_world_rank(pp, s, 0), r1 = pipeline_world_rank(pp, s, pp->nsub - 1);
+    if (r0 == r1)
+        snprintf(buf, cap, "%d", r0);
+    else
+        snprintf(buf, cap, "%d..%d", r0 < r1 ? r0 : r1, r0 < r1 ? r1 : r0);
+}
+
 static int cmp_time(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -183,12 +193,7 @@ static void print_pipeline_train(const Plan *p, FILE *f)
     for (int s = 0; s < nv; s++) {
         const PipelineStage *st = &pp->stages[s];
         char ranks[32];
-        int rs = pipeline_rank_stage(pp, s);
-        int r0 = pipeline_world_rank(pp, rs, 0), r1 = pipeline_world_rank(pp, rs, pp->nsub - 1);
-        if (r0 == r1)
-            snprintf(ranks, sizeof ranks, "%d", r0);
-        else
-            snprintf(ranks, sizeof ranks, "%d..%d", r0 < r1 ? r0 : r1, r0 < r1 ? r1 : r0);
+        stage_ranks(pp, pipeline_rank_stage(pp, s), ranks, sizeof ranks);
         fprintf(f, "  %-5d %-5s %-22.22s %-22.22s %9s %9s %9s %9s %12lld %10lld %6d %11lld\n", s, ranks,
                 g->nodes[st->first]->label, g->nodes[st->last]->label, time_str(st->compute_s, t1, sizeof t1),
                 time_str(st->backward_s, t2, sizeof t2), time_str(st->send_s, t3, sizeof t3),
@@ -284,11 +289,7 @@ static void print_pipeline(const Plan *p, FILE *f)
     for (int s = 0; s < ns; s++) {
         const PipelineStage *st = &pp->stages[s];
         char ranks[32];
-        int r0 = pipeline_world_rank(pp, s, 0), r1 = pipeline_world_rank(pp, s, pp->nsub - 1);
-        if (r0 == r1)
-            snprintf(ranks, sizeof ranks, "%d", r0);
-        else
-            snprintf(ranks, sizeof ranks, "%d..%d", r0 < r1 ? r0 : r1, r0 < r1 ? r1 : r0);
+        stage_ranks(pp, s, ranks, sizeof ranks);
         fprintf(f, "  %-5d %-5s %-24.24s %-24.24s %10s %10s %10s %12lld %12lld %12lld\n", s, ranks,
                 g->nodes[st->first]->label, g->nodes[st->last]->label, time_str(st->compute_s, t1, sizeof t1),
                 time_str(st->send_s, t2, sizeof t2), time_str(pipeline_stage_seconds(pp, s), t3, sizeof t3),

@@ -417,7 +417,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < args.nout; i++) {
         if (strcmp(args.out_name[i], "logits") == 0) {
             static const int64_t dims[] = {2, 16, 256}, blocks[] = {1, 16, 256};
-            /* [mb,_,_] over the stage's ranks and microbatches: rank 2 gathers one copy of each block */
+            /* [mb,_,_] over stage 1's ranks and microbatches: rank 2 gathers one copy of each block */
             static const int64_t index[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0};
             static const unsigned char sender[] = {0, 0, 1, 0};
             void *whole = rt_gather_output(out0, 2, 3, dims, blocks, index, sender, 4, "logits", 2);

@@ -20,28 +20,27 @@ for i in 1 2; do
 done
 diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two pipelined compiles differ"; fail=1; }
 rm -rf build/determinism
+# Two compiles and two plans of the same flags ($2...) must agree ($1 names them).
+twice() {
+    local what=$1
+    shift
+    for i in 1 2; do
+        "$BIN" compile "$@" -o build/determinism/out >/dev/null 2>&1 || fail=1
+        mv build/determinism/out build/determinism/run$i
+        "$BIN" plan "$@" >build/determinism/plan$i.txt 2>/dev/null || fail=1
+    done
+    diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two $what compiles differ"; fail=1; }
+    cmp -s build/determinism/plan1.txt build/determinism/plan2.txt || { echo "FAIL: two $what plans differ"; fail=1; }
+    rm -rf build/determinism
+}
 # --auto --train choosing its ZeRO stage under --mem-limit, and plan's
 # tables of the stages and --recompute modes.
-T="tests/models/train/tiny_gpt_lm.onnx --train --optimizer adamw --mesh dp=2 --shard tokens=[dp,_] --shard labels=[dp,_] --auto --mem-limit 2400000"
-for i in 1 2; do
-    "$BIN" compile $T -o build/determinism/out >/dev/null 2>&1 || fail=1
-    mv build/determinism/out build/determinism/run$i
-    "$BIN" plan $T >build/determinism/plan$i.txt 2>/dev/null || fail=1
-done
-diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two --auto --train compiles differ"; fail=1; }
-cmp -s build/determinism/plan1.txt build/determinism/plan2.txt || { echo "FAIL: two plan --auto --train reports differ"; fail=1; }
-rm -rf build/determinism
+twice "--auto --train" tests/models/train/tiny_gpt_lm.onnx --train --optimizer adamw --mesh dp=2 \
+    --shard tokens=[dp,_] --shard labels=[dp,_] --auto --mem-limit 2400000
 # Pipeline training: the interleaved schedule with dp inside the stages,
 # searched boundaries, and plan's stage x time table.
-T="tests/models/train/tiny_gpt_lm.onnx --train --mesh pp=2,dp=2 --shard tokens=[dp,_] --microbatches 4 --schedule interleaved"
-for i in 1 2; do
-    "$BIN" compile $T -o build/determinism/out >/dev/null 2>&1 || fail=1
-    mv build/determinism/out build/determinism/run$i
-    "$BIN" plan $T >build/determinism/plan$i.txt 2>/dev/null || fail=1
-done
-diff -r build/determinism/run1 build/determinism/run2 >/dev/null || { echo "FAIL: two pipeline-training compiles differ"; fail=1; }
-cmp -s build/determinism/plan1.txt build/determinism/plan2.txt || { echo "FAIL: two pipeline-training plans differ"; fail=1; }
-rm -rf build/determinism
+twice "pipeline-training" tests/models/train/tiny_gpt_lm.onnx --train --mesh pp=2,dp=2 --shard tokens=[dp,_] \
+    --microbatches 4 --schedule interleaved
 bash tools/generated.sh --check || fail=1
 # Fusing all-reduces changes the calls, not the numbers: the fused and
 # unfused golden runs (run_golden.sh) give bit-identical outputs.

@@ -258,27 +258,35 @@ static void test_pipeline_split_counts_stash_in_flight(void **st)
     assert_true(pipeline_split_train(4, cost, cut, NULL, NULL, stash, inflight, 150, 2, first) < 0);
 }
 
+/* tiny_gpt_lm trained with accum microbatches, planned on pp=2 and cut
+ * into stages under a schedule (boundaries NULL: the search). */
+static const Pipeline *train_pipe(Setup *s, int accum, PipeSchedule sched, int chunks, const char *boundaries)
+{
+    memset(s, 0, sizeof *s);
+    s->g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
+    diag_init(&s->d, NULL);
+    TrainOptions to;
+    train_options_default(&to);
+    to.accum = accum;
+    assert_int_equal(ir_build_training(s->g, &to, &s->d), 0);
+    Mesh world;
+    int pp = -1;
+    assert_int_equal(mesh_parse("pp=2", &world, &s->d), 0);
+    world.device = device_preset_find("cpu");
+    assert_int_equal(pipeline_mesh(&world, "pp", 1, &s->mesh, &pp, &s->d), 0);
+    s->p = partition_propagate(s->g, &s->mesh, &s->ann, &s->d);
+    assert_non_null(s->p);
+    PipelineOptions po = {.microbatches = accum, .boundaries = boundaries, .train = 1, .schedule = sched,
+                          .chunks = chunks};
+    assert_int_equal(pipeline_build(s->p, &world, pp, &po, &s->d), 0);
+    return s->p->pipe;
+}
+
 static void test_pipeline_training_stages_and_1f1b(void **st)
 {
     (void)st;
     Setup s;
-    memset(&s, 0, sizeof s);
-    s.g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
-    diag_init(&s.d, NULL);
-    TrainOptions to;
-    train_options_default(&to);
-    to.accum = 3;
-    assert_int_equal(ir_build_training(s.g, &to, &s.d), 0);
-    Mesh world;
-    int pp = -1;
-    assert_int_equal(mesh_parse("pp=2", &world, &s.d), 0);
-    world.device = device_preset_find("cpu");
-    assert_int_equal(pipeline_mesh(&world, "pp", 1, &s.mesh, &pp, &s.d), 0);
-    s.p = partition_propagate(s.g, &s.mesh, &s.ann, &s.d);
-    assert_non_null(s.p);
-    PipelineOptions po = {.microbatches = 3, .boundaries = "l0_out", .train = 1, .schedule = PIPE_1F1B};
-    assert_int_equal(pipeline_build(s.p, &world, pp, &po, &s.d), 0);
-    const Pipeline *pp_ = s.p->pipe;
+    const Pipeline *pp_ = train_pipe(&s, 3, PIPE_1F1B, 1, "l0_out");
     /* Every gradient node runs on its forward node's stage; stage 1 has
      * the loss, so backward starts there and crosses back. */
     int grads = 0;
@@ -312,23 +320,7 @@ static void test_pipeline_interleaved_order(void **st)
 {
     (void)st;
     Setup s;
-    memset(&s, 0, sizeof s);
-    s.g = load_ok("tests/models/train/tiny_gpt_lm.onnx");
-    diag_init(&s.d, NULL);
-    TrainOptions to;
-    train_options_default(&to);
-    to.accum = 4;
-    assert_int_equal(ir_build_training(s.g, &to, &s.d), 0);
-    Mesh world;
-    int pp = -1;
-    assert_int_equal(mesh_parse("pp=2", &world, &s.d), 0);
-    world.device = device_preset_find("cpu");
-    assert_int_equal(pipeline_mesh(&world, "pp", 1, &s.mesh, &pp, &s.d), 0);
-    s.p = partition_propagate(s.g, &s.mesh, &s.ann, &s.d);
-    assert_non_null(s.p);
-    PipelineOptions po = {.microbatches = 4, .train = 1, .schedule = PIPE_INTERLEAVED, .chunks = 2};
-    assert_int_equal(pipeline_build(s.p, &world, pp, &po, &s.d), 0);
-    const Pipeline *q = s.p->pipe;
+    const Pipeline *q = train_pipe(&s, 4, PIPE_INTERLEAVED, 2, NULL);
     assert_int_equal(q->nvstages, 4);
     /* Megatron-LM's order: p microbatches through chunk 0, then chunk 1,
      * a warm-up of 2 (p - s - 1) + (V - 1) p forwards, then one forward
