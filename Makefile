@@ -200,7 +200,7 @@ e2e: all
 	@$(PY) tests/e2e/fuzz_plans.py --seed 3 --count 40 --pipeline
 	@# --train: one SGD step, the loss against ORT and gradients against finite differences
 	@$(PY) tests/e2e/fuzz_plans.py --seed 4 --count 30 --train
-	@$(PY) tests/e2e/fuzz_plans.py --seed 5 --count 20 --train --pipeline
+	@$(PY) tests/e2e/fuzz_plans.py --seed 102 --count 20 --train --pipeline
 	@# case 9: a Gemm whose C and output share the arena (gcc 12 -Warray-bounds)
 	@$(PY) tests/e2e/fuzz_plans.py --seed 369321 --count 10
 

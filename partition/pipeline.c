@@ -534,8 +534,9 @@ static void schedule_times(Pipeline *pp)
 
 /* --train: the stage of every node that is not a forward one. A gradient
  * rule's node (or a recomputed one) runs where its forward node does; the
- * rest (the seed, a weight's summed gradient, its update) where the values
- * they read are made, or else where they are read. */
+ * rest (a weight's summed gradient, its update) where the backward values
+ * they read are made, or else (the seed, which reads constants and the
+ * loss's shape) on the latest stage that reads them. */
 static int assign_training(Plan *p, Pipeline *pp, Diag *d)
 {
     const Graph *g = p->g;
@@ -569,9 +570,9 @@ static int assign_training(Plan *p, Pipeline *pp, Diag *d)
         const Node *nd = g->nodes[i];
         if (pp->stage_of[i] >= 0)
             continue;
-        for (int k = 0; k < nd->ninputs; k++) {
+        for (int k = 0; k < nd->ninputs; k++) { /* (forward values may be read from any stage) */
             const Tensor *t = nd->inputs[k];
-            if (t && t->producer && pp->stage_of[t->producer->id] > pp->stage_of[i])
+            if (t && t->producer && !is_forward(t->producer) && pp->stage_of[t->producer->id] > pp->stage_of[i])
                 pp->stage_of[i] = pp->stage_of[t->producer->id];
         }
     }
@@ -579,14 +580,14 @@ static int assign_training(Plan *p, Pipeline *pp, Diag *d)
         const Node *nd = g->nodes[i];
         if (pp->stage_of[i] >= 0)
             continue;
-        int s = pp->nvstages - 1;
+        int s = -1; /* the latest stage reading it: backward values flow to earlier stages */
         for (int k = 0; k < nd->noutputs; k++)
             for (int c = 0; nd->outputs[k] && c < nd->outputs[k]->nconsumers; c++) {
                 int cs = pp->stage_of[nd->outputs[k]->consumers[c]->id];
-                if (cs >= 0 && cs < s)
+                if (cs > s)
                     s = cs;
             }
-        pp->stage_of[i] = s;
+        pp->stage_of[i] = s >= 0 ? s : pp->nvstages - 1;
     }
     /* A weight that trains is updated on one stage; one that other stages
      * read too (tied embeddings) is sent to them after each update. */
