@@ -404,6 +404,11 @@ void emit_pipe_gather_output(Emitter *e, int i, int stage, int nmb, const char *
 /* The values this rank sends (produced here, read by another stage) or
  * receives, each with its tag (the same on both sides); *n gets the count. */
 PipeLink *emit_pipe_links(const Program *pr, int sending, int *n);
+/* Checks each link's tag (at most max_tag) and message size (2 GiB), and
+ * gives it its rt_comms[] entry (dir, if not NULL, names its direction;
+ * overlaps[0] what a send overlaps, [1] a receive); -1 with a diagnostic. */
+int emit_pipe_links_register(Emitter *e, PipeLink *snd, int ns, PipeLink *rcv, int nr, int max_tag,
+                             const char *(*dir)(const PipeLink *), const char *const overlaps[2]);
 
 /* ---- emit_pipe_train.c --------------------------------------------------- */
 

@@ -151,45 +151,51 @@ static void emit_send(Emitter *e, const PipeLink *k)
     e->t->pipe_send(e, k);
 }
 
-int emit_pipe_forward(Emitter *e)
+int emit_pipe_links_register(Emitter *e, PipeLink *snd, int ns, PipeLink *rcv, int nr, int max_tag,
+                             const char *(*dir)(const PipeLink *), const char *const overlaps[2])
 {
     const Program *pr = e->pr;
-    FILE *f = e->f;
-    Diag *d = e->d;
-    const Graph *g = pr->g;
-    int ns, nr;
-    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
     for (int i = 0; i < ns + nr; i++) {
-        const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
-        if (k->tag > 32767) { /* MPI guarantees tags up to 32767 */
-            diag_add(d, "pipeline: more than 32768 values cross stages (at \"%s\"): cut the stages elsewhere",
-                     k->t->label);
-            free(snd);
-            free(rcv);
+        PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
+        if (k->tag > max_tag) {
+            diag_add(e->d, "pipeline: more than %d values cross stages (at \"%s\"): cut the stages elsewhere",
+                     max_tag + 1, k->t->label);
             return -1;
         }
         if (pr->bufs[k->buf].bytes > 0x7fffffff) {
-            diag_add(d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
+            diag_add(e->d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
                      k->t->label, (long long)pr->bufs[k->buf].bytes);
-            free(snd);
-            free(rcv);
             return -1;
         }
-    }
-    /* Each link's rt_comms[] entry: a send's peers, a receive's sender. */
-    for (int i = 0; i < ns + nr; i++) {
-        PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
-        char what[ESC_TEXT_CAP], peer[256];
+        /* Its rt_comms[] entry: a send's peers, a receive's sender. */
+        char what[ESC_TEXT_CAP], peer[256], how[64] = "";
         size_t n = 0;
         for (int j = 0; j < k->npeer && n < sizeof peer; j++)
             n += (size_t)snprintf(peer + n, sizeof peer - n, "%sstage %d (rank %d)", j ? ", " : "", k->peer_stage[j],
                                   k->peer[j]);
-        snprintf(what, sizeof what, "%s of %s %s %s", i < ns ? "send" : "receive", k->t->label, i < ns ? "to" : "from",
-                 peer);
-        k->comm = trace_comm(&e->trace, what, i < ns ? "send" : "receive", k->t->label, peer,
-                             i < ns ? "the rest of the microbatch and the next one (two slots)"
-                                    : "the microbatch before it (two slots)",
+        if (dir)
+            snprintf(how, sizeof how, " (%s)", dir(k));
+        snprintf(what, sizeof what, "%s of %s%s %s %s", i < ns ? "send" : "receive", k->t->label, how,
+                 i < ns ? "to" : "from", peer);
+        k->comm = trace_comm(&e->trace, what, i < ns ? "send" : "receive", k->t->label, peer, overlaps[i >= ns],
                              (long long)pr->bufs[k->buf].bytes);
+    }
+    return 0;
+}
+
+int emit_pipe_forward(Emitter *e)
+{
+    const Program *pr = e->pr;
+    FILE *f = e->f;
+    const Graph *g = pr->g;
+    int ns, nr;
+    PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
+    static const char *const overlaps[2] = {"the rest of the microbatch and the next one (two slots)",
+                                            "the microbatch before it (two slots)"};
+    if (emit_pipe_links_register(e, snd, ns, rcv, nr, 32767, NULL, overlaps)) { /* MPI guarantees tags to 32767 */
+        free(snd);
+        free(rcv);
+        return -1;
     }
     /* Which node's compute each send follows (inputs: the microbatch start). */
     int *after = malloc(sizeof(int) * (size_t)(ns + 1));

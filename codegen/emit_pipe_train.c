@@ -217,42 +217,18 @@ int emit_pipe_train(Emitter *e)
 {
     const Program *pr = e->pr;
     FILE *f = e->f;
-    Diag *d = e->d;
     const Pipeline *pp = pr->plan->pipe;
     const Graph *g = pr->g;
-    int ns, nr, rc = 0, v = pp->chunks;
+    int ns, nr, v = pp->chunks;
     char sn[32], name[32];
     PipeLink *snd = emit_pipe_links(pr, 1, &ns), *rcv = emit_pipe_links(pr, 0, &nr);
-    for (int i = 0; i < ns + nr && !rc; i++) {
-        const PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
-        if (k->tag > 29999) { /* MPI guarantees tags up to 32767; tied weights' syncs use 30000 up */
-            diag_add(d, "pipeline: more than 30000 values cross stages (at \"%s\"): cut the stages elsewhere",
-                     k->t->label);
-            rc = -1;
-        } else if (pr->bufs[k->buf].bytes > 0x7fffffff) {
-            diag_add(d, "pipeline: value \"%s\" crosses stages in blocks of %lld bytes: at most 2 GiB per message",
-                     k->t->label, (long long)pr->bufs[k->buf].bytes);
-            rc = -1;
-        }
-    }
-    if (rc) {
+    /* (MPI guarantees tags up to 32767; tied weights' syncs use 30000 up) */
+    static const char *const overlaps[2] = {"the rest of the step (a slot per microbatch)",
+                                            "the passes before its reader (a slot per microbatch in flight)"};
+    if (emit_pipe_links_register(e, snd, ns, rcv, nr, 29999, direction, overlaps)) {
         free(snd);
         free(rcv);
         return -1;
-    }
-    for (int i = 0; i < ns + nr; i++) {
-        PipeLink *k = i < ns ? &snd[i] : &rcv[i - ns];
-        char what[ESC_TEXT_CAP], peer[256];
-        size_t n = 0;
-        for (int j = 0; j < k->npeer && n < sizeof peer; j++)
-            n += (size_t)snprintf(peer + n, sizeof peer - n, "%sstage %d (rank %d)", j ? ", " : "", k->peer_stage[j],
-                                  k->peer[j]);
-        snprintf(what, sizeof what, "%s of %s (%s) %s %s", i < ns ? "send" : "receive", k->t->label, direction(k),
-                 i < ns ? "to" : "from", peer);
-        k->comm = trace_comm(&e->trace, what, i < ns ? "send" : "receive", k->t->label, peer,
-                             i < ns ? "the rest of the step (a slot per microbatch)"
-                                    : "the passes before its reader (a slot per microbatch in flight)",
-                             (long long)pr->bufs[k->buf].bytes);
     }
     /* Each pass's instructions (sorted by pass: schedule.c), and the
      * first pass that reads each received value. */
