@@ -233,12 +233,14 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
             return -1;
         }
         int a = mesh_axis_find(&mesh, pipeline_axis), p = a >= 0 ? mesh.axes[a].size : 1, m = topt.accum > 1 ? topt.accum : 1;
-        if (o->schedule == PIPE_INTERLEAVED && (o->virtual_stages == 1 || m % p)) {
-            diag_add(d, o->virtual_stages == 1 ? "--virtual-stages 1: the interleaved schedule needs 2 or more chunks "
-                                                 "per rank (or use --schedule 1f1b)"
-                                               : "--schedule interleaved: %d microbatches do not go through %d stages "
-                                                 "in whole groups (give a multiple of %d, as Megatron-LM requires)",
-                     m, p, p);
+        if (o->schedule == PIPE_INTERLEAVED && o->virtual_stages == 1) {
+            diag_add(d, "--virtual-stages 1: the interleaved schedule needs 2 or more chunks per rank (or use "
+                     "--schedule 1f1b)");
+            return -1;
+        }
+        if (o->schedule == PIPE_INTERLEAVED && m % p) {
+            diag_add(d, "--schedule interleaved: %d microbatches do not go through %d stages in whole groups (give a "
+                     "multiple of %d, as Megatron-LM requires)", m, p, p);
             return -1;
         }
     } else if (o->schedule_set || o->virtual_stages) {
