@@ -80,6 +80,16 @@ static const char usage_text[] =
     "  --dim NAME=VALUE  bind a symbolic input dim (repeatable)\n"
     "  --const NAME=FILE fix a graph input to a file's value (repeatable)\n"
     "\n"
+    "decoding (plan and compile): a language model with a key-value cache generates tokens\n"
+    "  --decode          the program runs the prompt (--in input_ids=FILE, int64 [batch, T])\n"
+    "                    and then --generate tokens (greedy), one position per step, each\n"
+    "                    cache kept in place; --out tokens=FILE and --out logits=FILE\n"
+    "  --max-seq S       the cache's positions: T + N - 1 at most (required); the past,\n"
+    "                    sequence and mask dims are bound from it by their inputs' roles\n"
+    "  --generate N      tokens to generate after the prompt (default 16)\n"
+    "  --kv-cache P=Q,...  the cache pairs (past input = present output); default: every\n"
+    "                    graph output that is a Concat of a graph input and the new position\n"
+    "\n"
     "compile options: the plan options, and\n"
     "  --target c        C + MPI + OpenBLAS (default)\n"
     "  --target cuda     CUDA + NCCL + cuBLAS, one GPU per rank\n"
@@ -338,7 +348,8 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES, OPT_SCHEDULE, OPT_VIRTUAL_STAGES,
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
-       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE };
+       OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE,
+       OPT_DECODE, OPT_MAX_SEQ, OPT_GENERATE, OPT_KV_CACHE };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -555,6 +566,10 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"betas", required_argument, 0, OPT_BETAS},
         {"eps", required_argument, 0, OPT_EPS},
         {"clip-norm", required_argument, 0, OPT_CLIP_NORM},
+        {"decode", no_argument, 0, OPT_DECODE},
+        {"max-seq", required_argument, 0, OPT_MAX_SEQ},
+        {"generate", required_argument, 0, OPT_GENERATE},
+        {"kv-cache", required_argument, 0, OPT_KV_CACHE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -700,6 +715,20 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             o->trainopt.accum = (int)v;
             break;
         }
+        case OPT_DECODE: o->decode = 1; break;
+        case OPT_KV_CACHE: o->decodeopt.kv = optarg; break;
+        case OPT_MAX_SEQ:
+        case OPT_GENERATE: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > (1 << 20))
+                return usage_error("%s: expected a count from 1 to 1048576", argv[optind - 1]);
+            if (c == OPT_MAX_SEQ)
+                o->decodeopt.max_seq = v;
+            else
+                o->decodeopt.generate = (int)v;
+            break;
+        }
         case OPT_WARMUP:
         case OPT_TOTAL_STEPS: {
             char *end;
@@ -779,6 +808,19 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("plan: expected exactly one MODEL%s", "");
     if (!o->mesh)
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
+    if (!o->decode && (o->decodeopt.max_seq || o->decodeopt.generate || o->decodeopt.kv))
+        return usage_error("%s: only with --decode", o->decodeopt.max_seq ? "--max-seq"
+                                                     : o->decodeopt.generate ? "--generate" : "--kv-cache");
+    if (o->decode && !o->decodeopt.max_seq)
+        return usage_error("--decode: --max-seq S is required (the cache's positions: prompt and generated tokens)%s",
+                           "");
+    if (o->decode && o->train)
+        return usage_error("--decode: a decoding program does not train; drop --train%s", "");
+    if (o->decode && !o->decodeopt.generate)
+        o->decodeopt.generate = 16;
+    if (o->decode && o->decodeopt.max_seq < 2)
+        return usage_error("--max-seq: a decoding cache needs at least 2 positions%s", "");
+    o->frontend.decode_max_seq = o->decode ? o->decodeopt.max_seq : 0;
     if (o->trainopt.cosine && o->trainopt.total_steps <= o->trainopt.warmup_steps)
         return usage_error("--lr-schedule cosine: --total-steps must be above --warmup-steps%s", "");
     if (loss_scale_given && o->trainopt.precision != DT_F16)

@@ -430,6 +430,11 @@ void emit_model_names(Emitter *e);
  * value on a replicated layout; else this rank's block, which
  * rt_gather_output assembles on rank 0). */
 void emit_output_write(Emitter *e, int i, const char *data);
+int emit_output_whole(Emitter *e, int i, const char *data, const char *indent);
+/* emit_decode.c: compile --decode's state and loop (C target) */
+void emit_decode_state(Emitter *e, FILE *f);
+void emit_decode_helpers(Emitter *e);
+void emit_decode_main(Emitter *e);
 /* main()'s training loop (--steps, --log-every, --save, --save-every),
  * printing the loss on rank 0 from `loss` (an expression of its value as
  * a double); a checkpoint writes `blob` (the weight blob in host memory)

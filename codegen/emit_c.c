@@ -249,6 +249,8 @@ static void emit_forward(Emitter *e)
             fprintf(fw, "#define ACCUM %d /* microbatches per step (--accum) */\n"
                         "static int g_micro = 1; /* the microbatch being run, 1..ACCUM */\n",
                     pr->g->accum);
+        if (pr->g->decode_slots)
+            emit_decode_state(e, fw);
         fprintf(fw, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{\n    rt_step_begin();\n");
         for (int i = 0; i < bwd; i++)
             emit_inst(e, i);

@@ -244,3 +244,17 @@ int emit_depth_space(const EmitCtx *c, Diag *d)
     strided_copy(c, y, x, 6, dims, st, "6-D view of the input, transposed as the ONNX definition");
     return 0;
 }
+
+/* KvCacheWrite (compile --decode): the step's new position into this
+ * rank's block of the cache, at g_decode_pos (set by the decoding loop
+ * before each forward()). */
+int emit_kv_cache_write(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *y = emit_out(c, 0);
+    int axis = (int)node_attr_int(c->n, "axis", 0);
+    fprintf(c->f, "    k_kv_cache_write(%s, %s, %zu, %lld, %lld, %lld, %lld, g_decode_pos); /* outer, new, inner, slots */\n",
+            y->name, x->name, dtype_size(y->dtype), (long long)emit_prod(x->dims, 0, axis), (long long)x->dims[axis],
+            (long long)emit_prod(x->dims, axis + 1, x->rank), (long long)y->dims[axis]);
+    return 0;
+}

@@ -16,6 +16,15 @@ void emit_model_names(Emitter *e)
     const Program *pr = e->pr;
     FILE *f = e->f;
     const Graph *g = pr->g;
+    if (g->decode_slots) { /* the prompt in, the tokens and their logits out */
+        fprintf(f, "/* The names --in and --out take: the prompt, the generated tokens and their logits. */\n"
+                   "static const char *const model_inputs[] = {");
+        esc_c_string(f, g->decode_ids->name);
+        fprintf(f, ", NULL};\nstatic const char *const model_outputs[] = {\"tokens\", ");
+        esc_c_string(f, ir_output_name(g->decode_logits));
+        fprintf(f, ", NULL};\n\n");
+        return;
+    }
     fprintf(f, "/* The model's input and output names, exactly, for --in and --out. */\n"
                "static const char *const model_inputs[] = {");
     for (int i = 0; i < g->ninputs; i++) {
@@ -30,37 +39,39 @@ void emit_model_names(Emitter *e)
     fprintf(f, "NULL};\n\n");
 }
 
-void emit_output_write(Emitter *e, int i, const char *data)
+/* Code that leaves `void *whole`: output i's whole value (its local
+ * buffer `data`) on rank 0, NULL elsewhere. Every rank runs it. Returns
+ * 1 when whole is a gathered copy, which the code after it frees. */
+int emit_output_whole(Emitter *e, int i, const char *data, const char *ind)
 {
     const Program *pr = e->pr;
     FILE *f = e->f;
     const Tensor *t = pr->g->outputs[i];
     const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
     const Mesh *m = &pr->plan->mesh;
-    fprintf(f, "            static const int64_t dims[] = ");
+    fprintf(f, "%sstatic const int64_t dims[] = ", ind);
     emit_dims(f, t->dims, t->rank);
     fprintf(f, ";\n");
     if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
-        fprintf(f, "            if (RANK == 0) /* every rank holds the whole output */\n"
-                   "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n",
-                (int)t->dtype, t->rank, data);
-        return;
+        fprintf(f, "%svoid *whole = RANK == 0 ? (void *)%s : NULL; /* every rank holds the whole output */\n", ind,
+                data);
+        return 0;
     }
     /* Split: per rank, its block index along each dim (mixed radix over
      * the dim's axes, major first) and whether it sends (coordinate 0 on
      * every axis the layout does not use). */
     char sb[128];
     unsigned used = sharding_used_axes(&b->layout);
-    fprintf(f, "            /* it stays %s over the mesh: rank 0 gathers one copy of each block */\n"
-               "            static const int64_t blocks[] = ",
-            sharding_str(&b->layout, m, sb, sizeof sb));
+    fprintf(f, "%s/* it stays %s over the mesh: rank 0 gathers one copy of each block */\n"
+               "%sstatic const int64_t blocks[] = ",
+            ind, sharding_str(&b->layout, m, sb, sizeof sb), ind);
     emit_dims(f, b->dims, t->rank);
-    fprintf(f, ";\n            static const int64_t index[] = {");
+    fprintf(f, ";\n%sstatic const int64_t index[] = {", ind);
     for (int r = 0; r < m->nranks; r++) {
         for (int d = 0; d < t->rank; d++)
             fprintf(f, "%s%d", r || d ? ", " : "", mesh_block_index(m, r, b->layout.axes[d], b->layout.naxes[d]));
     }
-    fprintf(f, "};\n            static const unsigned char sender[] = {");
+    fprintf(f, "};\n%sstatic const unsigned char sender[] = {", ind);
     for (int r = 0; r < m->nranks; r++) {
         int sends = 1;
         for (int a = 0; a < m->naxes; a++)
@@ -68,11 +79,28 @@ void emit_output_write(Emitter *e, int i, const char *data)
                 sends = 0;
         fprintf(f, "%s%d", r ? ", " : "", sends);
     }
-    fprintf(f, "};\n            void *whole = rt_gather_output(%s, 1, %d, dims, blocks, index, sender, %zu, ", b->name,
+    fprintf(f, "};\n%svoid *whole = rt_gather_output(%s, 1, %d, dims, blocks, index, sender, %zu, ", ind, b->name,
             t->rank, dtype_size(t->dtype));
     esc_c_string(f, t->label);
-    fprintf(f, ", 0);\n            if (RANK == 0)\n"
-               "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n",
+    fprintf(f, ", 0);\n");
+    return 1;
+}
+
+void emit_output_write(Emitter *e, int i, const char *data)
+{
+    const Tensor *t = e->pr->g->outputs[i];
+    const Buffer *b = &e->pr->bufs[program_output_buf(e->pr, i)];
+    if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
+        fprintf(e->f, "            static const int64_t dims[] = ");
+        emit_dims(e->f, t->dims, t->rank);
+        fprintf(e->f, ";\n            if (RANK == 0) /* every rank holds the whole output */\n"
+                      "                rt_write_npy(args.out_path[i], %d, %d, dims, %s);\n",
+                (int)t->dtype, t->rank, data);
+        return;
+    }
+    emit_output_whole(e, i, data, "            ");
+    fprintf(e->f, "            if (RANK == 0)\n"
+                  "                rt_write_npy(args.out_path[i], %d, %d, dims, whole);\n            free(whole);\n",
             (int)t->dtype, t->rank);
 }
 

@@ -219,6 +219,8 @@ static void mpi_main(Emitter *e)
         }
         fprintf(f, "}\n\n");
     }
+    if (g->decode_slots)
+        emit_decode_helpers(e);
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n"
                "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any MPI work */\n"
                "    rt_init_mpi(&argc, &argv);\n"
@@ -234,6 +236,11 @@ static void mpi_main(Emitter *e)
         fprintf(f, "    pack_weights();\n");
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
+    if (g->decode_slots) {
+        emit_decode_main(e);
+        fprintf(f, "    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");
+        return;
+    }
     emit_inputs(e);
     emit_trace_init(e);
     if (program_trains(pr)) {

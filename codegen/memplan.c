@@ -29,11 +29,15 @@ static void liveness(Program *pr)
     const Plan *p = pr->plan;
     const Graph *g = pr->g;
     int end = pr->ninsts;
-    for (int b = 0; b < pr->nbufs; b++)
-        if (pr->bufs[b].kind == BUF_ACCUM) { /* summed into across the microbatches: never shared */
+    for (int b = 0; b < pr->nbufs; b++) {
+        const Tensor *t = pr->bufs[b].kind == BUF_VALUE ? pr->bufs[b].tensor : NULL;
+        /* summed into across the microbatches, or --decode's cache (kept
+         * from one position to the next): never shared */
+        if (pr->bufs[b].kind == BUF_ACCUM || (t && t->producer && t->producer->op == OP_KV_CACHE_WRITE)) {
             live(pr, b, 0);
             live(pr, b, end > 0 ? end - 1 : 0);
         }
+    }
     /* A fused call's members: each one's input is in flight from the
      * call's start, its output from the call's wait (the leader's). */
     for (int m = 0; m < p->nreshards; m++) {

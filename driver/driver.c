@@ -248,6 +248,11 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
                  o->schedule_set ? "--schedule" : "--virtual-stages");
         return -1;
     }
+    if (o->decode && (pipeline_axis || (o->target && strcmp(o->target, "cuda") == 0))) {
+        diag_add(d, "--decode: %s", pipeline_axis ? "decoding runs on meshes without a pipeline axis so far"
+                                                  : "the CUDA target does not decode yet (use --target c)");
+        return -1;
+    }
     if (pipeline_axis &&
         pipeline_mesh(&world, pipeline_axis, o->train ? 1 : o->microbatches, &mesh, &pp_axis, d))
         return -1;
@@ -258,6 +263,8 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     if (frontend_load_file(o->model, &o->frontend, &r->graph, d))
         goto out;
     if (o->train && ir_build_training(r->graph, &topt, d))
+        goto out;
+    if (o->decode && ir_build_decode(r->graph, &o->decodeopt, d))
         goto out;
     r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";

@@ -50,6 +50,8 @@ typedef struct DriverOptions {
     int report_trials;             /* plan --train: every ZeRO stage and --recompute mode, for the report */
     const char *zero_axis;         /* --zero-axis, or NULL: dp */
     TrainOptions trainopt;         /* --loss, --optimizer, --lr, ... */
+    int decode;                    /* --decode */
+    DecodeOptions decodeopt;       /* --max-seq, --generate, --kv-cache */
     /* compile only */
     const char *target;            /* "c" or "cuda" */
     const char *cuda_arch;

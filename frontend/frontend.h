@@ -34,6 +34,10 @@ typedef struct FrontendOptions {
     /* inspect: keep nodes of unsupported ops (OP_UNSUPPORTED, shapes after
      * them unknown) instead of refusing the model. */
     int allow_unsupported;
+    /* compile --decode --max-seq S: symbolic dims of the token ids,
+     * positions, attention mask and past caches bound by their role
+     * (load.c), where --dim does not bind them. 0: none. */
+    int64_t decode_max_seq;
 } FrontendOptions;
 
 /* ---- consts.c ----------------------------------------------------------- */

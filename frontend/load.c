@@ -27,11 +27,55 @@ typedef struct Loader {
     const char *base_dir;
     const FrontendOptions *opt;
     int *dim_used; /* per --dim binding */
+    /* compile --decode: dims bound by their input's role (decode_dim) */
+    struct { const char *name; int64_t value; } role[16];
+    int nrole;
     Diag *d;
     /* Op types the compiler does not support, in order of first use. */
     struct { char name[128]; int count; } *unsup;
     int nunsup, nunsup_nodes;
 } Loader;
+
+/* compile --decode: the value a symbolic dim of a decoding input takes
+ * from its role, or -1: one new position (input_ids, position_ids),
+ * max_seq positions in all (attention_mask), max_seq - 1 past ones (a
+ * cache input: "past" in its name, the positions second to last). */
+static int64_t decode_dim(const Loader *L, const char *input, size_t rank, size_t i)
+{
+    int64_t s = L->opt->decode_max_seq;
+    if (s <= 0 || i == 0)
+        return -1;
+    if ((strcmp(input, "input_ids") == 0 || strcmp(input, "position_ids") == 0) && i == 1)
+        return 1;
+    if (strcmp(input, "attention_mask") == 0 && i == 1)
+        return s;
+    if (rank >= 3 && i == rank - 2 && (strstr(input, "past") || strstr(input, "PAST") || strstr(input, "Past")))
+        return s - 1;
+    return -1;
+}
+
+/* Binds a symbolic dim by its role, once per name; -1 with an error when
+ * two roles disagree. Returns the value, or -1 with no error for none. */
+static int64_t bind_role(Loader *L, const char *input, const char *param, size_t rank, size_t i, int *err)
+{
+    for (int k = 0; k < L->nrole; k++)
+        if (strcmp(L->role[k].name, param) == 0) {
+            int64_t v = decode_dim(L, input, rank, i);
+            if (v >= 0 && v != L->role[k].value) {
+                diag_add(L->d, "--decode: input \"%s\": dim \"%s\" would be both %lld and %lld; bind it with --dim",
+                         input, param, (long long)L->role[k].value, (long long)v);
+                *err = 1;
+                return -1;
+            }
+            return L->role[k].value;
+        }
+    int64_t v = decode_dim(L, input, rank, i);
+    if (v >= 0 && L->nrole < (int)(sizeof L->role / sizeof L->role[0])) {
+        L->role[L->nrole].name = param;
+        L->role[L->nrole++].value = v;
+    }
+    return v;
+}
 
 static void note_unsupported(Loader *L, const char *domain, const char *op)
 {
@@ -157,6 +201,12 @@ static int load_type(Loader *L, const Onnx__ValueInfoProto *vi, Tensor *t,
                     dims[i] = L->opt->dims[b].value;
                     L->dim_used[b] = 1;
                 }
+            if (dims[i] < 0 && is_input) {
+                int err = 0;
+                dims[i] = bind_role(L, t->name, dm->dim_param, tt->shape->n_dim, i, &err);
+                if (err)
+                    return -1;
+            }
             if (dims[i] < 0 && is_input) {
                 diag_add(L->d, "%s \"%s\": dim %zu is symbolic (\"%s\"); bind it with --dim %s=VALUE",
                          what, t->name, i, dm->dim_param, dm->dim_param);

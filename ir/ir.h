@@ -255,6 +255,13 @@ typedef struct Graph {
      * NaN when one overflowed: the step is skipped). NULL without. */
     Tensor *loss_scale;
     const Tensor *grad_factor;
+    /* compile --decode (ir/decode.c): the inputs the program fills at each
+     * position (positions and mask NULL when the model has none), the
+     * logits it chooses the next token from, and the cache's slots (0:
+     * not decoding). */
+    const Tensor *decode_ids, *decode_positions, *decode_mask, *decode_logits;
+    int64_t decode_slots;
+    int decode_generate;   /* --generate: tokens after the prompt */
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -407,6 +414,21 @@ int ir_in_place(const Tensor *t);
 /* The name a graph output goes by for --out: a trained weight's (or
  * state's) own name for its update, else the tensor's. */
 const char *ir_output_name(const Tensor *t);
+
+/* ---- decode.c ----------------------------------------------------------- */
+
+/* compile --decode: each key-value pair's Concat(past, new) becomes a
+ * KvCacheWrite of the new positions into a cache the program keeps (the
+ * past input and present output leave the graph), and the token ids,
+ * positions and attention mask are found by name. kv names IN=OUT pairs
+ * (--kv-cache), or NULL: every graph input that a Concat extends into a
+ * graph output. */
+typedef struct DecodeOptions {
+    int64_t max_seq;          /* --max-seq: the cache's positions */
+    int generate;             /* --generate: tokens after the prompt */
+    const char *kv;           /* --kv-cache IN=OUT,... or NULL */
+} DecodeOptions;
+int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
 
 /* ---- quant.c ------------------------------------------------------------ */
 

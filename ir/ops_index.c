@@ -489,3 +489,21 @@ int shape_space_to_depth(Graph *g, Node *n, Diag *d)
     out[3] = x->dims[3] / b;
     return shape_set(d, n, n->outputs[0], x->dtype, 4, out);
 }
+
+/* ---- KvCacheWrite (compile --decode) ------------------------------------- */
+
+int shape_kv_cache_write(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *x = in(n, 0);
+    int64_t axis = node_attr_int(n, "axis", -1), slots = node_attr_int(n, "slots", 0);
+    if (axis < 0 || axis >= x->rank)
+        return shape_fail(d, n, "axis %lld is outside rank %d", (long long)axis, x->rank);
+    if (slots < x->dims[axis])
+        return shape_fail(d, n, "%lld cache slots cannot take %lld new positions", (long long)slots,
+                          (long long)x->dims[axis]);
+    int64_t dims[IR_MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    dims[axis] = slots;
+    return shape_set(d, n, n->outputs[0], x->dtype, x->rank, dims);
+}

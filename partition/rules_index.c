@@ -297,3 +297,18 @@ int rule_depth_space(const Node *n, FactorRule *r, Diag *d)
     }
     return 0;
 }
+
+/* KvCacheWrite(new) -> cache (compile --decode): every dim but the
+ * positions passes (heads split under tp split the cache alike); the
+ * positions stay whole, as a rank writes the one it is at. */
+int rule_kv_cache_write(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)d;
+    const Tensor *x = n->inputs[0];
+    int axis = (int)node_attr_int(n, "axis", 0), o = rule_out_idx(n, 0);
+    for (int i = 0; i < x->rank; i++)
+        if (i != axis)
+            pass2(r, x->dims[i], 0, i, o, i);
+    factor_on(r, n->outputs[0]->dims[axis], FK_NEED_REPL, "a cache's positions stay whole", o, axis);
+    return 0;
+}

@@ -65,3 +65,12 @@ O2S_HD static inline void ki_scatter_one(void *y, int64_t yi, const void *u, int
         ((unsigned char *)y)[yi] = ((const unsigned char *)u)[ui];
     }
 }
+
+/* KvCacheWrite: where element e of the new positions [outer, tokens,
+ * inner] goes in the cache [outer, slots, inner] when the first of them
+ * is position pos. */
+O2S_HD static inline int64_t ki_cache_slot(int64_t e, int64_t tokens, int64_t inner, int64_t slots, int64_t pos)
+{
+    int64_t i = e % inner, t = (e / inner) % tokens, o = e / (inner * tokens);
+    return (o * slots + pos + t) * inner + i;
+}

@@ -218,3 +218,25 @@ static inline void k_onehot(void *y, int ydt, const void *idx, int idt, int64_t 
         kk_onehot<<<k_blocks(n), K_THREADS, 0, g_stream>>>(y, ydt, idx, idt, depth, inner, off, on, n);
     CHECK_LAUNCH();
 }
+
+__global__ void kk_kv_cache_write(char *cache, const char *x, int elsize, int64_t tokens, int64_t inner, int64_t slots,
+                                  int64_t pos, int64_t n)
+{
+    GRID_LOOP(e, n)
+    ki_copy(cache + ki_cache_slot(e, tokens, inner, slots, pos) * elsize, x + e * elsize, elsize);
+}
+
+/* KvCacheWrite (compile --decode): as templates/kernels_index.c; the
+ * position is the host's (the program's step counter). */
+static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, int64_t outer, int64_t tokens,
+                                    int64_t inner, int64_t slots, int64_t pos)
+{
+    int64_t n = outer * tokens * inner;
+    if (pos < 0 || pos + tokens > slots)
+        rt_die("node \"%s\": position %lld is outside the cache's %lld slots (--max-seq)", rt_node, (long long)pos,
+               (long long)slots);
+    if (n)
+        kk_kv_cache_write<<<k_blocks(n), K_THREADS, 0, g_stream>>>((char *)cache, (const char *)x, (int)elsize, tokens,
+                                                                   inner, slots, pos, n);
+    CHECK_LAUNCH();
+}

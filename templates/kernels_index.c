@@ -146,3 +146,17 @@ static inline void k_onehot(void *y, int ydt, const void *idx, int idt, int64_t 
                 ki_store(y, ydt, (o * depth + k) * inner + i, k == h ? on : off);
         }
 }
+
+/* KvCacheWrite (compile --decode): the new positions [outer, tokens,
+ * inner] into the cache [outer, slots, inner] from position pos on, a row
+ * at a time; the other slots keep what earlier steps wrote. */
+static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, int64_t outer, int64_t tokens,
+                                    int64_t inner, int64_t slots, int64_t pos)
+{
+    if (pos < 0 || pos + tokens > slots)
+        rt_die("node \"%s\": position %lld is outside the cache's %lld slots (--max-seq)", rt_node, (long long)pos,
+               (long long)slots);
+    for (int64_t row = 0; row < outer * tokens; row++)
+        memcpy((char *)cache + ki_cache_slot(row * inner, tokens, inner, slots, pos) * (int64_t)elsize,
+               (const char *)x + row * inner * (int64_t)elsize, (size_t)inner * elsize);
+}

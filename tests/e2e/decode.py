@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""compile --decode against ONNX Runtime's own past/present loop.
+
+For each KV-cache export (tests/models/make_decode_exports.py) and mesh,
+compiles a decoding program (--max-seq, --generate), runs it on the
+checked-in prompt, and compares its generated tokens and the logits each
+was chosen from with ONNX Runtime running the same model the way its users
+do: the whole prompt with an empty past, then one token per call, each
+call's present fed back as the next call's past, greedy argmax. Tokens must
+be equal and logits within --tol (1e-4).
+
+  build/venv/bin/python tests/e2e/decode.py [--only NAME] [--keep]
+
+Prints one line per case and exits non-zero when any fails.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "build", "onnx2spmd")
+EXPORTS = os.path.join(ROOT, "tests", "models", "exports")
+PROMPTS = os.path.join(ROOT, "tests", "golden", "decode")
+MAX_SEQ, GENERATE = 24, 8
+
+# (name, model, mesh, extra compile flags)
+CASES = [
+    ("gpt2_1rank", "gpt2", "tp=1", []),
+    ("gpt2_tp2", "gpt2", "tp=2", []),
+    ("gpt2_dp2", "gpt2", "dp=2", ["--shard", "input_ids=[dp,_]"]),
+    ("llama_1rank", "llama", "tp=1", []),
+    ("llama_tp2", "llama", "tp=2", []),
+]
+
+MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+              "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+              "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def ort_reference(path, prompt, generate):
+    """ONNX Runtime's loop: prefill with an empty past, then one token a call."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    ins = sess.get_inputs()
+    outs = [o.name for o in sess.get_outputs()]
+    pasts = [i for i in ins if i.name.startswith("past_key_values.")]
+    batch, t = prompt.shape
+    cache = {}
+    for i in pasts:
+        shape = [batch, i.shape[1], 0, i.shape[3]]
+        cache[i.name] = np.zeros(shape, np.float32)
+    ids, tokens, logits = prompt, [], []
+    pos0 = 0
+    for _ in range(generate):
+        n = ids.shape[1]
+        feeds = {"input_ids": ids,
+                 "attention_mask": np.ones((batch, pos0 + n), np.int64),
+                 "position_ids": np.tile(np.arange(pos0, pos0 + n, dtype=np.int64), (batch, 1))}
+        feeds.update(cache)
+        got = dict(zip(outs, sess.run(outs, feeds)))
+        last = got["logits"][:, -1, :]
+        nxt = np.argmax(last, axis=-1).astype(np.int64)
+        tokens.append(nxt)
+        logits.append(last)
+        for name in cache:
+            cache[name] = got[name.replace("past_key_values.", "present.")]
+        pos0 += n
+        ids = nxt[:, None]
+    return np.stack(tokens, 1), np.stack(logits, 1)
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise RuntimeError("%s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    return r.stdout
+
+
+def run_case(name, model, mesh, flags, work, tol):
+    path = os.path.join(EXPORTS, "%s_kv.onnx" % model)
+    prompt = np.load(os.path.join(PROMPTS, "%s_prompt.npy" % model))
+    ref_tokens, ref_logits = ort_reference(path, prompt, GENERATE)
+    out = os.path.join(work, name)
+    run([BIN, "compile", path, "--mesh", mesh, "--decode", "--max-seq", str(MAX_SEQ),
+         "--generate", str(GENERATE), "--dim", "batch=%d" % prompt.shape[0], "-o", out] + flags)
+    run(["make", "-s", "-C", out])
+    np.save(os.path.join(work, name + "_prompt.npy"), prompt)
+    env = dict(os.environ, **MPIRUN_ENV)
+    stdout = run([os.path.join(out, "run.sh"), "--in",
+                  "input_ids=%s" % os.path.join(work, name + "_prompt.npy"),
+                  "--out", "tokens=%s" % os.path.join(work, name + "_tokens.npy"),
+                  "--out", "logits=%s" % os.path.join(work, name + "_logits.npy")], env=env)
+    tokens = np.load(os.path.join(work, name + "_tokens.npy"))
+    logits = np.load(os.path.join(work, name + "_logits.npy"))
+    err = float(np.max(np.abs(logits - ref_logits)))
+    ok = np.array_equal(tokens, ref_tokens) and err <= tol
+    timing = " ".join(l.strip() for l in stdout.splitlines() if "per token" in l)
+    print("%-5s %-12s %-6s tokens %s  max|logits - ORT| %.2e  %s"
+          % ("ok" if ok else "FAIL", name, mesh, "equal" if np.array_equal(tokens, ref_tokens)
+             else "DIFFER %s vs %s" % (tokens.tolist(), ref_tokens.tolist()), err, timing))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="o2s_decode_")
+    failed = 0
+    try:
+        for name, model, mesh, flags in CASES:
+            if a.only and a.only != name:
+                continue
+            try:
+                failed += not run_case(name, model, mesh, flags, work, a.tol)
+            except RuntimeError as e:
+                print("FAIL  %s: %s" % (name, e))
+                failed += 1
+    finally:
+        if a.keep:
+            print("kept", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print("decode: %d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
