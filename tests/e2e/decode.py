@@ -30,12 +30,17 @@ PROMPTS = os.path.join(ROOT, "tests", "golden", "decode")
 MAX_SEQ, GENERATE = 24, 8
 
 # (name, model, mesh, extra compile flags)
+TP = {m: ["--shardings", os.path.join(ROOT, "tests", "e2e", "exports", "%s_kv_tp.txt" % m)]
+      for m in ("gpt2", "llama")}
+DP = ["--shard", "input_ids=[dp,_]"]
 CASES = [
     ("gpt2_1rank", "gpt2", "tp=1", []),
-    ("gpt2_tp2", "gpt2", "tp=2", []),
-    ("gpt2_dp2", "gpt2", "dp=2", ["--shard", "input_ids=[dp,_]"]),
+    ("gpt2_tp2", "gpt2", "tp=2", TP["gpt2"]),
+    ("gpt2_dp2", "gpt2", "dp=2", DP),
+    ("gpt2_dp2_tp2", "gpt2", "dp=2,tp=2", DP + TP["gpt2"]),
     ("llama_1rank", "llama", "tp=1", []),
-    ("llama_tp2", "llama", "tp=2", []),
+    ("llama_tp2", "llama", "tp=2", TP["llama"]),
+    ("llama_dp2_tp2", "llama", "dp=2,tp=2", DP + TP["llama"]),
 ]
 
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
