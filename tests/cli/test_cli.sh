@@ -73,6 +73,16 @@ plan_err '--clip-norm: the gradients' $T --mesh pp=2 --train --clip-norm 1
 plan_err '--schedule: pipeline schedules are for --train' $T --mesh pp=2 --schedule gpipe
 plan_err '--schedule pipe: expected 1f1b, gpipe or interleaved' $T --mesh pp=2 --train --schedule pipe
 plan_err '--stage-boundaries: "W1" is a graph input or weight' $T --mesh pp=2 --train --stage-boundaries W1
+# --decode: the flags, the caches and the inputs it feeds.
+K=tests/models/exports/gpt2_kv.onnx
+plan_err '--max-seq: only with --decode' $K --mesh tp=1 --max-seq 8
+plan_err '--decode: --max-seq S is required' $K --mesh tp=1 --decode
+plan_err '--decode: a decoding program does not train' $K --mesh tp=1 --decode --max-seq 8 --train
+plan_err 'dim 0 is symbolic ("batch"); bind it with --dim batch=VALUE' $K --mesh tp=1 --decode --max-seq 8
+plan_err '--decode: no key-value cache found' tests/models/exports/gpt2_ts.onnx --mesh tp=1 --decode --max-seq 16
+plan_err '--kv-cache past_key_values.0.key=logits: no graph output of that name' $K --mesh tp=1 --decode --max-seq 8 --dim batch=1 --kv-cache past_key_values.0.key=logits
+plan_err '--decode: decoding runs on meshes without a pipeline axis' $K --mesh pp=2 --decode --max-seq 8 --dim batch=1
+plan_err '--decode: graph input "past_key_values.0.value" is neither' $K --mesh tp=1 --decode --max-seq 8 --dim batch=1 --kv-cache past_key_values.0.key=present.0.key
 plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
 plan_err '--recompute some: expected none, selective or full' $T --mesh dp=1 --train --recompute some
 plan_err '--precision fp8: expected fp32, bf16 or fp16' $T --mesh dp=1 --train --precision fp8

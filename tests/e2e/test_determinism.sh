@@ -41,6 +41,9 @@ twice "--auto --train" tests/models/train/tiny_gpt_lm.onnx --train --optimizer a
 # searched boundaries, and plan's stage x time table.
 twice "pipeline-training" tests/models/train/tiny_gpt_lm.onnx --train --mesh pp=2,dp=2 --shard tokens=[dp,_] \
     --microbatches 4 --schedule interleaved
+# Decoding: the caches found and rewritten, tp over Llama's GQA heads.
+twice "--decode" tests/models/exports/llama_kv.onnx --decode --max-seq 24 --generate 8 --dim batch=2 --mesh tp=2 \
+    --shardings tests/e2e/exports/llama_kv_tp.txt
 bash tools/generated.sh --check || fail=1
 # Fusing all-reduces changes the calls, not the numbers: the fused and
 # unfused golden runs (run_golden.sh) give bit-identical outputs.
