@@ -232,6 +232,7 @@ bench: deps all
 	@$(PY) bench/auto_bench.py
 	@build/venv-xla/bin/python bench/xla_bench.py
 	@$(PY) bench/train_bench.py
+	@$(PY) bench/decode_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps lint all unit cli
