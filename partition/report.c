@@ -364,6 +364,54 @@ static void zero_write_back(const Plan *p, FILE *f)
                 (long long)bytes, calls, p->zero);
 }
 
+/* compile --decode: each cache the program keeps, its layout and bytes
+ * per rank, and whether its heads (dim 1 of [batch, heads, positions,
+ * head_dim]) are split or every rank keeps all of them. */
+static void print_decode(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        n += g->nodes[i]->op == OP_KV_CACHE_WRITE;
+    fprintf(f, "\ndecode   the prompt, then %d tokens (greedy), one position per step; %d caches of %lld positions "
+               "(--max-seq), kept in place\n  %-22s %-16s %-14s %12s  %s\n",
+            g->decode_generate, n, (long long)g->decode_slots, "cache", "global", "sharding", "bytes/rank", "heads");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = g->nodes[i];
+        if (nd->op != OP_KV_CACHE_WRITE)
+            continue;
+        const Tensor *t = nd->outputs[0];
+        const Sharding *sh = &p->tensors[t->id].sharding;
+        int64_t local[IR_MAX_RANK], bytes = (int64_t)dtype_size(t->dtype);
+        sharding_local_dims(sh, m, t, local);
+        for (int k = 0; k < t->rank; k++)
+            bytes *= local[k];
+        char a[128], b[128], why[160] = "";
+        int parts = 1;
+        for (int k = 0; k < sh->naxes[1]; k++)
+            parts *= m->axes[sh->axes[1][k]].size;
+        if (t->rank == 4 && sh->naxes[1] && local[1] * parts > t->dims[1])
+            snprintf(why, sizeof why, "split unevenly: %lld heads over %d ranks, %lld per rank, padded", (long long)t->dims[1],
+                     parts, (long long)local[1]);
+        else if (t->rank == 4 && sh->naxes[1])
+            snprintf(why, sizeof why, "split: %lld of %lld per rank", (long long)local[1], (long long)t->dims[1]);
+        else if (t->rank == 4) {
+            int big = -1; /* an axis the cache is not split over: does it have more ranks than heads? */
+            for (int a2 = 0; a2 < m->naxes; a2++)
+                if (!(sharding_used_axes(sh) & (1u << a2)) && m->axes[a2].size > 1 && !m->axes[a2].loop)
+                    big = big < 0 || m->axes[a2].size > m->axes[big].size ? a2 : big;
+            if (big >= 0 && t->dims[1] < m->axes[big].size)
+                snprintf(why, sizeof why, "replicated: %lld key-value heads, fewer than %s=%d", (long long)t->dims[1],
+                         m->axes[big].name, m->axes[big].size);
+            else
+                snprintf(why, sizeof why, "all %lld on every rank", (long long)t->dims[1]);
+        }
+        fprintf(f, "  %-22s %-16s %-14s %12lld  %s\n", t->label, shape_str(t->dims, t->rank, a, sizeof a),
+                sharding_str(sh, m, b, sizeof b), (long long)bytes, why);
+    }
+}
+
 void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
 {
     const PlanSchedule *sched = x ? x->sched : NULL;
@@ -372,6 +420,8 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     const Mesh *m = &p->mesh;
     char a[128], b[128], c[128], o[256];
     print_header(p, f);
+    if (g->decode_slots)
+        print_decode(p, f);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         char t0[32];

@@ -41,6 +41,8 @@ CASES = [
     ("llama_1rank", "llama", "tp=1", []),
     ("llama_tp2", "llama", "tp=2", TP["llama"]),
     ("llama_dp2_tp2", "llama", "dp=2,tp=2", DP + TP["llama"]),
+    ("llama_tp4_gqa", "llama", "tp=4",
+     ["--shardings", os.path.join(ROOT, "tests", "e2e", "exports", "llama_kv_tp4.txt")]),
 ]
 
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
