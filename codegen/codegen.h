@@ -366,8 +366,13 @@ struct EmitTarget {
     /* main(): where an input block goes once read; main() itself, after
      * WEIGHT_BYTES, WEIGHT_CHECKSUM and the model's names */
     void (*input_block)(Emitter *e, const char *indent, const char *dst, const Buffer *b);
-    /* a training step's batch: `block` (host) into input buffer b */
+    /* a training step's batch (or a decoding step's inputs): `block`
+     * (host) into input buffer b */
     void (*input_refresh)(Emitter *e, const Buffer *b);
+    /* code leaving `void *whole`: output i on the host of rank 0 (NULL
+     * elsewhere), every rank running it after forward(); returns 1 when
+     * whole is a copy the code after it frees (compile --decode's logits) */
+    int (*output_whole)(Emitter *e, int i, const char *indent);
     void (*main)(Emitter *e);
 };
 

@@ -16,7 +16,9 @@
  */
 #include "codegen.h"
 
-/* The step's value of one fed input at (b, j): a C expression. */
+/* The step's value of one fed input at (b, j): a C expression. The whole
+ * tensor is written on the host, this rank's block taken from it and
+ * copied into the input buffer (on the CUDA target, on the compute stream). */
 static void feed(Emitter *e, const Tensor *t, const char *what, const char *value)
 {
     const Program *pr = e->pr;
@@ -27,8 +29,8 @@ static void feed(Emitter *e, const Tensor *t, const char *what, const char *valu
         idx[k] = mesh_block_index(&pr->plan->mesh, pr->vrank, b->layout.axes[k], b->layout.naxes[k]);
     fprintf(e->f, "    { /* graph input %s %s: %s; this rank's block %s */\n", CMT(t->name, nm),
             shape_str(t->dims, t->rank, buf, sizeof buf), what, sharding_str(&b->layout, &pr->plan->mesh, buf + 64, 64));
-    fprintf(e->f, "        static %s whole[%lld];\n        static const int64_t gdims[] = ", emit_ctype(t->dtype),
-            (long long)(t->dims[0] * t->dims[1]));
+    fprintf(e->f, "        static %s whole[%lld], block[%lld];\n        static const int64_t gdims[] = ",
+            emit_ctype(t->dtype), (long long)(t->dims[0] * t->dims[1]), (long long)(b->dims[0] * b->dims[1]));
     emit_dims(e->f, t->dims, t->rank);
     fprintf(e->f, ", blocks[] = ");
     emit_dims(e->f, b->dims, t->rank);
@@ -36,8 +38,10 @@ static void feed(Emitter *e, const Tensor *t, const char *what, const char *valu
     emit_dims(e->f, idx, t->rank);
     fprintf(e->f, ";\n        for (int b = 0; b < BATCH; b++)\n            for (int j = 0; j < %lld; j++)\n"
                   "                whole[b * %lld + j] = %s;\n"
-                  "        rt_take_block(%s, whole, 2, gdims, blocks, index, %zu);\n    }\n",
-            (long long)t->dims[1], (long long)t->dims[1], value, b->name, dtype_size(t->dtype));
+                  "        rt_take_block(block, whole, 2, gdims, blocks, index, %zu);\n",
+            (long long)t->dims[1], (long long)t->dims[1], value, dtype_size(t->dtype));
+    e->t->input_refresh(e, b);
+    fprintf(e->f, "    }\n");
 }
 
 void emit_decode_state(Emitter *e, FILE *f)
@@ -71,8 +75,8 @@ void emit_decode_helpers(Emitter *e)
                " * argmax of its logits (rank 0's choice, broadcast), kept as generated\n"
                " * token k; rank 0 also keeps the logits. */\n"
                "static void choose_next(int64_t k, int64_t *tokens, float *logits)\n{\n    int64_t next[BATCH];\n");
-    int gathered = emit_output_whole(e, 0, pr->bufs[program_output_buf(pr, 0)].name, "    ");
-    fprintf(f, "    (void)dims;\n    if (RANK == 0) {\n"
+    int gathered = e->t->output_whole(e, 0, "    ");
+    fprintf(f, "    if (RANK == 0) {\n"
                "        const float *lg = (const float *)whole;\n"
                "        for (int b = 0; b < BATCH; b++) {\n"
                "            int64_t best = 0;\n"
@@ -82,7 +86,7 @@ void emit_decode_helpers(Emitter *e)
                "            next[b] = best;\n"
                "            memcpy(logits + ((size_t)b * GENERATE + (size_t)k) * VOCAB, lg + b * VOCAB, VOCAB * sizeof(float));\n"
                "        }\n    }\n%s"
-               "    CHECK_MPI_WATCHED(MPI_Bcast(next, BATCH, MPI_INT64_T, 0, MPI_COMM_WORLD), \"MPI_Bcast (the next tokens)\");\n"
+               "    rt_bcast_i64(next, BATCH, \"the broadcast of the next tokens\");\n"
                "    for (int b = 0; b < BATCH; b++)\n        tokens[b * GENERATE + k] = next[b];\n}\n\n",
             gathered ? "    free(whole);\n" : "");
 }
@@ -93,9 +97,15 @@ void emit_decode_main(Emitter *e)
     const Graph *g = pr->g;
     FILE *f = e->f;
     const Tensor *ids = g->decode_ids;
-    for (int i = 0; i < g->ninputs; i++)
-        fprintf(f, "    %s = rt_alloc(%lld); /* filled by feed_step */\n", pr->bufs[pr->tensor_buf[g->inputs[i]->id]].name,
-                (long long)pr->bufs[pr->tensor_buf[g->inputs[i]->id]].bytes);
+    for (int i = 0; i < g->ninputs; i++) {
+        const Buffer *b = &pr->bufs[pr->tensor_buf[g->inputs[i]->id]];
+        fprintf(f, "    { /* %s: filled by feed_step */\n        void *block = rt_alloc(%lld);\n", b->name,
+                (long long)b->bytes);
+        e->t->input_block(e, "", b->name, b);
+        fprintf(f, "    }\n");
+    }
+    fprintf(f, "#ifdef O2S_CUDA\n    CHECK_CUDA(cudaDeviceSynchronize()); /* those uploads land before the compute stream's */\n"
+               "#endif\n");
     char nm[ESC_NAME_CAP];
     fprintf(f, "    /* The prompt: --in %s=FILE, int64 [BATCH, T] */\n    static const char ids_name[] = ", CMT(ids->name, nm));
     esc_c_string(f, ids->name);
@@ -109,15 +119,15 @@ void emit_decode_main(Emitter *e)
                "        rt_die(\"%%s: %%lld prompt positions and %%d generated tokens need %%lld cache slots; the program \"\n"
                "               \"has %%d (compile with a larger --max-seq)\", path, (long long)T, GENERATE,\n"
                "               (long long)(T + GENERATE - 1), MAX_SEQ);\n"
-               "    int64_t *tokens = rt_alloc(sizeof(int64_t) * BATCH * GENERATE);\n"
-               "    float *logits = rt_alloc(RANK == 0 ? sizeof(float) * BATCH * GENERATE * VOCAB : 1);\n");
+               "    int64_t *tokens = (int64_t *)rt_alloc(sizeof(int64_t) * BATCH * GENERATE);\n"
+               "    float *logits = (float *)rt_alloc(RANK == 0 ? sizeof(float) * BATCH * GENERATE * VOCAB : 1);\n");
     emit_trace_init(e);
     fprintf(f, "    /* --iters N: N timed runs after one warm-up; else one run */\n"
                "    int runs = args.iters > 0 ? args.iters + 1 : 1;\n"
                "    double t_first = 0, t_next = 0;\n"
                "    for (int run = 0; run < runs; run++) {\n"
-               "        CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), \"MPI_Barrier (before a run)\");\n"
-               "        double t0 = MPI_Wtime(), t1 = t0;\n"
+               "        rt_barrier(\"the other ranks (before a run)\");\n"
+               "        double t0 = rt_now(), t1 = t0;\n"
                "        for (int64_t pos = 0; pos < T + GENERATE - 1; pos++) {\n"
                "            int64_t tok[BATCH];\n"
                "            for (int b = 0; b < BATCH; b++)\n"
@@ -127,9 +137,9 @@ void emit_decode_main(Emitter *e)
                "            if (pos >= T - 1)\n"
                "                choose_next(pos - (T - 1), tokens, logits);\n"
                "            if (pos == T - 1)\n"
-               "                t1 = MPI_Wtime();\n"
+               "                t1 = rt_now(); /* choose_next waited for the step */\n"
                "        }\n"
-               "        double t2 = MPI_Wtime();\n"
+               "        double t2 = rt_now();\n"
                "        if (run > 0 || runs == 1) {\n"
                "            t_first += t1 - t0;\n"
                "            t_next += t2 - t1;\n"

@@ -41,7 +41,8 @@ void emit_model_names(Emitter *e)
 
 /* Code that leaves `void *whole`: output i's whole value (its local
  * buffer `data`) on rank 0, NULL elsewhere. Every rank runs it. Returns
- * 1 when whole is a gathered copy, which the code after it frees. */
+ * 1 when whole is a gathered copy, which the code after it frees (and
+ * then `dims` holds the output's shape). */
 int emit_output_whole(Emitter *e, int i, const char *data, const char *ind)
 {
     const Program *pr = e->pr;
@@ -49,14 +50,14 @@ int emit_output_whole(Emitter *e, int i, const char *data, const char *ind)
     const Tensor *t = pr->g->outputs[i];
     const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
     const Mesh *m = &pr->plan->mesh;
-    fprintf(f, "%sstatic const int64_t dims[] = ", ind);
-    emit_dims(f, t->dims, t->rank);
-    fprintf(f, ";\n");
     if (t->rank == 0 || !sharding_used_axes(&b->layout)) {
         fprintf(f, "%svoid *whole = RANK == 0 ? (void *)%s : NULL; /* every rank holds the whole output */\n", ind,
                 data);
         return 0;
     }
+    fprintf(f, "%sstatic const int64_t dims[] = ", ind);
+    emit_dims(f, t->dims, t->rank);
+    fprintf(f, ";\n");
     /* Split: per rank, its block index along each dim (mixed radix over
      * the dim's axes, major first) and whether it sends (coordinate 0 on
      * every axis the layout does not use). */

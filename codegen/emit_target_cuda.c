@@ -260,11 +260,30 @@ static void cuda_input_refresh(Emitter *e, const Buffer *b)
             (long long)b->bytes);
 }
 
+/* The output's kernels ran on the compute stream: finish them, then copy
+ * (replicated) or gather from the devices (split). */
+static int cuda_output_whole(Emitter *e, int i, const char *ind)
+{
+    const Program *pr = e->pr;
+    const Buffer *b = &pr->bufs[program_output_buf(pr, i)];
+    const Tensor *t = pr->g->outputs[i];
+    fprintf(e->f, "%srt_cuda_sync(g_stream, \"the forward pass\");\n", ind);
+    if (t->rank > 0 && sharding_used_axes(&b->layout))
+        return emit_output_whole(e, i, b->name, ind);
+    fprintf(e->f, "%svoid *whole = NULL; /* every rank holds the whole output: rank 0 copies its own */\n"
+                  "%sif (RANK == 0) {\n%s    whole = rt_alloc(%lld);\n"
+                  "%s    CHECK_CUDA(cudaMemcpy(whole, %s, %lld, cudaMemcpyDeviceToHost));\n%s}\n",
+            ind, ind, ind, (long long)b->bytes, ind, b->name, (long long)b->bytes, ind);
+    return 1;
+}
+
 static void cuda_main(Emitter *e)
 {
     const Program *pr = e->pr;
     const Graph *g = pr->g;
     FILE *f = e->f;
+    if (g->decode_slots)
+        emit_decode_helpers(e);
     fprintf(f, "int main(int argc, char **argv)\n{\n    RtArgs args;\n    int ndev = 0;\n"
                "    rt_parse_args(argc, argv, &args, model_inputs, model_outputs); /* before any launch or CUDA work */\n"
                "    rt_launch_init(&argc, &argv);\n"
@@ -295,6 +314,13 @@ static void cuda_main(Emitter *e)
             (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
+    if (g->decode_slots) {
+        emit_decode_main(e);
+        if (plan_world_ranks(pr->plan) > 1)
+            fprintf(f, "    for (int i = 0; i < g_nnccl; i++)\n        CHECK_NCCL(ncclCommDestroy(g_nccl[i]));\n");
+        fprintf(f, "    CHECK_CUBLAS(cublasDestroy(g_blas));\n    rt_launch_finish();\n    return 0;\n}\n");
+        return;
+    }
     emit_inputs(e);
     fprintf(f, "    /* The uploads above ran on the legacy stream, and a pageable cudaMemcpy may\n"
                "     * return before its DMA lands: finish them before the first kernel on the\n"
@@ -375,5 +401,6 @@ const EmitTarget emit_target_cuda = {
     .pipe_keep_output = cuda_pipe_keep_output,
     .input_block = cuda_input_block,
     .input_refresh = cuda_input_refresh,
+    .output_whole = cuda_output_whole,
     .main = cuda_main,
 };

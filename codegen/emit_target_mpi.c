@@ -204,6 +204,11 @@ static void mpi_input_refresh(Emitter *e, const Buffer *b)
     fprintf(e->f, "        memcpy(%s, block, %lld);\n", b->name, (long long)b->bytes);
 }
 
+static int mpi_output_whole(Emitter *e, int i, const char *indent)
+{
+    return emit_output_whole(e, i, e->pr->bufs[program_output_buf(e->pr, i)].name, indent);
+}
+
 static void mpi_main(Emitter *e)
 {
     const Program *pr = e->pr;
@@ -307,5 +312,6 @@ const EmitTarget emit_target_mpi = {
     .pipe_keep_output = mpi_pipe_keep_output,
     .input_block = mpi_input_block,
     .input_refresh = mpi_input_refresh,
+    .output_whole = mpi_output_whole,
     .main = mpi_main,
 };

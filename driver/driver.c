@@ -248,9 +248,9 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
                  o->schedule_set ? "--schedule" : "--virtual-stages");
         return -1;
     }
-    if (o->decode && (pipeline_axis || (o->target && strcmp(o->target, "cuda") == 0))) {
-        diag_add(d, "--decode: %s", pipeline_axis ? "decoding runs on meshes without a pipeline axis so far"
-                                                  : "the CUDA target does not decode yet (use --target c)");
+    if (o->decode && pipeline_axis) {
+        diag_add(d, "--decode: decoding runs on meshes without a pipeline axis so far (drop the %s axis)",
+                 pipeline_axis);
         return -1;
     }
     if (pipeline_axis &&

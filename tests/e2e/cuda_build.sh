@@ -27,7 +27,7 @@ compile_case() {
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; return
     fi
     echo "ok $name"
-    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1|train_mlp_adamw_dp2tp2|train_gpt_adamw_fp16_zero3_dp2)
+    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1|train_mlp_adamw_dp2tp2|train_gpt_adamw_fp16_zero3_dp2|decode_llama_tp2)
         # shellcheck disable=SC2086
         "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda -o "$OUT/${name}_nompi" \
             >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && echo "ok ${name}_nompi";;
@@ -36,11 +36,14 @@ compile_case() {
 export -f compile_case
 export BIN OUT
 # and three training programs (--train: backward, optimizer_step, the loss
-# read back; the third in fp16 with its loss scale, ZeRO-3 and clipping)
+# read back; the third in fp16 with its loss scale, ZeRO-3 and clipping),
+# and two decoding programs (--decode: the caches in device memory)
 { awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt
   printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --zero 1 --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
       "train_gpt_sgd_dp2tp2 train/tiny_gpt_lm dp=2,tp=2 --train --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_] --shard l0_Wq=[_,tp] --shard l1_Wq=[_,tp]" \
       "train_gpt_adamw_fp16_zero3_dp2 train/tiny_gpt_lm dp=2 --train --optimizer adamw --precision fp16 --zero 3 --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_]" \
+      "decode_llama_tp2 exports/llama_kv tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shardings tests/e2e/exports/llama_kv_tp.txt" \
+      "decode_gpt2_dp2_tp2 exports/gpt2_kv dp=2,tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shard input_ids=[dp,_] --shardings tests/e2e/exports/gpt2_kv_tp.txt" \
       | awk -v f="$filter" 'index($1, f)'; } \
     | xargs -P "$JOBS" -d '\n' -I{} bash -c 'compile_case "$@"' _ {} > "$OUT/compiled.txt"
 grep "^FAIL" "$OUT/compiled.txt" && fail=1
