@@ -7,7 +7,9 @@ checked-in prompt, and compares its generated tokens and the logits each
 was chosen from with ONNX Runtime running the same model the way its users
 do: the whole prompt with an empty past, then one token per call, each
 call's present fed back as the next call's past, greedy argmax. Tokens must
-be equal and logits within --tol (1e-4).
+be equal and logits within --tol (1e-4). ORT's tokens and logits are also
+kept in tests/golden/decode/ for tests/gpu/run.sh (which has no MPI to run
+this script); each run checks they still are ORT's (--write-golden).
 
   build/venv/bin/python tests/e2e/decode.py [--only NAME] [--keep]
 
@@ -91,10 +93,32 @@ def run(cmd, env=None):
     return r.stdout
 
 
-def run_case(name, model, mesh, flags, work, tol):
+def reference(model):
+    """ORT's tokens and logits, checked against the goldens the GPU run uses."""
     path = os.path.join(EXPORTS, "%s_kv.onnx" % model)
     prompt = np.load(os.path.join(PROMPTS, "%s_prompt.npy" % model))
-    ref_tokens, ref_logits = ort_reference(path, prompt, GENERATE)
+    tokens, logits = ort_reference(path, prompt, GENERATE)
+    golden_t = os.path.join(PROMPTS, "%s_tokens.npy" % model)
+    golden_l = os.path.join(PROMPTS, "%s_logits.npy" % model)
+    if not os.path.exists(golden_t) or not np.array_equal(np.load(golden_t), tokens) or \
+            float(np.max(np.abs(np.load(golden_l) - logits))) > 1e-5:
+        raise RuntimeError("tests/golden/decode/%s_{tokens,logits}.npy differ from ONNX Runtime's loop "
+                           "(rewrite them with --write-golden)" % model)
+    return prompt, tokens, logits
+
+
+def write_golden():
+    for model in ("gpt2", "llama"):
+        prompt = np.load(os.path.join(PROMPTS, "%s_prompt.npy" % model))
+        tokens, logits = ort_reference(os.path.join(EXPORTS, "%s_kv.onnx" % model), prompt, GENERATE)
+        np.save(os.path.join(PROMPTS, "%s_tokens.npy" % model), tokens)
+        np.save(os.path.join(PROMPTS, "%s_logits.npy" % model), logits.astype(np.float32))
+        print("wrote tests/golden/decode/%s_{tokens,logits}.npy: tokens %s" % (model, tokens.tolist()))
+
+
+def run_case(name, model, mesh, flags, work, tol):
+    path = os.path.join(EXPORTS, "%s_kv.onnx" % model)
+    prompt, ref_tokens, ref_logits = reference(model)
     out = os.path.join(work, name)
     run([BIN, "compile", path, "--mesh", mesh, "--decode", "--max-seq", str(MAX_SEQ),
          "--generate", str(GENERATE), "--dim", "batch=%d" % prompt.shape[0], "-o", out] + flags)
@@ -121,7 +145,12 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--write-golden", action="store_true",
+                    help="write ORT's tokens and logits for tests/gpu/run.sh (max-seq 24, generate 8)")
     a = ap.parse_args()
+    if a.write_golden:
+        write_golden()
+        return 0
     work = tempfile.mkdtemp(prefix="o2s_decode_")
     failed = 0
     try:

@@ -13,6 +13,9 @@
 #  2. determinism: tiny_gpt run twice, outputs bit-identical; and a
 #     pipeline (one stage, two microbatches) against the golden;
 #  2c. --trace on one GPU: a span per node from CUDA events, valid JSON;
+#  2e. --decode: the GPT-2 and Llama KV-cache exports generate 8 tokens on
+#     one GPU, caches in device memory, against ONNX Runtime's tokens and
+#     logits (tests/golden/decode);
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
 #     GPUs exist, else the clear refusal of two ranks on one GPU;
@@ -144,6 +147,27 @@ PYEOF
     "$PY" tools/trace_report.py "$OUT/trace.json" >"$OUT/trace_report.txt" || err "trace_report.py failed"
     head -8 "$OUT/trace_report.txt"
 fi
+
+step "2e. --decode on one GPU: GPT-2 and Llama KV-cache exports, prompt + 8 tokens against ONNX Runtime's loop"
+for m in gpt2 llama; do
+    d=$OUT/decode_$m
+    compile_build "decode_$m" "tests/models/exports/${m}_kv.onnx" tp=1 --decode --max-seq 24 --generate 8 --dim batch=2 \
+        || continue
+    timeout 120 "$d/rank0" --in "input_ids=tests/golden/decode/${m}_prompt.npy" --out "tokens=$d/tokens.npy" \
+        --out "logits=$d/logits.npy" --iters 3 --timeout 60 </dev/null >"$d.log" 2>&1 \
+        || { err "decode_$m: run (exit $?): $(tail -3 "$d.log")"; continue; }
+    "$PY" - "$m" "$d" <<'PYEOF' || err "decode_$m: tokens or logits differ from ONNX Runtime's"
+import sys
+import numpy as np
+m, d = sys.argv[1], sys.argv[2]
+t, l = np.load(d + "/tokens.npy"), np.load(d + "/logits.npy")
+rt, rl = np.load("tests/golden/decode/%s_tokens.npy" % m), np.load("tests/golden/decode/%s_logits.npy" % m)
+err = float(np.max(np.abs(l - rl)))
+print("decode %s r=1: tokens %s, max|logits - ORT| %.2e" % (m, "equal" if np.array_equal(t, rt) else "DIFFER", err))
+sys.exit(0 if np.array_equal(t, rt) and err <= 1e-4 else 1)
+PYEOF
+    grep "per token" "$d.log"
+done
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
 if compile_build gpt_tp2 tests/models/tiny_gpt.onnx tp=2 --shardings tests/e2e/tiny_gpt_tp.txt; then
