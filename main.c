@@ -89,6 +89,8 @@ static const char usage_text[] =
     "  --generate N      tokens to generate after the prompt (default 16)\n"
     "  --kv-cache P=Q,...  the cache pairs (past input = present output); default: every\n"
     "                    graph output that is a Concat of a graph input and the new position\n"
+    "  --sample T        draw each token from softmax(logits / T) instead of the argmax,\n"
+    "                    from a splitmix64 stream seeded by --seed N (default 0)\n"
     "\n"
     "compile options: the plan options, and\n"
     "  --target c        C + MPI + OpenBLAS (default)\n"
@@ -349,7 +351,7 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
        OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE,
-       OPT_DECODE, OPT_MAX_SEQ, OPT_GENERATE, OPT_KV_CACHE };
+       OPT_DECODE, OPT_MAX_SEQ, OPT_GENERATE, OPT_KV_CACHE, OPT_SAMPLE, OPT_SEED };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -570,6 +572,8 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"max-seq", required_argument, 0, OPT_MAX_SEQ},
         {"generate", required_argument, 0, OPT_GENERATE},
         {"kv-cache", required_argument, 0, OPT_KV_CACHE},
+        {"sample", required_argument, 0, OPT_SAMPLE},
+        {"seed", required_argument, 0, OPT_SEED},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -583,7 +587,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .cuda_arch = "sm_90",
     };
     train_options_default(&o->trainopt);
-    int c, loss_scale_given = 0;
+    int c, loss_scale_given = 0, seed_given = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, compile ? "ho:" : "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -717,6 +721,24 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         }
         case OPT_DECODE: o->decode = 1; break;
         case OPT_KV_CACHE: o->decodeopt.kv = optarg; break;
+        case OPT_SAMPLE: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v > 0 && v <= 100))
+                return usage_error("--sample %s: expected a temperature above 0, at most 100", optarg);
+            o->decodeopt.temperature = v;
+            break;
+        }
+        case OPT_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (*end || end == optarg || errno || optarg[0] == '-')
+                return usage_error("--seed %s: expected a non-negative integer below 2^64", optarg);
+            o->decodeopt.seed = (uint64_t)v;
+            seed_given = 1;
+            break;
+        }
         case OPT_MAX_SEQ:
         case OPT_GENERATE: {
             char *end;
@@ -808,9 +830,12 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         return usage_error("plan: expected exactly one MODEL%s", "");
     if (!o->mesh)
         return usage_error("%s: --mesh is required (e.g. --mesh dp=2,tp=4)", compile ? "compile" : "plan");
-    if (!o->decode && (o->decodeopt.max_seq || o->decodeopt.generate || o->decodeopt.kv))
+    if (!o->decode && (o->decodeopt.max_seq || o->decodeopt.generate || o->decodeopt.kv || o->decodeopt.temperature))
         return usage_error("%s: only with --decode", o->decodeopt.max_seq ? "--max-seq"
-                                                     : o->decodeopt.generate ? "--generate" : "--kv-cache");
+                                                     : o->decodeopt.generate ? "--generate"
+                                                     : o->decodeopt.kv ? "--kv-cache" : "--sample");
+    if (seed_given && !o->decodeopt.temperature)
+        return usage_error("--seed: only with --sample (greedy decoding draws nothing)%s", "");
     if (o->decode && !o->decodeopt.max_seq)
         return usage_error("--decode: --max-seq S is required (the cache's positions: prompt and generated tokens)%s",
                            "");

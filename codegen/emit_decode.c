@@ -71,20 +71,46 @@ void emit_decode_helpers(Emitter *e)
         feed(e, g->decode_positions, "the position", "pos");
     if (g->decode_mask)
         feed(e, g->decode_mask, "1 on the cache slots written so far, with this one", "j <= pos");
-    fprintf(f, "}\n\n/* After the forward() of position pos: the next token of every row, the\n"
-               " * argmax of its logits (rank 0's choice, broadcast), kept as generated\n"
-               " * token k; rank 0 also keeps the logits. */\n"
-               "static void choose_next(int64_t k, int64_t *tokens, float *logits)\n{\n    int64_t next[BATCH];\n");
+    fprintf(f, "}\n\n");
+    if (g->decode_temperature > 0)
+        fprintf(f, "/* --sample: splitmix64 from --seed, one draw per row per token (rank 0's) */\n"
+                   "#define TEMPERATURE %.17g\nstatic uint64_t g_rng = %lluULL;\n\n"
+                   "static double rng_uniform(void)\n{\n"
+                   "    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);\n"
+                   "    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;\n"
+                   "    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;\n"
+                   "    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53; /* [0, 1) */\n}\n\n"
+                   "/* A token drawn from softmax(lg / TEMPERATURE): the first whose running sum\n"
+                   " * of exp((lg - max) / TEMPERATURE) passes a uniform share of the total. */\n"
+                   "static int64_t sample_row(const float *lg)\n{\n"
+                   "    static double p[VOCAB];\n    float mx = lg[0];\n"
+                   "    for (int64_t v = 1; v < VOCAB; v++)\n        mx = lg[v] > mx ? lg[v] : mx;\n"
+                   "    double sum = 0, acc = 0;\n"
+                   "    for (int64_t v = 0; v < VOCAB; v++) {\n"
+                   "        p[v] = exp(((double)lg[v] - (double)mx) / TEMPERATURE);\n        sum += p[v];\n    }\n"
+                   "    double u = rng_uniform() * sum;\n"
+                   "    for (int64_t v = 0; v < VOCAB; v++) {\n"
+                   "        acc += p[v];\n        if (acc > u)\n            return v;\n    }\n"
+                   "    return VOCAB - 1;\n}\n\n",
+                g->decode_temperature, (unsigned long long)g->decode_seed);
+    fprintf(f, "/* After the forward() of position pos: the next token of every row, %s\n"
+               " * (rank 0's choice, broadcast), kept as generated token k; rank 0 also\n"
+               " * keeps the logits. */\n"
+               "static void choose_next(int64_t k, int64_t *tokens, float *logits)\n{\n    int64_t next[BATCH];\n",
+            g->decode_temperature > 0 ? "drawn from its logits" : "the\n * argmax of its logits");
     int gathered = e->t->output_whole(e, 0, "    ");
     fprintf(f, "    if (RANK == 0) {\n"
                "        const float *lg = (const float *)whole;\n"
-               "        for (int b = 0; b < BATCH; b++) {\n"
-               "            int64_t best = 0;\n"
-               "            for (int64_t v = 1; v < VOCAB; v++)\n"
-               "                if (lg[b * VOCAB + v] > lg[b * VOCAB + best])\n"
-               "                    best = v;\n"
-               "            next[b] = best;\n"
-               "            memcpy(logits + ((size_t)b * GENERATE + (size_t)k) * VOCAB, lg + b * VOCAB, VOCAB * sizeof(float));\n"
+               "        for (int b = 0; b < BATCH; b++) {\n");
+    if (g->decode_temperature > 0)
+        fprintf(f, "            next[b] = sample_row(lg + b * VOCAB);\n");
+    else
+        fprintf(f, "            int64_t best = 0; /* the first of equal maxima, as numpy's argmax */\n"
+                   "            for (int64_t v = 1; v < VOCAB; v++)\n"
+                   "                if (lg[b * VOCAB + v] > lg[b * VOCAB + best])\n"
+                   "                    best = v;\n"
+                   "            next[b] = best;\n");
+    fprintf(f, "            memcpy(logits + ((size_t)b * GENERATE + (size_t)k) * VOCAB, lg + b * VOCAB, VOCAB * sizeof(float));\n"
                "        }\n    }\n%s"
                "    rt_bcast_i64(next, BATCH, \"the broadcast of the next tokens\");\n"
                "    for (int b = 0; b < BATCH; b++)\n        tokens[b * GENERATE + k] = next[b];\n}\n\n",

@@ -238,5 +238,7 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d)
     g->decode_logits = lg;
     g->decode_slots = o->max_seq;
     g->decode_generate = o->generate;
+    g->decode_temperature = o->temperature;
+    g->decode_seed = o->seed;
     return 0;
 }

@@ -262,6 +262,8 @@ typedef struct Graph {
     const Tensor *decode_ids, *decode_positions, *decode_mask, *decode_logits;
     int64_t decode_slots;
     int decode_generate;   /* --generate: tokens after the prompt */
+    double decode_temperature; /* --sample T: draw from softmax(logits / T); 0: greedy */
+    uint64_t decode_seed;  /* --seed: the sampler's stream */
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -427,6 +429,8 @@ typedef struct DecodeOptions {
     int64_t max_seq;          /* --max-seq: the cache's positions */
     int generate;             /* --generate: tokens after the prompt */
     const char *kv;           /* --kv-cache IN=OUT,... or NULL */
+    double temperature;       /* --sample T (0: greedy) */
+    uint64_t seed;            /* --seed */
 } DecodeOptions;
 int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
 

@@ -77,6 +77,9 @@ plan_err '--stage-boundaries: "W1" is a graph input or weight' $T --mesh pp=2 --
 K=tests/models/exports/gpt2_kv.onnx
 plan_err '--max-seq: only with --decode' $K --mesh tp=1 --max-seq 8
 plan_err '--decode: --max-seq S is required' $K --mesh tp=1 --decode
+plan_err '--sample: only with --decode' $K --mesh tp=1 --sample 0.7
+plan_err '--seed: only with --sample' $K --mesh tp=1 --decode --max-seq 8 --dim batch=1 --seed 3
+plan_err '--sample 0: expected a temperature above 0' $K --mesh tp=1 --decode --max-seq 8 --sample 0
 plan_err '--decode: a decoding program does not train' $K --mesh tp=1 --decode --max-seq 8 --train
 plan_err 'dim 0 is symbolic ("batch"); bind it with --dim batch=VALUE' $K --mesh tp=1 --decode --max-seq 8
 plan_err '--decode: no key-value cache found' tests/models/exports/gpt2_ts.onnx --mesh tp=1 --decode --max-seq 16

@@ -45,6 +45,9 @@ CASES = [
     ("llama_dp2_tp2", "llama", "dp=2,tp=2", DP + TP["llama"]),
     ("llama_tp4_gqa", "llama", "tp=4",
      ["--shardings", os.path.join(ROOT, "tests", "e2e", "exports", "llama_kv_tp4.txt")]),
+    # --sample: the same draws as the program's splitmix64 sampler on ORT's logits
+    ("gpt2_sample_tp2", "gpt2", "tp=2", TP["gpt2"] + ["--sample", "1.5", "--seed", "7"]),
+    ("llama_sample_1rank", "llama", "tp=1", ["--sample", "0.8", "--seed", "12345"]),
 ]
 
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -52,8 +55,38 @@ MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "
               "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
-def ort_reference(path, prompt, generate):
+class SplitMix64:
+    """The generated program's sampler (--sample), bit for bit."""
+    M = (1 << 64) - 1
+
+    def __init__(self, seed):
+        self.s = seed & self.M
+
+    def uniform(self):
+        self.s = (self.s + 0x9e3779b97f4a7c15) & self.M
+        z = self.s
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & self.M
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & self.M
+        return ((z ^ (z >> 31)) >> 11) * 2.0 ** -53
+
+
+def choose(last, sampler, temperature):
+    """Greedy argmax, or the program's draw from softmax(last / T)."""
+    if sampler is None:
+        return np.argmax(last, axis=-1).astype(np.int64)
+    out = []
+    for row in last:
+        p = np.exp((row.astype(np.float64) - float(row.max())) / temperature)
+        acc = np.cumsum(p)
+        u = sampler.uniform() * acc[-1]
+        past = np.nonzero(acc > u)[0]
+        out.append(int(past[0]) if len(past) else len(row) - 1)
+    return np.array(out, np.int64)
+
+
+def ort_reference(path, prompt, generate, temperature=0.0, seed=0):
     """ONNX Runtime's loop: prefill with an empty past, then one token a call."""
+    sampler = SplitMix64(seed) if temperature > 0 else None
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -76,7 +109,7 @@ def ort_reference(path, prompt, generate):
         feeds.update(cache)
         got = dict(zip(outs, sess.run(outs, feeds)))
         last = got["logits"][:, -1, :]
-        nxt = np.argmax(last, axis=-1).astype(np.int64)
+        nxt = choose(last, sampler, temperature)
         tokens.append(nxt)
         logits.append(last)
         for name in cache:
@@ -119,6 +152,9 @@ def write_golden():
 def run_case(name, model, mesh, flags, work, tol):
     path = os.path.join(EXPORTS, "%s_kv.onnx" % model)
     prompt, ref_tokens, ref_logits = reference(model)
+    if "--sample" in flags:
+        t, seed = float(flags[flags.index("--sample") + 1]), int(flags[flags.index("--seed") + 1])
+        ref_tokens, ref_logits = ort_reference(path, prompt, GENERATE, t, seed)
     out = os.path.join(work, name)
     run([BIN, "compile", path, "--mesh", mesh, "--decode", "--max-seq", str(MAX_SEQ),
          "--generate", str(GENERATE), "--dim", "batch=%d" % prompt.shape[0], "-o", out] + flags)
