@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Writes real PyTorch exports of tiny mixture-of-experts language models.
+
+The models expert parallelism starts from (issue 28): Mixtral (top-2 of 4
+experts, SwiGLU experts), Qwen2-MoE (top-2 of 4, plus a gated shared
+expert) and OLMoE (top-2 of 4), 2 layers, hidden 64, vocab 512, from
+configs with random weights (torch.manual_seed(0); no downloads). Like
+make_exports.py they come out of torch.onnx.export (TorchScript exporter,
+opset 17, static shapes) and are checked in; torch is far too heavy for
+`make deps`.
+
+Transformers 5 has two ways to run the experts, and they export
+differently:
+  batched_mm  every (token, chosen expert) pair gathers its expert's
+              weights (Gather of the stacked [experts, out, in] weights by
+              the TopK indices) and runs one batched MatMul: static shapes,
+              the form written here (<model>_moe.onnx);
+  eager       a loop over the experts that were hit, NonZero and index_add:
+              shapes that depend on the routing, which a static-shape
+              compiler refuses with one line naming the NonZero node
+              (<model>_moe_eager.onnx, for that refusal's test).
+Inputs: input_ids int64 [2, 16], attention_mask int64 [2, 16] (the second
+row's last 5 positions padded). Output: logits [2, 16, 512].
+
+Outputs (relative to the repository root):
+  tests/models/exports/<model>_moe.onnx, tests/models/exports/mixtral_moe_eager.onnx
+  tests/golden/<model>_moe/{input,output}_<name>.npy   (ONNX Runtime's)
+
+Pinned versions, the environment and how to run it: as make_exports.py.
+"""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import sys  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_exports import (EXPORTS, GOLDEN, MAX_BYTES, Wrap, inputs,  # noqa: E402
+                          run_ort, write_golden)
+
+VOCAB = 512
+
+
+def make_mixtral():
+    return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, vocab_size=VOCAB, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=64, use_cache=False))
+
+
+def make_qwen2moe():
+    return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, moe_intermediate_size=64, shared_expert_intermediate_size=128,
+        vocab_size=VOCAB, num_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+        use_cache=False))
+
+
+def make_olmoe():
+    return transformers.OlmoeForCausalLM(transformers.OlmoeConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=64, vocab_size=VOCAB, num_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+        use_cache=False))
+
+
+MODELS = [("mixtral", make_mixtral), ("qwen2moe", make_qwen2moe), ("olmoe", make_olmoe)]
+
+
+def export(mod, args, path):
+    with torch.no_grad():
+        torch.onnx.export(mod, args, path, dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask"], output_names=["logits"])
+    onnx.checker.check_model(path)
+    size = os.path.getsize(path)
+    if size >= MAX_BYTES:
+        raise SystemExit("%s: %d bytes, over the 5 MB limit" % (path, size))
+    return size
+
+
+def main():
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    ids, mask = inputs()
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    for name, make in MODELS:
+        for impl in ("batched_mm", "eager"):
+            if impl == "eager" and name != "mixtral":
+                continue
+            torch.manual_seed(0)
+            inner = make().eval()
+            inner.set_experts_implementation(impl)
+            mod = Wrap(inner, "logits").eval()
+            tag = "%s_moe%s" % (name, "" if impl == "batched_mm" else "_eager")
+            path = os.path.join(EXPORTS, tag + ".onnx")
+            size = export(mod, (ids, mask), path)
+            if impl == "eager":
+                print("%-18s %8d bytes  (routing-dependent shapes: for the refusal's test)" % (tag, size))
+                continue
+            with torch.no_grad():
+                ref = mod(ids, mask).numpy()
+            in_names, names, outs = run_ort(path, feeds)
+            write_golden(os.path.join(GOLDEN, tag), {k: feeds[k] for k in in_names}, names, outs)
+            diff = float(np.max(np.abs(outs[0].astype(np.float64) - ref)))
+            print("%-18s %8d bytes  max|ort - torch| %.3g" % (tag, size, diff))
+
+
+if __name__ == "__main__":
+    main()
