@@ -127,6 +127,67 @@ def train_case(m, names, tokens, golden_in, env, fail):
     print("%-9s %-5s %-6s ok: --train --zero 1 --precision fp16 (Cast names from the model's), 2 steps, losses %.6g %.6g" % ("train_dp2", "dp=2", "c", *losses))
 
 
+def decode_case(env, fail):
+    """--decode on the GPT-2 KV-cache export with every name hostile but the
+    three it feeds by name (input_ids, attention_mask, position_ids): the
+    caches (their past inputs keep "past" in front, which binds their dims),
+    the logits, every node. Built with -Werror, inert, and the same tokens
+    and logits as ONNX Runtime's loop (tests/golden/decode)."""
+    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "gpt2_kv.onnx"))
+    g = m.graph
+    keep = {"input_ids", "attention_mask", "position_ids"}
+    names = {}
+    seen = [v.name for v in g.input] + [t.name for t in g.initializer] + [v.name for v in g.output]
+    for n in g.node:
+        seen += list(n.input) + list(n.output)
+    for name in seen:
+        if name and name not in names and name not in keep:
+            names[name] = ("past" if name.startswith("past_key_values") else "") + hostile(len(names), "d")
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        v.name = names.get(v.name, v.name)
+    for t in g.initializer:
+        t.name = names[t.name]
+    for k, n in enumerate(g.node):
+        n.input[:] = [names.get(x, x) if x else x for x in n.input]
+        n.output[:] = [names.get(x, x) for x in n.output]
+        n.name = hostile(k, "dn")
+    model = os.path.join(OUT, "model_decode.onnx")
+    with open(model, "wb") as f:
+        f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
+    d = os.path.join(OUT, "decode_r1")
+    r = run([BIN, "compile", model, "--decode", "--max-seq", "24", "--generate", "8", "--dim", "batch=2",
+             "--mesh", "tp=1", "-o", d])
+    if r.returncode != 0:
+        fail.append("decode_r1: compile exit %d: %r" % (r.returncode, r.stderr[:300]))
+        return
+    for fn in os.listdir(d):
+        if fn.endswith((".c", ".h")):
+            body = open(os.path.join(d, fn), "rb").read()
+            if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
+                fail.append("decode_r1/%s: bytes outside printable ASCII" % fn)
+    r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
+    if r.returncode != 0:
+        fail.append("decode_r1: build: %s" % (r.stdout + r.stderr)[:600].decode(errors="replace"))
+        return
+    gold = os.path.join(ROOT, "tests", "golden", "decode")
+    logits = names["logits"].encode().replace(PLACEHOLDER.encode(), BAD_UTF8)
+    r = run([os.path.join(d, "run.sh").encode(), b"--in", b"input_ids=" + os.path.join(gold, "gpt2_prompt.npy").encode(),
+             b"--out", b"tokens=" + os.path.join(OUT, "decode_tokens.npy").encode(),
+             b"--out", logits + b"=" + os.path.join(OUT, "decode_logits.npy").encode()],
+            env=env, timeout=120, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        fail.append("decode_r1: run exit %d: %r" % (r.returncode, (r.stdout + r.stderr)[-400:]))
+        return
+    toks = np.load(os.path.join(OUT, "decode_tokens.npy"))
+    err = float(np.max(np.abs(np.load(os.path.join(OUT, "decode_logits.npy")) -
+                              np.load(os.path.join(gold, "gpt2_logits.npy")))))
+    ok = np.array_equal(toks, np.load(os.path.join(gold, "gpt2_tokens.npy"))) and err <= 1e-4
+    print("%-9s %-5s %-6s %s: --decode, hostile caches and logits: tokens %s, max|logits - ORT| %.2e"
+          % ("decode_r1", "tp=1", "c", "ok" if ok else "FAIL", "equal" if ok else "differ", err))
+    if not ok:
+        fail.append("decode_r1: tokens or logits differ from ONNX Runtime's")
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, **kw)
 
@@ -254,6 +315,7 @@ def main():
             fail.append("%s: run without --in: exit %d, %r" % (name, r.returncode, r.stderr[-300:]))
         check_text(name + " runtime error", r.stderr.split(b"\n")[0], fail)
     train_case(m, names, tokens, golden_in, env, fail)
+    decode_case(env, fail)
     if os.path.exists(PWNED):
         fail.append("a payload ran: %s exists" % PWNED)
     for f in fail:
