@@ -1306,6 +1306,18 @@ static inline void *rt_gather_output(const void *local, int nmb, int rank, const
     free(stage);
     return out;
 }
+
+/* All ranks reach this point before any goes on (timing starts here). */
+static inline void rt_barrier(const char *what)
+{
+    CHECK_MPI_WATCHED(MPI_Barrier(MPI_COMM_WORLD), what);
+}
+
+/* compile --decode: rank 0's n values (the next tokens) to every rank. */
+static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
+{
+    CHECK_MPI_WATCHED(MPI_Bcast(v, n, MPI_INT64_T, 0, MPI_COMM_WORLD), what);
+}
 #endif
 
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */

@@ -465,6 +465,30 @@ static inline void rt_barrier(const char *what)
 #endif
 }
 
+/* compile --decode: rank 0's n values (the next tokens) to every rank,
+ * over NCCL on the world communicator (built with MPI=0 too). */
+static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
+{
+#if WORLD > 1
+    static int64_t *dev;
+    static int cap;
+    if (n > cap) {
+        if (dev)
+            CHECK_CUDA(cudaFree(dev));
+        CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * sizeof(int64_t)));
+        cap = n;
+    }
+    CHECK_CUDA(cudaMemcpy(dev, v, (size_t)n * sizeof(int64_t), cudaMemcpyHostToDevice));
+    CHECK_NCCL(ncclBroadcast(dev, dev, (size_t)n, ncclInt64, 0, g_nccl[0], g_comm));
+    rt_cuda_sync(g_comm, what);
+    CHECK_CUDA(cudaMemcpy(v, dev, (size_t)n * sizeof(int64_t), cudaMemcpyDeviceToHost));
+#else
+    (void)v;
+    (void)n;
+    (void)what;
+#endif
+}
+
 /* --out of an output that stays split over the ranks (see the C target's
  * rt_gather_output, with its nmb blocks per rank and its root): the root
  * receives one copy of every block from the
