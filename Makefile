@@ -204,6 +204,9 @@ e2e: all
 	@$(PY) tests/e2e/fuzz_plans.py --seed 102 --count 20 --train --pipeline
 	@# case 9: a Gemm whose C and output share the arena (gcc 12 -Warray-bounds)
 	@$(PY) tests/e2e/fuzz_plans.py --seed 369321 --count 10
+	@# case 1: Reshape [4,2] -> [8] -> [2,4] with [4,2] split in rows over 4: the [8]
+	@# is cut in 4s, so the rows must go in 2s (partition/units.c)
+	@$(PY) tests/e2e/fuzz_plans.py --seed 566872 --count 2
 
 # Random graphs, meshes and shardings against ONNX Runtime, new seeds until SECONDS pass,
 # then --train graphs (gradients against finite differences) for TRAIN_SECONDS

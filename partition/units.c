@@ -95,6 +95,20 @@ static void split_units(const Graph *g, const FactorRule *const *rules)
                         unit[c] = l;
                         changed = 1;
                     }
+                    /* And back: a block of the compound dim is whole blocks
+                     * of its major factor, so that factor's own dims are cut
+                     * in unit / minor (a Reshape [4, 2] -> [8] -> [2, 4]
+                     * cuts the [8] in 4s, so the rows of [4, 2] go in 2s). */
+                    int sm = single[df->f[0]];
+                    int64_t size = r->size[df->f[0]];
+                    if (sm >= 0 && unit[c] % minor == 0) {
+                        int cm = uf_find(parent, sm);
+                        int64_t back = unit[c] / minor, lm = unit[cm] / rule_gcd(unit[cm], back) * back;
+                        if (lm != unit[cm] && lm <= size && size % lm == 0) {
+                            unit[cm] = lm;
+                            changed = 1;
+                        }
+                    }
                 }
             }
         }
