@@ -84,6 +84,27 @@ def rename_model(m):
     return names
 
 
+def compile_build(name, cmd, fail):
+    """Compiles (cmd: compile's arguments, -o added) into OUT/name and builds
+    with -Werror; every generated C file printable ASCII. The folder, or
+    None after a failure (recorded)."""
+    d = os.path.join(OUT, name)
+    r = run([BIN.encode()] + [c if isinstance(c, bytes) else c.encode() for c in cmd] + [b"-o", d.encode()])
+    if r.returncode != 0:
+        fail.append("%s: compile exit %d: %r" % (name, r.returncode, r.stderr[:300]))
+        return None
+    for fn in os.listdir(d):
+        if fn.endswith((".c", ".h")):
+            body = open(os.path.join(d, fn), "rb").read()
+            if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
+                fail.append("%s/%s: bytes outside printable ASCII" % (name, fn))
+    r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
+    if r.returncode != 0:
+        fail.append("%s: build: %s" % (name, (r.stdout + r.stderr)[:600].decode(errors="replace")))
+        return None
+    return d
+
+
 def train_case(m, names, tokens, golden_in, env, fail):
     """--train on the hostile tiny_gpt with a hostile loss appended
     (mean of the logits squared): its backward node names, gradient
@@ -102,21 +123,10 @@ def train_case(m, names, tokens, golden_in, env, fail):
     model = os.path.join(OUT, "model_train.onnx")
     with open(model, "wb") as f:
         f.write(t.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
-    d = os.path.join(OUT, "train_dp2")
-    r = run([BIN.encode(), b"compile", model.encode(), b"--train", b"--optimizer", b"adamw", b"--mesh", b"dp=2",
-             b"--zero", b"1", b"--bucket-mb", b"0.01", b"--precision", b"fp16", b"--shard", tokens + b"=[dp,_]",
-             b"-o", d.encode()])
-    if r.returncode != 0:
-        fail.append("train_dp2: compile exit %d: %r" % (r.returncode, r.stderr[:300]))
-        return
-    for fn in os.listdir(d):
-        if fn.endswith((".c", ".h")):
-            body = open(os.path.join(d, fn), "rb").read()
-            if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
-                fail.append("train_dp2/%s: bytes outside printable ASCII" % fn)
-    r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
-    if r.returncode != 0:
-        fail.append("train_dp2: build: %s" % (r.stdout + r.stderr)[:600].decode(errors="replace"))
+    d = compile_build("train_dp2", [b"compile", model.encode(), b"--train", b"--optimizer", b"adamw", b"--mesh", b"dp=2",
+                                    b"--zero", b"1", b"--bucket-mb", b"0.01", b"--precision", b"fp16",
+                                    b"--shard", tokens + b"=[dp,_]"], fail)
+    if not d:
         return
     r = run([os.path.join(d, "run.sh").encode(), b"--in", tokens + b"=" + golden_in.encode(), b"--steps", b"2"],
             env=env, timeout=120, stdin=subprocess.DEVNULL)
@@ -154,20 +164,9 @@ def decode_case(env, fail):
     model = os.path.join(OUT, "model_decode.onnx")
     with open(model, "wb") as f:
         f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
-    d = os.path.join(OUT, "decode_r1")
-    r = run([BIN, "compile", model, "--decode", "--max-seq", "24", "--generate", "8", "--dim", "batch=2",
-             "--mesh", "tp=1", "-o", d])
-    if r.returncode != 0:
-        fail.append("decode_r1: compile exit %d: %r" % (r.returncode, r.stderr[:300]))
-        return
-    for fn in os.listdir(d):
-        if fn.endswith((".c", ".h")):
-            body = open(os.path.join(d, fn), "rb").read()
-            if any(b > 0x7E or (b < 0x20 and b not in b"\n") for b in body):
-                fail.append("decode_r1/%s: bytes outside printable ASCII" % fn)
-    r = run(["make", "-s", "-C", d, "WARN=-Wall -Wextra -Werror"])
-    if r.returncode != 0:
-        fail.append("decode_r1: build: %s" % (r.stdout + r.stderr)[:600].decode(errors="replace"))
+    d = compile_build("decode_r1", ["compile", model, "--decode", "--max-seq", "24", "--generate", "8", "--dim",
+                                    "batch=2", "--mesh", "tp=1"], fail)
+    if not d:
         return
     gold = os.path.join(ROOT, "tests", "golden", "decode")
     logits = names["logits"].encode().replace(PLACEHOLDER.encode(), BAD_UTF8)

@@ -26,6 +26,18 @@ static Graph *load_decode(const char *path, int64_t max_seq)
     return g;
 }
 
+static void decode_ok(Graph *g, int64_t max_seq)
+{
+    DecodeOptions o = {.max_seq = max_seq, .generate = 4};
+    Diag d;
+    diag_init(&d, NULL);
+    int rc = ir_build_decode(g, &o, &d);
+    if (rc)
+        print_error("ir_build_decode: %s\n", diag_first(&d));
+    assert_int_equal(rc, 0);
+    diag_free(&d);
+}
+
 static int count_op(const Graph *g, OpKind op)
 {
     int n = 0;
@@ -44,11 +56,7 @@ static void test_gpt2_caches_in_place(void **state)
     assert_int_equal(graph_tensor_find(g, "attention_mask")->dims[1], 12);
     assert_int_equal(graph_tensor_find(g, "input_ids")->dims[1], 1);
     assert_int_equal(g->ninputs, 7);
-    DecodeOptions o = {.max_seq = 12, .generate = 4};
-    Diag d;
-    diag_init(&d, NULL);
-    assert_int_equal(ir_build_decode(g, &o, &d), 0);
-    diag_free(&d);
+    decode_ok(g, 12);
     assert_int_equal(count_op(g, OP_KV_CACHE_WRITE), 4);
     assert_int_equal(count_op(g, OP_CONCAT), 0); /* the caches' and the exporter's one-input Concat */
     for (int i = 0; i < g->nnodes; i++) {
@@ -82,11 +90,7 @@ static void test_llama_gqa_caches(void **state)
     (void)state;
     Graph *g = load_decode("tests/models/exports/llama_kv.onnx", 16);
     assert_non_null(g);
-    DecodeOptions o = {.max_seq = 16, .generate = 4};
-    Diag d;
-    diag_init(&d, NULL);
-    assert_int_equal(ir_build_decode(g, &o, &d), 0);
-    diag_free(&d);
+    decode_ok(g, 16);
     assert_int_equal(count_op(g, OP_KV_CACHE_WRITE), 4);
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == OP_KV_CACHE_WRITE)
