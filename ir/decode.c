@@ -63,21 +63,33 @@ static Tensor *find_input(Graph *g, const char *name)
     return NULL;
 }
 
-/* --kv-cache IN=OUT,...: is output o named as IN's pair? (NULL kv: any) */
-static int named_pair(const char *kv, const Tensor *in, const Tensor *o, int *listed)
+/* --kv-cache's next IN=OUT item from s: its length in *n; returns where
+ * the one after it starts. */
+static const char *kv_item(const char *s, size_t *n)
 {
-    *listed = 0;
-    if (!kv)
-        return 1;
+    const char *end = strchr(s, ',');
+    *n = end ? (size_t)(end - s) : strlen(s);
+    return s + *n + (end != NULL);
+}
+
+/* Is item (n bytes) "IN=OUT" for input in and output o? */
+static int item_is(const char *item, size_t n, const Tensor *in, const Tensor *o)
+{
     size_t li = strlen(in->name), lo = strlen(o->name);
-    for (const char *s = kv; *s;) {
-        const char *end = strchr(s, ',');
-        size_t n = end ? (size_t)(end - s) : strlen(s);
-        if (n == li + 1 + lo && memcmp(s, in->name, li) == 0 && s[li] == '=' && memcmp(s + li + 1, o->name, lo) == 0)
-            return *listed = 1;
-        s += n + (end != NULL);
+    return n == li + 1 + lo && memcmp(item, in->name, li) == 0 && item[li] == '=' &&
+           memcmp(item + li + 1, o->name, lo) == 0;
+}
+
+/* Is output o named as in's pair by --kv-cache? (NULL kv: any pair) */
+static int named_pair(const char *kv, const Tensor *in, const Tensor *o)
+{
+    size_t n;
+    for (const char *s = kv, *next; s && *s; s = next) {
+        next = kv_item(s, &n);
+        if (item_is(s, n, in, o))
+            return 1;
     }
-    return 0;
+    return !kv;
 }
 
 /* Drops the nodes nothing reads any more (the caches' past chains). */
@@ -127,13 +139,16 @@ static int check_step_input(const Tensor *t, int64_t batch, int64_t len, const c
 int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d)
 {
     int npairs = 0, kept = 0;
+    const Tensor **pairs = malloc((size_t)(2 * g->noutputs + 2) * sizeof *pairs); /* past, present of each */
+    if (!pairs)
+        abort();
     graph_link_consumers(g);
     for (int i = 0; i < g->noutputs; i++) {
         Tensor *out = g->outputs[i];
         const Tensor *past = NULL;
-        int axis = 0, listed = 0;
+        int axis = 0;
         Node *n = cache_concat(out, &past, &axis);
-        if (!n || !named_pair(o->kv, past, out, &listed)) {
+        if (!n || !named_pair(o->kv, past, out)) {
             g->outputs[kept++] = out;
             continue;
         }
@@ -141,11 +156,13 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d)
             diag_add(d, "--decode: cache output \"%s\" holds %lld positions, not --max-seq %lld (bind the past "
                      "length to %lld)", out->label, (long long)out->dims[axis], (long long)o->max_seq,
                      (long long)o->max_seq - 1);
+            free(pairs);
             return -1;
         }
         if (n->inputs[1]->dims[axis] != 1) {
             diag_add(d, "--decode: node \"%s\" adds %lld positions to the cache; a decoding step adds one",
                      n->label, (long long)n->inputs[1]->dims[axis]);
+            free(pairs);
             return -1;
         }
         n->op = OP_KV_CACHE_WRITE;
@@ -156,29 +173,24 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d)
         node_attr_set_int(g, n, "axis", axis);
         node_attr_set_int(g, n, "slots", o->max_seq);
         out->is_output = 0;
-        npairs++;
+        pairs[2 * npairs] = past;
+        pairs[2 * npairs++ + 1] = out;
     }
     g->noutputs = kept;
-    if (o->kv) { /* every pair named must have been found */
-        for (const char *s = o->kv; *s;) {
-            const char *end = strchr(s, ',');
-            size_t n = end ? (size_t)(end - s) : strlen(s);
-            const char *eq = memchr(s, '=', n);
-            int found = 0;
-            for (int i = 0; eq && i < g->nnodes && !found; i++) {
-                const Node *nd = g->nodes[i];
-                const Tensor *t = nd->outputs[0];
-                found = nd->op == OP_KV_CACHE_WRITE && strlen(t->name) == n - (size_t)(eq - s) - 1 &&
-                        memcmp(t->name, eq + 1, strlen(t->name)) == 0;
-            }
-            if (!found) {
-                diag_add(d, "--kv-cache %.*s: no graph output of that name is a Concat of that input and one new "
-                         "position", (int)(n > 200 ? 200 : n), s);
-                return -1;
-            }
-            s += n + (end != NULL);
+    size_t len; /* --kv-cache: every pair named must have been found */
+    for (const char *s = o->kv, *next; s && *s; s = next) {
+        next = kv_item(s, &len);
+        int found = 0;
+        for (int i = 0; i < npairs && !found; i++)
+            found = item_is(s, len, pairs[2 * i], pairs[2 * i + 1]);
+        if (!found) {
+            free(pairs);
+            diag_add(d, "--kv-cache %.*s: no graph output of that name is a Concat of that input and one new "
+                     "position", (int)(len > 200 ? 200 : len), s);
+            return -1;
         }
     }
+    free(pairs);
     if (!npairs) {
         diag_add(d, "--decode: no key-value cache found (no graph output is a Concat of a graph input and the new "
                  "position); name the pairs with --kv-cache PAST=PRESENT,...");
