@@ -92,6 +92,14 @@ static const char usage_text[] =
     "  --sample T        draw each token from softmax(logits / T) instead of the argmax,\n"
     "                    from a splitmix64 stream seeded by --seed N (default 0)\n"
     "\n"
+    "mixtures of experts (plan and compile): each block of stacked expert weights gathered\n"
+    "by the router's top-k becomes dispatch, per-expert GEMMs and combine (docs/moe.md)\n"
+    "  --shard experts=AXIS  split every block's experts over AXIS (tokens split over the\n"
+    "                    same axis reach their experts by all-to-all)\n"
+    "  --capacity-factor F  tokens an expert takes per group: ceil(F * k * tokens / E),\n"
+    "                    the rest dropped (default 1.25; E / k or more drops none)\n"
+    "  --moe-groups G    token groups, each with its own capacity (default: the ranks)\n"
+    "\n"
     "compile options: the plan options, and\n"
     "  --target c        C + MPI + OpenBLAS (default)\n"
     "  --target cuda     CUDA + NCCL + cuBLAS, one GPU per rank\n"
@@ -351,7 +359,8 @@ enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DE
        OPT_TRAIN, OPT_LOSS, OPT_FROZEN, OPT_TRAINABLE, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_WEIGHT_DECAY,
        OPT_BETAS, OPT_EPS, OPT_CLIP_NORM, OPT_BUCKET_MB, OPT_ZERO, OPT_ZERO_AXIS, OPT_LR_SCHEDULE,
        OPT_WARMUP, OPT_TOTAL_STEPS, OPT_ACCUM, OPT_RECOMPUTE, OPT_PRECISION, OPT_LOSS_SCALE,
-       OPT_DECODE, OPT_MAX_SEQ, OPT_GENERATE, OPT_KV_CACHE, OPT_SAMPLE, OPT_SEED };
+       OPT_DECODE, OPT_MAX_SEQ, OPT_GENERATE, OPT_KV_CACHE, OPT_SAMPLE, OPT_SEED, OPT_CAPACITY_FACTOR,
+       OPT_MOE_GROUPS };
 
 /* "123", "64K", "2G": bytes; -1 when malformed. */
 static int64_t parse_bytes(const char *s)
@@ -574,6 +583,8 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         {"kv-cache", required_argument, 0, OPT_KV_CACHE},
         {"sample", required_argument, 0, OPT_SAMPLE},
         {"seed", required_argument, 0, OPT_SEED},
+        {"capacity-factor", required_argument, 0, OPT_CAPACITY_FACTOR},
+        {"moe-groups", required_argument, 0, OPT_MOE_GROUPS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -583,6 +594,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .autoopt = {.mem_limit = 0, .time_limit_s = 30},
         .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536, .bucket_bytes = 25 << 20},
         .microbatches = 1,
+        .moeopt = {.capacity_factor = 1.25},
         .target = "c",
         .cuda_arch = "sm_90",
     };
@@ -717,6 +729,22 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (*end || end == optarg || v < 1 || v > 65536)
                 return usage_error("--accum %s: expected microbatches per step, from 1 to 65536", optarg);
             o->trainopt.accum = (int)v;
+            break;
+        }
+        case OPT_CAPACITY_FACTOR: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v > 0 && v <= 1e6))
+                return usage_error("--capacity-factor %s: expected a number above 0, at most 1e6", optarg);
+            o->moeopt.capacity_factor = v;
+            break;
+        }
+        case OPT_MOE_GROUPS: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > (1 << 20))
+                return usage_error("--moe-groups %s: expected a count from 1 to 1048576", optarg);
+            o->moeopt.groups = (int)v;
             break;
         }
         case OPT_DECODE: o->decode = 1; break;

@@ -438,6 +438,10 @@ void emit_output_write(Emitter *e, int i, const char *data);
 int emit_output_whole(Emitter *e, int i, const char *data, const char *indent);
 /* emit_decode.c: compile --decode's state and loop (C target) */
 void emit_decode_state(Emitter *e, FILE *f);
+/* emit_moe.c: mixture-of-experts counters and --stats. */
+void emit_moe_state(Emitter *e, FILE *f);
+void emit_moe_init(Emitter *e);
+void emit_moe_stats(Emitter *e);
 void emit_decode_helpers(Emitter *e);
 void emit_decode_main(Emitter *e);
 /* main()'s training loop (--steps, --log-every, --save, --save-every),

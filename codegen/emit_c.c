@@ -251,6 +251,7 @@ static void emit_forward(Emitter *e)
                     pr->g->accum);
         if (pr->g->decode_slots)
             emit_decode_state(e, fw);
+        emit_moe_state(e, fw);
         fprintf(fw, "\n/* ---- one forward pass ---- */\n\nstatic void forward(void)\n{\n    rt_step_begin();\n");
         for (int i = 0; i < bwd; i++)
             emit_inst(e, i);

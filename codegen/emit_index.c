@@ -258,3 +258,49 @@ int emit_kv_cache_write(const EmitCtx *c, Diag *d)
             (long long)emit_prod(x->dims, axis + 1, x->rank), (long long)y->dims[axis]);
     return 0;
 }
+
+/* The first expert of this rank's block of dim `dim` of b. */
+static int64_t moe_expert_offset(const EmitCtx *c, const Buffer *b, int dim)
+{
+    return mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, b->layout.axes[dim], b->layout.naxes[dim]) *
+           b->dims[dim];
+}
+
+/* MoeDispatch (ir/moe.c): this rank's experts' columns of the buffer, and
+ * its count of dropped pairs in g_moe_dropped[layer] where it is the first
+ * of the ranks holding the same block (the others pass NULL), so that the
+ * sum over ranks is the model's. */
+int emit_moe_dispatch(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *ids = emit_in(c, 1), *buf = emit_out(c, 0), *slots = emit_out(c, 1);
+    int layer = moe_layer_index(c->pr->g, c->n), counts = 1;
+    unsigned used = sharding_used_axes(&buf->layout);
+    for (int a = 0; a < c->pr->plan->mesh.naxes; a++)
+        if (!(used & (1u << a)) && c->pr->coords[a])
+            counts = 0;
+    char ctr[64] = "NULL";
+    if (counts)
+        snprintf(ctr, sizeof ctr, "g_moe_dropped + %d", layer);
+    fprintf(c->f,
+            "    k_moe_dispatch(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s); /* groups, "
+            "tokens, k, D, experts, this rank's, its first, capacity */\n",
+            buf->name, slots->name, x->name, ids->name, (long long)x->dims[0], (long long)x->dims[1],
+            (long long)ids->dims[2], (long long)x->dims[2], (long long)node_attr_int(c->n, "experts", 0),
+            (long long)buf->dims[1], (long long)moe_expert_offset(c, buf, 1), (long long)buf->dims[3], ctr);
+    return 0;
+}
+
+/* MoeCombine: this rank's experts' share of each token's output. */
+int emit_moe_combine(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *y = emit_in(c, 0), *slots = emit_in(c, 1), *w = emit_in(c, 2), *out = emit_out(c, 0);
+    fprintf(c->f,
+            "    k_moe_combine(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
+            "this rank's experts, its first, capacity */\n",
+            out->name, y->name, slots->name, w->name, (long long)out->dims[0], (long long)out->dims[1],
+            (long long)slots->dims[2], (long long)out->dims[2], (long long)y->dims[1],
+            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    return 0;
+}

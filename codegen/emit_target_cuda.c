@@ -314,6 +314,7 @@ static void cuda_main(Emitter *e)
             (long long)(pr->arena_bytes ? pr->arena_bytes : 64));
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
+    emit_moe_init(e);
     if (g->decode_slots) {
         emit_decode_main(e);
         if (plan_world_ranks(pr->plan) > 1)
@@ -351,6 +352,7 @@ static void cuda_main(Emitter *e)
                "    } else {\n        forward();\n    }\n    rt_cuda_sync(g_stream, \"the forward pass\");\n"
                "    rt_trace_write();\n",
             (long long)pr->arena_bytes);
+    emit_moe_stats(e);
     if (pr->plan->pipe)
         emit_pipe_outputs(e);
     for (int i = 0; !pr->plan->pipe && i == 0; i++)

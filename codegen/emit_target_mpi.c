@@ -241,6 +241,7 @@ static void mpi_main(Emitter *e)
         fprintf(f, "    pack_weights();\n");
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
+    emit_moe_init(e);
     if (g->decode_slots) {
         emit_decode_main(e);
         fprintf(f, "    CHECK_MPI_WATCHED(MPI_Finalize(), \"MPI_Finalize (the other ranks to finish)\");\n    return 0;\n}\n");
@@ -270,6 +271,7 @@ static void mpi_main(Emitter *e)
                "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);\n"
                "    } else {\n        forward();\n    }\n"
                "    rt_trace_write();\n");
+    emit_moe_stats(e);
     if (pr->plan->pipe && pr->plan->pipe->train) {
         emit_pipe_train_outputs(e);
     } else if (pr->plan->pipe) {

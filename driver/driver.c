@@ -177,6 +177,34 @@ static ProgramOptions program_options(const DriverOptions *o)
     return po;
 }
 
+/* --shard NAME=SPEC, or --shard experts=AXIS: every MoE block's stacked
+ * expert weights split over AXIS along their experts (ir/moe.c). */
+static int add_shard(Driven *r, const Graph *g, const Mesh *mesh, const char *arg, Diag *d)
+{
+    if (strncmp(arg, "experts=", 8) != 0 || strchr(arg, '[') || graph_tensor_find(g, "experts"))
+        return annotate_add_flag(&r->ann, &r->arena, g, mesh, arg, "--shard", d);
+    if (!g->nmoe_weights) {
+        diag_add(d, "--shard %s: the model has no mixture-of-experts block in the form expert parallelism takes "
+                 "(a Gather of stacked expert weights by the router's top-k ids)", arg);
+        return -1;
+    }
+    for (int i = 0; i < g->nmoe_weights; i++) {
+        char spec[300];
+        const Tensor *w = g->moe_weights[i];
+        snprintf(spec, sizeof spec, "=[%.32s%s]", arg + 8, w->rank == 3 ? ",_,_" : "");
+        char *full = malloc(strlen(w->name) + strlen(spec) + 1);
+        if (!full)
+            abort();
+        strcpy(full, w->name);
+        strcat(full, spec);
+        int rc = annotate_add_flag(&r->ann, &r->arena, g, mesh, full, "--shard experts", d);
+        free(full);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
 {
     Mesh mesh;
@@ -266,6 +294,15 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
         goto out;
     if (o->decode && ir_build_decode(r->graph, &o->decodeopt, d))
         goto out;
+    MoeOptions moe = o->moeopt;
+    if (!moe.groups) { /* one group of tokens per rank of a stage (GShard's) */
+        moe.groups = 1;
+        for (int a = 0; a < mesh.naxes; a++)
+            if (a != pp_axis && !mesh.axes[a].loop)
+                moe.groups *= mesh.axes[a].size;
+    }
+    if (!o->train && ir_build_moe(r->graph, &moe, d))
+        goto out;
     r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
     int zax = mesh_axis_find(&mesh, r->ann.zero_axis);
@@ -277,7 +314,7 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
         goto out;
     d->context = ctx;
     for (int i = 0; i < o->nshards; i++)
-        if (annotate_add_flag(&r->ann, &r->arena, g, &mesh, o->shards[i], "--shard", d))
+        if (add_shard(r, g, &mesh, o->shards[i], d))
             goto out;
     if (o->shardings && annotate_add_file(&r->ann, &r->arena, g, &mesh, o->shardings, d))
         goto out;

@@ -52,6 +52,7 @@ typedef struct DriverOptions {
     TrainOptions trainopt;         /* --loss, --optimizer, --lr, ... */
     int decode;                    /* --decode */
     DecodeOptions decodeopt;       /* --max-seq, --generate, --kv-cache */
+    MoeOptions moeopt;             /* --capacity-factor, --moe-groups (0: the mesh's ranks) */
     /* compile only */
     const char *target;            /* "c" or "cuda" */
     const char *cuda_arch;

@@ -93,35 +93,6 @@ static int named_pair(const char *kv, const Tensor *in, const Tensor *o)
 }
 
 /* Drops the nodes nothing reads any more (the caches' past chains). */
-static void drop_dead(Graph *g)
-{
-    int before = g->nfolded, changed = 1;
-    while (changed) {
-        changed = 0;
-        graph_link_consumers(g);
-        for (int i = 0; i < g->nnodes; i++) {
-            Node *n = g->nodes[i];
-            if (n->folded)
-                continue;
-            int live = 0;
-            for (int k = 0; k < n->noutputs; k++) {
-                const Tensor *t = n->outputs[k];
-                if (!t)
-                    continue;
-                live |= t->is_output;
-                for (int c = 0; c < t->nconsumers; c++)
-                    live |= !t->consumers[c]->folded;
-            }
-            if (!live) {
-                n->folded = 1;
-                changed = 1;
-            }
-        }
-    }
-    ir_fold_sweep(g);
-    g->nfolded = before;
-}
-
 static int check_step_input(const Tensor *t, int64_t batch, int64_t len, const char *what, Diag *d)
 {
     if (!t)
@@ -196,7 +167,7 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d)
                  "position); name the pairs with --kv-cache PAST=PRESENT,...");
         return -1;
     }
-    drop_dead(g);
+    ir_drop_dead(g);
 
     /* The past inputs: nothing may read them now. */
     kept = 0;

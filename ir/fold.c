@@ -362,3 +362,34 @@ void ir_fold_sweep(Graph *g)
     g->nnodes = kept;
     graph_link_consumers(g);
 }
+
+/* Folds away every node whose outputs nothing live reads and that are
+ * not graph outputs, until none is left (a rewrite's leftovers). */
+void ir_drop_dead(Graph *g)
+{
+    int before = g->nfolded, changed = 1;
+    while (changed) {
+        changed = 0;
+        graph_link_consumers(g);
+        for (int i = 0; i < g->nnodes; i++) {
+            Node *n = g->nodes[i];
+            if (n->folded)
+                continue;
+            int live = 0;
+            for (int k = 0; k < n->noutputs; k++) {
+                const Tensor *t = n->outputs[k];
+                if (!t)
+                    continue;
+                live |= t->is_output;
+                for (int c = 0; c < t->nconsumers; c++)
+                    live |= !t->consumers[c]->folded;
+            }
+            if (!live) {
+                n->folded = 1;
+                changed = 1;
+            }
+        }
+    }
+    ir_fold_sweep(g);
+    g->nfolded = before;
+}

@@ -264,6 +264,10 @@ typedef struct Graph {
     int decode_generate;   /* --generate: tokens after the prompt */
     double decode_temperature; /* --sample T: draw from softmax(logits / T); 0: greedy */
     uint64_t decode_seed;  /* --seed: the sampler's stream */
+    /* ir/moe.c: each MoE block's stacked expert weights ([E, ...]), two per
+     * block, for --shard experts=AXIS. */
+    Tensor **moe_weights;
+    int nmoe_weights;
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;
@@ -347,6 +351,8 @@ int ir_infer_node(Graph *g, Node *n, Diag *d);
 int ir_fold_node(Graph *g, Node *n, Diag *d);
 /* Drops folded nodes (their outputs stay, as constants). */
 void ir_fold_sweep(Graph *g);
+/* Folds away the nodes nothing live reads (graph outputs are live). */
+void ir_drop_dead(Graph *g);
 
 /* ---- fuse.c ------------------------------------------------------------- */
 
@@ -433,6 +439,20 @@ typedef struct DecodeOptions {
     uint64_t seed;            /* --seed */
 } DecodeOptions;
 int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
+
+/* ---- moe.c -------------------------------------------------------------- */
+
+typedef struct MoeOptions {
+    double capacity_factor; /* --capacity-factor (1.25) */
+    int groups;             /* --moe-groups: token groups (reduced to a divisor of the tokens) */
+} MoeOptions;
+/* Rewrites each mixture-of-experts block of the exporters' batched form
+ * into MoeDispatch, expert GEMMs and MoeCombine (see moe.c); a graph with
+ * none is left as it is. */
+int ir_build_moe(Graph *g, const MoeOptions *o, Diag *d);
+/* Which MoE layer a MoeDispatch is (graph order), and how many there are. */
+int moe_layer_index(const Graph *g, const Node *n);
+int moe_layers(const Graph *g);
 
 /* ---- quant.c ------------------------------------------------------------ */
 

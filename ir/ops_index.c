@@ -507,3 +507,34 @@ int shape_kv_cache_write(Graph *g, Node *n, Diag *d)
     dims[axis] = slots;
     return shape_set(d, n, n->outputs[0], x->dtype, x->rank, dims);
 }
+
+/* ---- MoeDispatch, MoeCombine (ir/moe.c) ---------------------------------- */
+
+int shape_moe_dispatch(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *x = in(n, 0), *ids = in(n, 1);
+    int64_t e = node_attr_int(n, "experts", 0), cap = node_attr_int(n, "capacity", 0);
+    if (x->rank != 3 || ids->rank != 3 || ids->dims[0] != x->dims[0] || ids->dims[1] != x->dims[1])
+        return shape_fail(d, n, "tokens [groups, tokens, D] and expert ids [groups, tokens, k] must agree");
+    if (ids->dtype != DT_I64)
+        return shape_fail(d, n, "expert ids must be int64, not %s", dtype_name(ids->dtype));
+    if (e < 1 || cap < 1)
+        return shape_fail(d, n, "experts %lld and capacity %lld must be positive", (long long)e, (long long)cap);
+    int64_t buf[4] = {x->dims[0], e, x->dims[2], cap};
+    if (shape_set(d, n, n->outputs[0], x->dtype, 4, buf))
+        return -1;
+    return shape_set(d, n, n->outputs[1], DT_I64, 3, ids->dims);
+}
+
+int shape_moe_combine(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *y = in(n, 0), *slots = in(n, 1), *w = in(n, 2);
+    if (y->rank != 4 || slots->rank != 3 || w->rank != 3 || slots->dims[0] != y->dims[0] ||
+        memcmp(slots->dims, w->dims, 3 * sizeof(int64_t)) || slots->dtype != DT_I64 || y->dtype != DT_F32 ||
+        w->dtype != DT_F32)
+        return shape_fail(d, n, "float32 expert outputs [groups, E, D, C], int64 slots and float32 weights [groups, tokens, k] must agree");
+    int64_t out[3] = {y->dims[0], slots->dims[1], y->dims[2]};
+    return shape_set(d, n, n->outputs[0], y->dtype, 3, out);
+}

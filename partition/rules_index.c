@@ -312,3 +312,56 @@ int rule_kv_cache_write(const Node *n, FactorRule *r, Diag *d)
     factor_on(r, n->outputs[0]->dims[axis], FK_NEED_REPL, "a cache's positions stay whole", o, axis);
     return 0;
 }
+
+/* MoeDispatch(x [G, Ng, D], ids [G, Ng, k]) -> buf [G, E, D, C], slots
+ * [G, Ng, k]. Groups and D pass. A group's tokens and choices stay whole
+ * (positions are handed out in order over all of them), as do the
+ * capacity slots. The experts are the buffer's alone: a rank holding a
+ * block of them fills just those (emit_moe_dispatch offsets the ids), so
+ * tokens split by group and a buffer split by expert differ by the
+ * all-to-all that sends each group's tokens to their experts. */
+int rule_moe_dispatch(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)d;
+    const Tensor *x = n->inputs[0];
+    int b = rule_out_idx(n, 0), s = rule_out_idx(n, 1);
+    int f = factor_on(r, x->dims[0], FK_PASS, NULL, 0, 0);
+    if (f >= 0) {
+        rule_map_dim(r, 1, 0, f);
+        rule_map_dim(r, b, 0, f);
+        rule_map_dim(r, s, 0, f);
+    }
+    repl(r, "a group's tokens are dispatched together", (const int[]){0, 1, 1, 1, s, 1, -1});
+    repl(r, "a token's expert choices are dispatched together", (const int[]){1, 2, s, 2, -1});
+    pass2(r, x->dims[2], 0, 2, b, 2);
+    factor_on(r, n->outputs[0]->dims[1], FK_PASS, NULL, b, 1);
+    factor_on(r, n->outputs[0]->dims[3], FK_NEED_REPL, "an expert's capacity slots are filled in order", b, 3);
+    return 0;
+}
+
+/* MoeCombine(y [G, E, D, C], slots [G, Ng, k], weights [G, Ng, k]) ->
+ * [G, Ng, D]. Groups and D pass; tokens pass (each reads its own slots).
+ * The experts are contracted: a rank holding a block of them adds its
+ * experts' outputs, leaving the sum partial. */
+int rule_moe_combine(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)d;
+    const Tensor *y = n->inputs[0], *slots = n->inputs[1];
+    int o = rule_out_idx(n, 0);
+    int f = factor_on(r, y->dims[0], FK_PASS, NULL, 0, 0);
+    if (f >= 0) {
+        rule_map_dim(r, 1, 0, f);
+        rule_map_dim(r, 2, 0, f);
+        rule_map_dim(r, o, 0, f);
+    }
+    f = factor_on(r, slots->dims[1], FK_PASS, NULL, 1, 1);
+    if (f >= 0) {
+        rule_map_dim(r, 2, 1, f);
+        rule_map_dim(r, o, 1, f);
+    }
+    repl(r, "a token's expert choices are combined together", (const int[]){1, 2, 2, 2, -1});
+    pass2(r, y->dims[2], 0, 2, o, 2);
+    factor_on(r, y->dims[1], FK_REDUCTION, NULL, 0, 1);
+    factor_on(r, y->dims[3], FK_NEED_REPL, "an expert's capacity slots are read by slot number", 0, 3);
+    return 0;
+}

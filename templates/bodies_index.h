@@ -74,3 +74,38 @@ O2S_HD static inline int64_t ki_cache_slot(int64_t e, int64_t tokens, int64_t in
     int64_t i = e % inner, t = (e / inner) % tokens, o = e / (inner * tokens);
     return (o * slots + pos + t) * inner + i;
 }
+
+/* MoeDispatch: the slots of expert e's pairs in one group of ng tokens
+ * with k choices each (ids [ng, k]), in priority order: every token's
+ * first choice in token order, then every second choice, and so on. The
+ * c-th pair gets e * cap + c while c < cap; the rest keep -1 (dropped).
+ * Returns how many were dropped. */
+O2S_HD static inline int64_t ki_moe_expert_slots(const int64_t *ids, int64_t *slots, int64_t ng, int64_t k, int64_t e,
+                                                 int64_t cap)
+{
+    int64_t c = 0;
+    for (int64_t j = 0; j < k; j++)
+        for (int64_t t = 0; t < ng; t++)
+            if (ids[t * k + j] == e) {
+                if (c < cap)
+                    slots[t * k + j] = e * cap + c;
+                c++;
+            }
+    return c > cap ? c - cap : 0;
+}
+
+/* MoeCombine: token t's output element di, the sum over its kept choices
+ * held by this rank (experts e_off .. e_off + el - 1) of routing weight
+ * times the expert's output at the pair's slot; y is [el, d, cap] of one
+ * group, slots and w [ng, k] of the same group. */
+O2S_HD static inline float ki_moe_combine(const float *y, const int64_t *slots, const float *w, int64_t t, int64_t di,
+                                          int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t s = slots[t * k + j], le = s < 0 ? -1 : s / cap - e_off;
+        if (le >= 0 && le < el)
+            acc += w[t * k + j] * y[(le * d + di) * cap + s % cap];
+    }
+    return acc;
+}

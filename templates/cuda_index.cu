@@ -240,3 +240,69 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
                                                                    inner, slots, pos, n);
     CHECK_LAUNCH();
 }
+
+/* MoeDispatch: one thread per (group, expert) hands out that expert's
+ * slots (ki_moe_expert_slots, as the C target), adding the drops of this
+ * rank's experts to *dropped; then one per (group, token, choice, element)
+ * copies the token's rows into the experts' columns. */
+__global__ void kk_moe_slots(int64_t *slots, const int64_t *ids, int64_t ng, int64_t k, int64_t experts, int64_t el,
+                             int64_t e_off, int64_t cap, unsigned long long *dropped, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t gi = i / experts, e = i % experts;
+        int64_t lost = ki_moe_expert_slots(ids + gi * ng * k, slots + gi * ng * k, ng, k, e, cap);
+        if (dropped && lost && e >= e_off && e < e_off + el)
+            atomicAdd(dropped, (unsigned long long)lost);
+    }
+}
+
+__global__ void kk_moe_scatter(float *buf, const int64_t *slots, const float *x, int64_t ng, int64_t k, int64_t d,
+                               int64_t el, int64_t e_off, int64_t cap, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t di = i % d, p = i / d, gi = p / (ng * k), s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
+        if (le >= 0 && le < el)
+            buf[((gi * el + le) * d + di) * cap + s % cap] = x[(p / k) * d + di];
+    }
+}
+
+static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, const int64_t *ids, int64_t g, int64_t ng,
+                                  int64_t k, int64_t d, int64_t experts, int64_t el, int64_t e_off, int64_t cap,
+                                  int64_t *dropped)
+{
+    CHECK_CUDA(cudaMemsetAsync(slots, 0xff, (size_t)(g * ng * k) * sizeof(int64_t), g_stream)); /* -1 */
+    CHECK_CUDA(cudaMemsetAsync(buf, 0, (size_t)(g * el * d * cap) * sizeof(float), g_stream));
+    if (dropped)
+        CHECK_CUDA(cudaMemsetAsync(dropped, 0, sizeof(int64_t), g_stream));
+    if (g * experts)
+        kk_moe_slots<<<k_blocks(g * experts), K_THREADS, 0, g_stream>>>(slots, ids, ng, k, experts, el, e_off, cap,
+                                                                         (unsigned long long *)dropped, g * experts);
+    CHECK_LAUNCH();
+    if (g * ng * k * d)
+        kk_moe_scatter<<<k_blocks(g * ng * k * d), K_THREADS, 0, g_stream>>>(buf, slots, x, ng, k, d, el, e_off, cap,
+                                                                             g * ng * k * d);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_moe_combine(float *out, const float *y, const int64_t *slots, const float *w, int64_t ng, int64_t k,
+                               int64_t d, int64_t el, int64_t e_off, int64_t cap, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t di = i % d, t = (i / d) % ng, gi = i / (d * ng);
+        out[i] = ki_moe_combine(y + gi * el * d * cap, slots + gi * ng * k, w + gi * ng * k, t, di, k, d, el, e_off,
+                                cap);
+    }
+}
+
+/* MoeCombine: as templates/kernels_index.c, one thread per output element. */
+static inline void k_moe_combine(float *out, const float *y, const int64_t *slots, const float *w, int64_t g,
+                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    if (g * ng * d)
+        kk_moe_combine<<<k_blocks(g * ng * d), K_THREADS, 0, g_stream>>>(out, y, slots, w, ng, k, d, el, e_off, cap,
+                                                                         g * ng * d);
+    CHECK_LAUNCH();
+}

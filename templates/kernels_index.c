@@ -160,3 +160,48 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
         memcpy((char *)cache + ki_cache_slot(row * inner, tokens, inner, slots, pos) * (int64_t)elsize,
                (const char *)x + row * inner * (int64_t)elsize, (size_t)inner * elsize);
 }
+
+/* MoeDispatch: x [g, ng, d] into this rank's experts e_off .. e_off + el -
+ * 1 of buf [g, el, d, cap], each token's row to column c of its expert;
+ * slots [g, ng, k] of every expert (ki_moe_expert_slots). *dropped (when
+ * this rank counts: one replica of each block) gets the pairs its experts
+ * had no room for. */
+static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, const int64_t *ids, int64_t g, int64_t ng,
+                                  int64_t k, int64_t d, int64_t experts, int64_t el, int64_t e_off, int64_t cap,
+                                  int64_t *dropped)
+{
+    int64_t lost = 0;
+    for (int64_t i = 0; i < g * ng * k; i++)
+        slots[i] = -1;
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t e = 0; e < experts; e++) {
+            int64_t n = ki_moe_expert_slots(ids + gi * ng * k, slots + gi * ng * k, ng, k, e, cap);
+            if (e >= e_off && e < e_off + el)
+                lost += n;
+        }
+    memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t i = 0; i < ng * k; i++) {
+            int64_t s = slots[gi * ng * k + i], le = s < 0 ? -1 : s / cap - e_off;
+            if (le < 0 || le >= el)
+                continue;
+            float *col = buf + ((gi * el + le) * d) * cap + s % cap;
+            const float *row = x + (gi * ng + i / k) * d;
+            for (int64_t di = 0; di < d; di++)
+                col[di * cap] = row[di];
+        }
+    if (dropped)
+        *dropped = lost;
+}
+
+/* MoeCombine: out [g, ng, d], each token's weighted sum over its kept
+ * choices among this rank's experts (a partial sum when they are split). */
+static inline void k_moe_combine(float *out, const float *y, const int64_t *slots, const float *w, int64_t g,
+                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t t = 0; t < ng; t++)
+            for (int64_t di = 0; di < d; di++)
+                out[(gi * ng + t) * d + di] = ki_moe_combine(y + gi * el * d * cap, slots + gi * ng * k,
+                                                             w + gi * ng * k, t, di, k, d, el, e_off, cap);
+}

@@ -1318,7 +1318,46 @@ static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
 {
     CHECK_MPI_WATCHED(MPI_Bcast(v, n, MPI_INT64_T, 0, MPI_COMM_WORLD), what);
 }
+
+/* n counters a kernel sets (the MoE dispatch's dropped pairs), zeroed. */
+static inline int64_t *rt_counters(int n)
+{
+    int64_t *c = calloc((size_t)n, sizeof *c);
+    if (!c)
+        rt_die("out of memory for %d counters", n);
+    return c;
+}
+
+/* Every rank's counters summed into v on each (v read from c). */
+static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what)
+{
+    CHECK_MPI_WATCHED(MPI_Allreduce(c, v, n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), what);
+}
 #endif
+
+/* (the CUDA target's is in cuda_kernels.cu, over NCCL) */
+static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what);
+
+/* One mixture-of-experts layer, for --stats. */
+typedef struct RtMoeInfo {
+    const char *name; /* its dispatch node */
+    long long pairs, capacity, groups; /* (token, expert) pairs per forward(); per expert per group; groups */
+} RtMoeInfo;
+
+/* --stats: rank 0 prints each MoE layer's dropped pairs in the last
+ * forward(), summed over the ranks that counted them. */
+static inline void rt_moe_stats(const RtMoeInfo *info, const int64_t *counters, int n)
+{
+    int64_t sum[64];
+    for (int base = 0; base < n; base += 64) {
+        int m = n - base < 64 ? n - base : 64;
+        rt_sum_counters(counters + base, sum, m, "the MoE counters (--stats)");
+        for (int i = 0; i < m && RANK == 0; i++)
+            printf("moe %s: dropped %lld of %lld (token, expert) pairs; capacity %lld per expert in each of %lld "
+                   "groups\n", info[base + i].name, (long long)sum[i], info[base + i].pairs,
+                   info[base + i].capacity, info[base + i].groups);
+    }
+}
 
 /* ---- weights: one file per rank, checked by size and FNV-1a checksum ---- */
 
@@ -1442,6 +1481,7 @@ typedef struct RtArgs {
     long steps, log_every; /* training programs: --steps N (1), --log-every K (1) */
     const char *save, *resume; /* --save DIR, --resume DIR, or NULL */
     long save_every;           /* --save-every K: also every K steps (0: at the end only) */
+    int stats;                 /* --stats: the mixture-of-experts counters of the last forward() */
 } RtArgs;
 
 #define RT_MAX_ITERS 1000000000
@@ -1488,6 +1528,10 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
             *(flag[3] == 't' ? &a->steps : flag[3] == 'o' ? &a->log_every : &a->save_every) = v;
             continue;
         }
+        if (strcmp(flag, "--stats") == 0) {
+            a->stats = 1;
+            continue;
+        }
         if ((strcmp(flag, "--save") == 0 || strcmp(flag, "--resume") == 0) && i + 1 < argc) {
             *(flag[2] == 's' ? &a->save : &a->resume) = argv[++i];
             continue;
@@ -1497,7 +1541,7 @@ static inline void rt_parse_args(int argc, char **argv, RtArgs *a, const char *c
         int is_trace = strcmp(flag, "--trace") == 0, is_comms = strcmp(flag, "--comms") == 0;
         if ((!is_in && !is_out && !is_iters && !is_timeout && !is_trace && !is_comms) || i + 1 >= argc)
             rt_die("usage: %s [--in NAME=FILE]... [--out NAME=FILE.npy]... [--iters N] [--timeout S] "
-                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] [--steps N] [--log-every K] [--save DIR] [--save-every K] [--resume DIR] (bad argument \"%s\")", argv[0], flag);
+                   "[--trace FILE.json] [--comms overlap|unprogressed|serial] [--steps N] [--log-every K] [--save DIR] [--save-every K] [--resume DIR] [--stats] (bad argument \"%s\")", argv[0], flag);
         char *arg = argv[++i];
         if (is_iters) {
             a->iters = (int)rt_parse_int(flag, arg, 1, RT_MAX_ITERS);

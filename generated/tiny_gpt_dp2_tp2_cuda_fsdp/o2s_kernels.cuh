@@ -489,6 +489,38 @@ static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
 #endif
 }
 
+/* n counters a kernel sets (the MoE dispatch's dropped pairs), zeroed, in
+ * device memory. */
+static inline int64_t *rt_counters(int n)
+{
+    int64_t *c;
+    CHECK_CUDA(cudaMalloc((void **)&c, (size_t)n * sizeof *c));
+    CHECK_CUDA(cudaMemset(c, 0, (size_t)n * sizeof *c));
+    return c;
+}
+
+/* Every rank's device counters summed into host v on each, over NCCL on
+ * the world communicator. */
+static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what)
+{
+#if WORLD > 1
+    static int64_t *dev;
+    static int cap;
+    if (n > cap) {
+        if (dev)
+            CHECK_CUDA(cudaFree(dev));
+        CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * sizeof(int64_t)));
+        cap = n;
+    }
+    CHECK_NCCL(ncclAllReduce(c, dev, (size_t)n, ncclInt64, ncclSum, g_nccl[0], g_comm));
+    rt_cuda_sync(g_comm, what);
+    CHECK_CUDA(cudaMemcpy(v, dev, (size_t)n * sizeof(int64_t), cudaMemcpyDeviceToHost));
+#else
+    (void)what;
+    CHECK_CUDA(cudaMemcpy(v, c, (size_t)n * sizeof(int64_t), cudaMemcpyDeviceToHost));
+#endif
+}
+
 /* --out of an output that stays split over the ranks (see the C target's
  * rt_gather_output, with its nmb blocks per rank and its root): the root
  * receives one copy of every block from the
