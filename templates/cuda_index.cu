@@ -276,13 +276,13 @@ static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, co
     CHECK_CUDA(cudaMemsetAsync(buf, 0, (size_t)(g * el * d * cap) * sizeof(float), g_stream));
     if (dropped)
         CHECK_CUDA(cudaMemsetAsync(dropped, 0, sizeof(int64_t), g_stream));
-    if (g * experts)
-        kk_moe_slots<<<k_blocks(g * experts), K_THREADS, 0, g_stream>>>(slots, ids, ng, k, experts, el, e_off, cap,
-                                                                         (unsigned long long *)dropped, g * experts);
+    int64_t nslots = g * experts, ncopy = g * ng * k * d;
+    if (nslots > 0)
+        kk_moe_slots<<<k_blocks(nslots), K_THREADS, 0, g_stream>>>(slots, ids, ng, k, experts, el, e_off, cap,
+                                                                   (unsigned long long *)dropped, nslots);
     CHECK_LAUNCH();
-    if (g * ng * k * d)
-        kk_moe_scatter<<<k_blocks(g * ng * k * d), K_THREADS, 0, g_stream>>>(buf, slots, x, ng, k, d, el, e_off, cap,
-                                                                             g * ng * k * d);
+    if (ncopy > 0)
+        kk_moe_scatter<<<k_blocks(ncopy), K_THREADS, 0, g_stream>>>(buf, slots, x, ng, k, d, el, e_off, cap, ncopy);
     CHECK_LAUNCH();
 }
 
@@ -301,8 +301,8 @@ __global__ void kk_moe_combine(float *out, const float *y, const int64_t *slots,
 static inline void k_moe_combine(float *out, const float *y, const int64_t *slots, const float *w, int64_t g,
                                  int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
 {
-    if (g * ng * d)
-        kk_moe_combine<<<k_blocks(g * ng * d), K_THREADS, 0, g_stream>>>(out, y, slots, w, ng, k, d, el, e_off, cap,
-                                                                         g * ng * d);
+    int64_t n = g * ng * d;
+    if (n > 0)
+        kk_moe_combine<<<k_blocks(n), K_THREADS, 0, g_stream>>>(out, y, slots, w, ng, k, d, el, e_off, cap, n);
     CHECK_LAUNCH();
 }

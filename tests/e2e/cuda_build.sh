@@ -27,7 +27,7 @@ compile_case() {
         echo "FAIL $name: compile: $(cat "$OUT/$name.err")"; return
     fi
     echo "ok $name"
-    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1|train_mlp_adamw_dp2tp2|train_gpt_adamw_fp16_zero3_dp2|decode_llama_tp2)
+    case "$name" in gpt_1|gpt_dp2_tp2|mlp_fsdp_tp_p1|train_mlp_adamw_dp2tp2|train_gpt_adamw_fp16_zero3_dp2|decode_llama_tp2|mixtral_moe_ep2)
         # shellcheck disable=SC2086
         "$BIN" compile "tests/models/$model.onnx" --mesh "$mesh" $flags --target cuda -o "$OUT/${name}_nompi" \
             >/dev/null 2>&1 && echo "MPI=0" > "$OUT/${name}_nompi/.make_args" && echo "ok ${name}_nompi";;

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Expert-parallel MoE lowering against ONNX Runtime and a numpy reference.
+
+Each case writes one MoE block (tests/models/make_moe_block.py), compiles it
+with --mesh, --shard, --capacity-factor F (or its default) and maybe
+--moe-groups G (reduced, as the default is, to a divisor of N), runs it
+with --stats on a random x and compares y:
+  - without drops (F >= E/k) with ONNX Runtime and numpy (atol = rtol = 1e-5);
+  - with drops with numpy's capacity rule only, which is: tokens split into G
+    contiguous groups of Ng = N/G; capacity C = max(1, min(Ng, ceil(F*k*Ng/E)))
+    per expert per group; in each group the (token, choice) pairs take
+    places in their experts, first choices first, in token order; a pair
+    past C adds nothing to its token's y (the other choices keep their
+    weights).
+The --stats line (`moe NAME: dropped D of P (token, expert) pairs; capacity
+C per expert in each of G groups`) must give numpy's D, P = N*k, C and G.
+
+  build/venv/bin/python tests/e2e/moe.py [--only NAME] [--keep] [--reference-only]
+
+--reference-only checks the numpy reference against ORT (no compiler).
+Prints one line per case and exits non-zero when any fails.
+"""
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "build", "onnx2spmd")
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+from make_moe_block import make_block  # noqa: E402
+
+TOL = 1e-5
+# name: (n, d, f, e, k, norm_topk, seed)
+MODELS = {
+    "top2": (16, 16, 32, 4, 2, True, 1),      # Mixtral-like
+    "top2raw": (16, 16, 32, 4, 2, False, 2),  # OLMoE-like: no renormalisation
+    "top1": (16, 16, 32, 4, 1, False, 3),     # Switch-like
+    "n12": (12, 16, 32, 4, 2, True, 4),
+    "n10": (10, 16, 32, 4, 2, True, 5),
+}
+EP = ["--shard", "W1=[ep,_,_]", "--shard", "W2=[ep,_,_]"]
+XEP = ["--shard", "x=[ep,_]"]
+# (name, model, mesh, flags, capacity factor (None: the default, 1.25), compare with ORT too)
+CASES = [
+    # a. F = E/k: nothing dropped, so the ONNX model's y exactly
+    ("top2_1rank", "top2", "ep=1", [], 2.0, True),
+    ("top2_ep2", "top2", "ep=2", EP + XEP, 2.0, True),
+    ("top2_dp2_ep2", "top2", "dp=2,ep=2", EP + ["--shard", "x=[dp+ep,_]"], 2.0, True),
+    ("top2_ep2_tp2", "top2", "ep=2,tp=2", EP + XEP, 2.0, True),
+    ("top2_ep2_tp2_w2d", "top2", "ep=2,tp=2",
+     ["--shard", "W1=[ep,_,_]", "--shard", "W2=[ep,tp,_]"] + XEP, 2.0, True),
+    ("top2raw_ep2", "top2raw", "ep=2", EP + XEP, 2.0, True),
+    ("top1_1rank", "top1", "ep=1", [], 4.0, True),
+    ("top1_ep2", "top1", "ep=2", EP + XEP, 4.0, True),
+    # b. drops
+    ("drop05_1rank", "top2", "ep=1", [], 0.5, False),
+    ("drop10_1rank", "top2", "ep=1", [], 1.0, False),
+    ("drop10_1rank_g2", "top2", "ep=1", ["--moe-groups", "2"], 1.0, False),
+    ("drop05_ep2", "top2", "ep=2", EP + XEP, 0.5, False),
+    ("drop10_ep2", "top2", "ep=2", EP + XEP, 1.0, False),
+    ("drop10_ep2_g2", "top2", "ep=2", EP + XEP + ["--moe-groups", "2"], 1.0, False),
+    ("drop10_ep2_g4", "top2", "ep=2", EP + XEP + ["--moe-groups", "4"], 1.0, False),
+    ("drop_default_ep2", "top2", "ep=2", EP + XEP, None, False),  # F = 1.25: C = 5, 2 dropped
+    # c. default groups: N=12 on 2 ranks (G=2); N=10 on 4 ranks (G reduced to 2);
+    # G=8 asked of N=12: reduced to 6, as the default is
+    ("n12_ep2", "n12", "ep=2", EP + XEP, 1.0, False),
+    ("n10_dp2_ep2", "n10", "dp=2,ep=2", EP, 1.0, False),
+    ("n12_ep2_g8", "n12", "ep=2", EP + XEP + ["--moe-groups", "8"], 1.0, False),
+]
+
+MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+              "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+              "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+STATS = re.compile(r"moe (.+?): dropped (\d+) of (\d+) \(token, expert\) pairs; "
+                   r"capacity (\d+) per expert in each of (\d+) groups")
+
+
+def groups_for(mesh, flags, n):
+    """--moe-groups or the product of the mesh's axis sizes, down to the
+    largest divisor of n."""
+    g = math.prod(int(a.split("=")[1]) for a in mesh.split(","))
+    if "--moe-groups" in flags:
+        g = int(flags[flags.index("--moe-groups") + 1])
+    return max(d for d in range(1, min(g, n) + 1) if n % d == 0)
+
+
+def capacity(cf, k, ng, e):
+    return max(1, min(ng, math.ceil(cf * k * ng / e)))
+
+
+def reference(x, wr, w1, w2, k, norm, groups, cf):
+    """y (float64), pairs dropped, capacity; float64 throughout."""
+    x, wr, w1, w2 = (a.astype(np.float64) for a in (x, wr, w1, w2))
+    n, e, f = x.shape[0], wr.shape[1], w1.shape[1] // 2
+    assert n % groups == 0
+    logits = x @ wr
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    order = np.argsort(-probs, axis=-1, kind="stable")  # ties: lower index first, as ORT
+    top = np.take_along_axis(probs, order[:, :k + 1], -1)
+    gap = float(np.min(-np.diff(top, axis=-1)))
+    if gap < 1e-5:  # a float32 router could choose or order differently
+        raise RuntimeError("routing within %.1e of a tie: change the model's seed" % gap)
+    ids, w = order[:, :k], top[:, :k]
+    if norm:
+        w = w / w.sum(-1, keepdims=True)
+    ng = n // groups
+    cap = capacity(cf, k, ng, e)
+    keep = np.ones((n, k), bool)
+    for g0 in range(0, n, ng):
+        used = np.zeros(e, int)
+        for j in range(k):
+            for t in range(g0, g0 + ng):
+                keep[t, j] = used[ids[t, j]] < cap
+                used[ids[t, j]] += 1
+    y = np.zeros_like(x)
+    for t in range(n):
+        for j in range(k):
+            if keep[t, j]:
+                s1 = w1[ids[t, j]] @ x[t]
+                a, b = s1[:f], s1[f:]
+                y[t] += w[t, j] * (w2[ids[t, j]] @ (a / (1 + np.exp(-a)) * b))
+    return y, int((~keep).sum()), cap
+
+
+def run_ort(path, x):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return sess.run(["y"], {"x": x})[0]
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise RuntimeError("%s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    return r.stdout
+
+
+def build_model(model, work):
+    """The block's path, its weights and its x (fixed seeds)."""
+    n, d, f, e, k, norm, seed = MODELS[model]
+    path = os.path.join(work, model + ".onnx")
+    wts = make_block(path, n, d, f, e, k, norm, seed)
+    x = np.random.default_rng(100 + seed).standard_normal((n, d)).astype(np.float32)
+    return path, wts, x
+
+
+def diff(a, b):
+    return "max|diff| %.2e" % float(np.max(np.abs(a.astype(np.float64) - b)))
+
+
+def run_case(name, model, mesh, flags, cf, with_ort, work):
+    n, d, f, e, k, norm, seed = MODELS[model]
+    path, (wr, w1, w2), x = build_model(model, work)
+    groups = groups_for(mesh, flags, n)
+    if cf is None:
+        cf = 1.25  # the compiler's default
+    else:
+        flags = flags + ["--capacity-factor", str(cf)]
+    ref, dropped, cap = reference(x, wr, w1, w2, k, norm, groups, cf)
+    if cf < e / k and dropped == 0:
+        return "the reference drops nothing: the case tests no drops"
+    out = os.path.join(work, name)
+    run([BIN, "compile", path, "--mesh", mesh, "-o", out] + flags)
+    run(["make", "-s", "-C", out])
+    xin, yout = os.path.join(work, name + "_x.npy"), os.path.join(work, name + "_y.npy")
+    np.save(xin, x)
+    stdout = run([os.path.join(out, "run.sh"), "--in", "x=" + xin, "--out", "y=" + yout, "--stats"],
+                 env=dict(os.environ, **MPIRUN_ENV))
+    # Experts and tokens split over the same axis meet by all-to-all (one
+    # each way), not by gathering the weights.
+    plan = open(os.path.join(out, "plan.txt")).read()
+    if "x=[ep,_]" in flags and "W1=[ep,_,_]" in flags and plan.count("all-to-all ") < 2:
+        return "experts and tokens split over ep, but the plan has no all-to-all each way:\n" + plan
+    y = np.load(yout)
+    if y.shape != (n, d):
+        return "y has shape %s, not %s" % (y.shape, (n, d))
+    if not np.allclose(y, ref, atol=TOL, rtol=TOL):
+        return "y differs from numpy's (%d dropped): %s" % (dropped, diff(y, ref))
+    if with_ort:
+        want = run_ort(path, x)
+        if not np.allclose(y, want, atol=TOL, rtol=TOL):
+            return "y differs from ONNX Runtime's: %s" % diff(y, want)
+    stats = STATS.findall(stdout)
+    if len(stats) != 1:
+        return "%d --stats lines, not 1; stdout:\n%s" % (len(stats), stdout)
+    got = tuple(int(v) for v in stats[0][1:])
+    if got != (dropped, n * k, cap, groups):
+        return "--stats says dropped %d of %d, capacity %d, %d groups; numpy: %d of %d, %d, %d" \
+            % (got + (dropped, n * k, cap, groups))
+    return None
+
+
+def reference_only(work):
+    """numpy's reference with nothing dropped against ONNX Runtime, every model."""
+    failed = 0
+    for model, (n, d, f, e, k, norm, seed) in MODELS.items():
+        path, (wr, w1, w2), x = build_model(model, work)
+        ref, dropped, _ = reference(x, wr, w1, w2, k, norm, 1, e / k)
+        want = run_ort(path, x)
+        ok = dropped == 0 and np.allclose(want, ref, atol=TOL, rtol=TOL)
+        counts = np.bincount(np.argsort(-(x @ wr), -1, kind="stable")[:, :k].ravel(), minlength=e)
+        print("%s reference_%s: %s, pairs per expert %s"
+              % ("PASS" if ok else "FAIL", model, diff(want, ref), counts.tolist()))
+        failed += not ok
+    return failed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--reference-only", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="o2s_moe_")
+    failed = 0
+    try:
+        if a.reference_only:
+            failed = reference_only(work)
+        for case in CASES if not a.reference_only else []:
+            if a.only and a.only != case[0]:
+                continue
+            try:
+                why = run_case(*case, work)
+            except RuntimeError as e:
+                why = str(e)
+            print("PASS %s" % case[0] if why is None else "FAIL %s: %s" % (case[0], why))
+            failed += why is not None
+    finally:
+        if a.keep:
+            print("kept", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print("moe: %d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
