@@ -737,6 +737,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (*end || end == optarg || !(v > 0 && v <= 1e6))
                 return usage_error("--capacity-factor %s: expected a number above 0, at most 1e6", optarg);
             o->moeopt.capacity_factor = v;
+            o->moe_flag = o->moe_flag ? o->moe_flag : "--capacity-factor";
             break;
         }
         case OPT_MOE_GROUPS: {
@@ -745,6 +746,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
             if (*end || end == optarg || v < 1 || v > (1 << 20))
                 return usage_error("--moe-groups %s: expected a count from 1 to 1048576", optarg);
             o->moeopt.groups = (int)v;
+            o->moe_flag = o->moe_flag ? o->moe_flag : "--moe-groups";
             break;
         }
         case OPT_DECODE: o->decode = 1; break;
@@ -864,6 +866,9 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
                                                      : o->decodeopt.kv ? "--kv-cache" : "--sample");
     if (seed_given && !o->decodeopt.temperature)
         return usage_error("--seed: only with --sample (greedy decoding draws nothing)%s", "");
+    if (o->train && o->moe_flag)
+        return usage_error("%s: expert parallelism does not train yet (--train keeps a mixture of experts in its "
+                           "exported dense form)", o->moe_flag);
     if (o->decode && !o->decodeopt.max_seq)
         return usage_error("--decode: --max-seq S is required (the cache's positions: prompt and generated tokens)%s",
                            "");

@@ -179,13 +179,18 @@ static ProgramOptions program_options(const DriverOptions *o)
 
 /* --shard NAME=SPEC, or --shard experts=AXIS: every MoE block's stacked
  * expert weights split over AXIS along their experts (ir/moe.c). */
-static int add_shard(Driven *r, const Graph *g, const Mesh *mesh, const char *arg, Diag *d)
+static int add_shard(Driven *r, const Graph *g, const Mesh *mesh, const char *arg, int train, Diag *d)
 {
     if (strncmp(arg, "experts=", 8) != 0 || strchr(arg, '[') || graph_tensor_find(g, "experts"))
         return annotate_add_flag(&r->ann, &r->arena, g, mesh, arg, "--shard", d);
     if (!g->nmoe_weights) {
-        diag_add(d, "--shard %s: the model has no mixture-of-experts block in the form expert parallelism takes "
+        diag_add(d, train ? "--shard %s: expert parallelism does not train yet (--train keeps a mixture of experts "
+                               "in its exported dense form)" : "--shard %s: the model has no mixture-of-experts block in the form expert parallelism takes "
                  "(a Gather of stacked expert weights by the router's top-k ids)", arg);
+        return -1;
+    }
+    if (mesh_axis_find(mesh, arg + 8) < 0) {
+        diag_add(d, "--shard %.100s: the mesh has no axis of that name", arg);
         return -1;
     }
     for (int i = 0; i < g->nmoe_weights; i++) {
@@ -303,6 +308,11 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     }
     if (!o->train && ir_build_moe(r->graph, &moe, d))
         goto out;
+    if (o->moe_flag && !r->graph->nmoe_weights) {
+        diag_add(d, "%s: the model has no mixture-of-experts block in the form expert parallelism takes (a Gather "
+                 "of stacked expert weights by the router's top-k ids)", o->moe_flag);
+        goto out;
+    }
     r->ann.zero = r->zero = o->zero;
     r->ann.zero_axis = o->zero_axis ? o->zero_axis : "dp";
     int zax = mesh_axis_find(&mesh, r->ann.zero_axis);
@@ -314,7 +324,7 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
         goto out;
     d->context = ctx;
     for (int i = 0; i < o->nshards; i++)
-        if (add_shard(r, g, &mesh, o->shards[i], d))
+        if (add_shard(r, g, &mesh, o->shards[i], o->train, d))
             goto out;
     if (o->shardings && annotate_add_file(&r->ann, &r->arena, g, &mesh, o->shardings, d))
         goto out;

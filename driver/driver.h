@@ -53,6 +53,7 @@ typedef struct DriverOptions {
     int decode;                    /* --decode */
     DecodeOptions decodeopt;       /* --max-seq, --generate, --kv-cache */
     MoeOptions moeopt;             /* --capacity-factor, --moe-groups (0: the mesh's ranks) */
+    const char *moe_flag;          /* the first of them given, or NULL */
     /* compile only */
     const char *target;            /* "c" or "cuda" */
     const char *cuda_arch;

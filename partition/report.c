@@ -412,6 +412,41 @@ static void print_decode(const Plan *p, FILE *f)
     }
 }
 
+/* Mixture-of-experts layers (ir/moe.c): each dispatch's groups, experts,
+ * capacity and how much the capacity can drop; where the experts live and
+ * how the tokens reach them. */
+static void print_moe(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    int layer = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = g->nodes[i];
+        if (nd->folded || nd->op != OP_MOE_DISPATCH)
+            continue;
+        const Tensor *ids = nd->inputs[1], *buf = nd->outputs[0];
+        int64_t groups = ids->dims[0], ng = ids->dims[1], k = ids->dims[2], e = buf->dims[1];
+        int64_t cap = node_attr_int(nd, "capacity", 0), worst = groups * k * (ng - cap);
+        if (!layer++)
+            fprintf(f, "\nmoe      %d layers: tokens in groups, each sending at most its capacity to an expert "
+                       "(--capacity-factor %g); the program's --stats counts the pairs dropped\n",
+                    moe_layers(g), (double)node_attr_float(nd, "capacity_factor", 0));
+        char a[128], b[128];
+        const Tensor *w = layer * 2 - 2 < g->nmoe_weights ? g->moe_weights[layer * 2 - 2] : NULL;
+        const Sharding *ts = &p->tensors[nd->inputs[0]->id].sharding;
+        char drops[128] = "no pair is ever dropped";
+        if (worst > 0)
+            snprintf(drops, sizeof drops, "up to %lld of %lld pairs dropped when the routing is skewed",
+                     (long long)worst, (long long)(groups * ng * k));
+        fprintf(f, "  %s\n    %lld groups of %lld tokens, top-%lld of %lld experts, capacity %lld per expert per "
+                   "group: %s\n",
+                nd->label, (long long)groups, (long long)ng, (long long)k, (long long)e, (long long)cap, drops);
+        if (w)
+            fprintf(f, "    experts %s (%s), tokens %s\n", w->label,
+                    sharding_str(&p->tensors[w->id].sharding, m, a, sizeof a), sharding_str(ts, m, b, sizeof b));
+    }
+}
+
 void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
 {
     const PlanSchedule *sched = x ? x->sched : NULL;
@@ -422,6 +457,7 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     print_header(p, f);
     if (g->decode_slots)
         print_decode(p, f);
+    print_moe(p, f);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         char t0[32];

@@ -89,6 +89,23 @@ plan_err '--decode: no key-value cache found' tests/models/exports/gpt2_ts.onnx 
 plan_err '--kv-cache past_key_values.0.key=logits: no graph output of that name' $K --mesh tp=1 --decode --max-seq 8 --dim batch=1 --kv-cache past_key_values.0.key=logits
 plan_err '--decode: decoding runs on meshes without a pipeline axis' $K --mesh pp=2 --decode --max-seq 8 --dim batch=1
 plan_err '--decode: graph input "past_key_values.0.value" is neither' $K --mesh tp=1 --decode --max-seq 8 --dim batch=1 --kv-cache past_key_values.0.key=present.0.key
+# Mixtures of experts: the flags, and a model without a block they apply to.
+MX=tests/models/exports/mixtral_moe.onnx
+plan_err '--capacity-factor 0: expected a number above 0' $MX --mesh ep=2 --capacity-factor 0
+plan_err '--moe-groups 0: expected a count from 1' $MX --mesh ep=2 --moe-groups 0
+plan_err '--shard experts=zz: the mesh has no axis of that name' $MX --mesh ep=2 --shard experts=zz
+plan_err '--shard experts=ep: the model has no mixture-of-experts block' $M --mesh ep=2 --shard experts=ep
+plan_err '--capacity-factor: the model has no mixture-of-experts block' $M --mesh ep=2 --capacity-factor 2
+plan_err '--capacity-factor: expert parallelism does not train yet' $MX --mesh ep=1 --train --loss logits --capacity-factor 2
+# --shard experts=ep with the tokens over ep: one all-to-all each way per
+# layer, and the plan says the capacity; --auto under a memory limit
+# splits the experts itself.
+out=$("$BIN" plan $MX --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --shard 'attention_mask=[ep,_]' 2>&1)
+[ "$(printf '%s\n' "$out" | grep -c ' all-to-all  ')" = 4 ] || err "plan --shard experts=ep: not 4 all-to-alls: $out"
+printf '%s\n' "$out" | grep -q "2 groups of 16 tokens, top-2 of 4 experts, capacity 10 per expert per group" ||
+    err "plan --shard experts=ep: no capacity line"
+"$BIN" plan $MX --mesh ep=2 --auto --mem-limit 900K 2>&1 | grep -q "experts inner.model.layers.1.mlp.experts.gate_up_proj (\[ep,_,_\])" ||
+    err "plan --auto --mem-limit 900K: the experts are not split over ep"
 plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
 plan_err '--recompute some: expected none, selective or full' $T --mesh dp=1 --train --recompute some
 plan_err '--precision fp8: expected fp32, bf16 or fp16' $T --mesh dp=1 --train --precision fp8
