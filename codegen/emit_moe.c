@@ -23,7 +23,7 @@ void emit_moe_state(Emitter *e, FILE *f)
             continue;
         const Tensor *ids = n->inputs[1];
         fprintf(f, "    {");
-        esc_c_string(f, n->name);
+        esc_c_string(f, n->label); /* printed to a terminal */
         fprintf(f, ", %lld, %lld, %lld},\n", (long long)(ids->dims[0] * ids->dims[1] * ids->dims[2]),
                 (long long)node_attr_int(n, "capacity", 0), (long long)ids->dims[0]);
     }

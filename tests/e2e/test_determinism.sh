@@ -44,6 +44,12 @@ twice "pipeline-training" tests/models/train/tiny_gpt_lm.onnx --train --mesh pp=
 # Decoding: the caches found and rewritten, tp over Llama's GQA heads.
 twice "--decode" tests/models/exports/llama_kv.onnx --decode --max-seq 24 --generate 8 --dim batch=2 --mesh tp=2 \
     --shardings tests/e2e/exports/llama_kv_tp.txt
+# Expert parallelism: the MoE blocks rewritten, experts and tokens over ep
+# with tp beside them, on both targets.
+twice "expert-parallel" tests/models/exports/qwen2moe_moe.onnx --mesh ep=2,tp=2 --shard experts=ep \
+    --shard 'input_ids=[ep,_]' --shard 'attention_mask=[ep,_]'
+twice "expert-parallel CUDA" tests/models/exports/mixtral_moe.onnx --mesh ep=2 --shard experts=ep \
+    --shard 'input_ids=[ep,_]' --target cuda
 bash tools/generated.sh --check || fail=1
 # Fusing all-reduces changes the calls, not the numbers: the fused and
 # unfused golden runs (run_golden.sh) give bit-identical outputs.

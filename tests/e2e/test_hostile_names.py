@@ -187,6 +187,57 @@ def decode_case(env, fail):
         fail.append("decode_r1: tokens or logits differ from ONNX Runtime's")
 
 
+def moe_case(env, fail):
+    """Expert parallelism on the Mixtral MoE export with every name hostile
+    but the inputs': the stacked expert weights split with --shard
+    experts=ep (names taken from the model into a --shard annotation), the
+    nodes (the dispatch's goes into --stats' table and its output). Built
+    with -Werror, inert, the logits ONNX Runtime's (no token dropped), and
+    --stats' lines safe for a terminal."""
+    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "mixtral_moe.onnx"))
+    g = m.graph
+    keep = {"input_ids", "attention_mask", "logits"}
+    names = {}
+    seen = [t.name for t in g.initializer]
+    for n in g.node:
+        seen += list(n.input) + list(n.output)
+    for name in seen:
+        if name and name not in names and name not in keep:
+            names[name] = hostile(len(names), "e")
+    for v in g.value_info:
+        v.name = names.get(v.name, v.name)
+    for t in g.initializer:
+        t.name = names[t.name]
+    for k, n in enumerate(g.node):
+        n.input[:] = [names.get(x, x) if x else x for x in n.input]
+        n.output[:] = [names.get(x, x) for x in n.output]
+        n.name = hostile(k, "en")
+    model = os.path.join(OUT, "model_moe.onnx")
+    with open(model, "wb") as f:
+        f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
+    d = compile_build("moe_ep2", ["compile", model, "--mesh", "ep=2", "--shard", "experts=ep", "--shard",
+                                  "input_ids=[ep,_]", "--capacity-factor", "2"], fail)
+    if not d:
+        return
+    gold = os.path.join(ROOT, "tests", "golden", "mixtral_moe")
+    out = os.path.join(OUT, "moe_logits.npy")
+    r = run([os.path.join(d, "run.sh"), "--in", "input_ids=" + os.path.join(gold, "input_input_ids.npy"),
+             "--in", "attention_mask=" + os.path.join(gold, "input_attention_mask.npy"), "--out", "logits=" + out,
+             "--stats"], env=env, timeout=120, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        fail.append("moe_ep2: run exit %d: %r" % (r.returncode, (r.stdout + r.stderr)[-400:]))
+        return
+    check_text("moe_ep2 --stats", r.stdout, fail)
+    stats = [line for line in r.stdout.split(b"\n") if line.startswith(b"moe ")]
+    golden = np.load(os.path.join(gold, "output_logits.npy"))
+    err = float(np.max(np.abs(np.load(out) - golden) - 1e-4 * np.abs(golden)))
+    ok = err <= 1e-5 and len(stats) == 2 and all(b"dropped 0 of 64" in line for line in stats)
+    print("%-9s %-5s %-6s %s: --shard experts=ep, hostile expert weights and nodes: max |out - golden| - "
+          "1e-4|golden| = %.2e, %d --stats lines" % ("moe_ep2", "ep=2", "c", "ok" if ok else "FAIL", err, len(stats)))
+    if not ok:
+        fail.append("moe_ep2: logits or --stats differ (%r)" % stats)
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, **kw)
 
@@ -315,6 +366,7 @@ def main():
         check_text(name + " runtime error", r.stderr.split(b"\n")[0], fail)
     train_case(m, names, tokens, golden_in, env, fail)
     decode_case(env, fail)
+    moe_case(env, fail)
     if os.path.exists(PWNED):
         fail.append("a payload ran: %s exists" % PWNED)
     for f in fail:
