@@ -16,6 +16,8 @@
 #  2e. --decode: the GPT-2 and Llama KV-cache exports generate 8 tokens on
 #     one GPU, caches in device memory, against ONNX Runtime's tokens and
 #     logits (tests/golden/decode);
+#  2f. a mixture of experts (Mixtral's MoE export, dispatch and combine
+#     kernels, --stats' counters in device memory) against the golden;
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
 #     GPUs exist, else the clear refusal of two ranks on one GPU;
@@ -168,6 +170,19 @@ sys.exit(0 if np.array_equal(t, rt) and err <= 1e-4 else 1)
 PYEOF
     grep "per token" "$d.log"
 done
+
+step "2f. mixture of experts on one GPU: Mixtral's MoE dispatch and combine kernels against ONNX Runtime, --stats"
+d=$OUT/mixtral_moe_1
+if compile_build mixtral_moe_1 tests/models/exports/mixtral_moe.onnx r=1 --capacity-factor 2; then
+    golden_args mixtral_moe "$d"
+    if timeout 120 "$d/rank0" "${args[@]}" --stats --timeout 60 </dev/null >"$d.log" 2>&1; then
+        compare mixtral_moe "$d" "mixtral_moe r=1 (MoE kernels)"
+        [ "$(grep -c '^moe .*: dropped 0 of 64 (token, expert) pairs; capacity 32' "$d.log")" = 2 ] \
+            || err "mixtral_moe_1: --stats lines: $(grep '^moe' "$d.log")"
+    else
+        err "mixtral_moe_1: run (exit $?): $(tail -3 "$d.log")"
+    fi
+fi
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
 if compile_build gpt_tp2 tests/models/tiny_gpt.onnx tp=2 --shardings tests/e2e/tiny_gpt_tp.txt; then
