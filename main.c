@@ -866,9 +866,6 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
                                                      : o->decodeopt.kv ? "--kv-cache" : "--sample");
     if (seed_given && !o->decodeopt.temperature)
         return usage_error("--seed: only with --sample (greedy decoding draws nothing)%s", "");
-    if (o->train && o->moe_flag)
-        return usage_error("%s: expert parallelism does not train yet (--train keeps a mixture of experts in its "
-                           "exported dense form)", o->moe_flag);
     if (o->decode && !o->decodeopt.max_seq)
         return usage_error("--decode: --max-seq S is required (the cache's positions: prompt and generated tokens)%s",
                            "");

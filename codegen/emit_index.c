@@ -304,3 +304,32 @@ int emit_moe_combine(const EmitCtx *c, Diag *d)
             (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
     return 0;
 }
+
+/* MoeScatter (MoeCombine's gradient by expert output): this rank's
+ * experts' columns, each kept pair's weight times its token's row. */
+int emit_moe_scatter(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *x = emit_in(c, 0), *slots = emit_in(c, 1), *w = emit_in(c, 2), *y = emit_out(c, 0);
+    fprintf(c->f,
+            "    k_moe_scatter(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
+            "this rank's experts, its first, capacity */\n",
+            y->name, x->name, slots->name, w->name, (long long)x->dims[0], (long long)x->dims[1],
+            (long long)slots->dims[2], (long long)x->dims[2], (long long)y->dims[1],
+            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    return 0;
+}
+
+/* MoePairDot (MoeCombine's gradient by routing weight). */
+int emit_moe_pair_dot(const EmitCtx *c, Diag *d)
+{
+    (void)d;
+    const Buffer *a = emit_in(c, 0), *y = emit_in(c, 1), *slots = emit_in(c, 2), *out = emit_out(c, 0);
+    fprintf(c->f,
+            "    k_moe_pair_dot(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
+            "this rank's experts, its first, capacity */\n",
+            out->name, a->name, y->name, slots->name, (long long)a->dims[0], (long long)a->dims[1],
+            (long long)slots->dims[2], (long long)a->dims[2], (long long)y->dims[1],
+            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    return 0;
+}

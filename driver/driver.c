@@ -179,13 +179,12 @@ static ProgramOptions program_options(const DriverOptions *o)
 
 /* --shard NAME=SPEC, or --shard experts=AXIS: every MoE block's stacked
  * expert weights split over AXIS along their experts (ir/moe.c). */
-static int add_shard(Driven *r, const Graph *g, const Mesh *mesh, const char *arg, int train, Diag *d)
+static int add_shard(Driven *r, const Graph *g, const Mesh *mesh, const char *arg, Diag *d)
 {
     if (strncmp(arg, "experts=", 8) != 0 || strchr(arg, '[') || graph_tensor_find(g, "experts"))
         return annotate_add_flag(&r->ann, &r->arena, g, mesh, arg, "--shard", d);
     if (!g->nmoe_weights) {
-        diag_add(d, train ? "--shard %s: expert parallelism does not train yet (--train keeps a mixture of experts "
-                               "in its exported dense form)" : "--shard %s: the model has no mixture-of-experts block in the form expert parallelism takes "
+        diag_add(d, "--shard %s: the model has no mixture-of-experts block in the form expert parallelism takes "
                  "(a Gather of stacked expert weights by the router's top-k ids)", arg);
         return -1;
     }
@@ -295,10 +294,6 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     d->context = o->model;
     if (frontend_load_file(o->model, &o->frontend, &r->graph, d))
         goto out;
-    if (o->train && ir_build_training(r->graph, &topt, d))
-        goto out;
-    if (o->decode && ir_build_decode(r->graph, &o->decodeopt, d))
-        goto out;
     MoeOptions moe = o->moeopt;
     if (!moe.groups) { /* one group of tokens per rank of a stage (GShard's) */
         moe.groups = 1;
@@ -306,7 +301,11 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
             if (a != pp_axis && !mesh.axes[a].loop)
                 moe.groups *= mesh.axes[a].size;
     }
-    if (!o->train && ir_build_moe(r->graph, &moe, d))
+    if (ir_build_moe(r->graph, &moe, d)) /* before autodiff: the backward of dispatch is a combine */
+        goto out;
+    if (o->train && ir_build_training(r->graph, &topt, d))
+        goto out;
+    if (o->decode && ir_build_decode(r->graph, &o->decodeopt, d))
         goto out;
     if (o->moe_flag && !r->graph->nmoe_weights) {
         diag_add(d, "%s: the model has no mixture-of-experts block in the form expert parallelism takes (a Gather "
@@ -324,7 +323,7 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
         goto out;
     d->context = ctx;
     for (int i = 0; i < o->nshards; i++)
-        if (add_shard(r, g, &mesh, o->shards[i], o->train, d))
+        if (add_shard(r, g, &mesh, o->shards[i], d))
             goto out;
     if (o->shardings && annotate_add_file(&r->ann, &r->arena, g, &mesh, o->shardings, d))
         goto out;

@@ -538,3 +538,31 @@ int shape_moe_combine(Graph *g, Node *n, Diag *d)
     int64_t out[3] = {y->dims[0], slots->dims[1], y->dims[2]};
     return shape_set(d, n, n->outputs[0], y->dtype, 3, out);
 }
+
+int shape_moe_scatter(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *x = in(n, 0), *slots = in(n, 1), *w = in(n, 2);
+    int64_t e = node_attr_int(n, "experts", 0), cap = node_attr_int(n, "capacity", 0);
+    if (x->rank != 3 || slots->rank != 3 || w->rank != 3 || memcmp(x->dims, slots->dims, 2 * sizeof(int64_t)) ||
+        memcmp(slots->dims, w->dims, 3 * sizeof(int64_t)) || slots->dtype != DT_I64 || x->dtype != DT_F32 ||
+        w->dtype != DT_F32)
+        return shape_fail(d, n, "float32 rows [groups, tokens, D], int64 slots and float32 weights [groups, tokens, k] "
+                                "must agree");
+    if (e < 1 || cap < 1)
+        return shape_fail(d, n, "experts %lld and capacity %lld must be positive", (long long)e, (long long)cap);
+    int64_t out[4] = {x->dims[0], e, x->dims[2], cap};
+    return shape_set(d, n, n->outputs[0], DT_F32, 4, out);
+}
+
+int shape_moe_pair_dot(Graph *g, Node *n, Diag *d)
+{
+    (void)g;
+    const Tensor *a = in(n, 0), *y = in(n, 1), *slots = in(n, 2);
+    if (a->rank != 3 || y->rank != 4 || slots->rank != 3 || a->dims[0] != y->dims[0] || a->dims[2] != y->dims[2] ||
+        memcmp(a->dims, slots->dims, 2 * sizeof(int64_t)) || slots->dtype != DT_I64 || a->dtype != DT_F32 ||
+        y->dtype != DT_F32)
+        return shape_fail(d, n, "float32 rows [groups, tokens, D], expert outputs [groups, E, D, C] and int64 slots "
+                                "[groups, tokens, k] must agree");
+    return shape_set(d, n, n->outputs[0], DT_F32, 3, slots->dims);
+}

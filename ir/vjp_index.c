@@ -1,5 +1,6 @@
 /* vjp_index.c: vector-Jacobian rules of the index family (ops_index.def):
- * GatherElements, GatherND, Trilu, Pad and Tile.
+ * GatherElements, GatherND, Trilu, Pad and Tile; TopK's values (a gather
+ * along its axis); and the mixture-of-experts ops of ir/moe.c.
  *
  * Each is a linear map of its float input, so each rule applies the map's
  * transpose to dY, built from ops the compiler already runs, as vjp.c's
@@ -165,4 +166,54 @@ int vjp_tile(Vjp *v)
     Tensor *g = ad_reduce(v, OP_REDUCE_SUM, ad_reshape(v, DY0, dims, 2 * r), m, 0);
     v->dx[0] = ad_reshape(v, g, x->dims, r);
     return ok(v, 0);
+}
+
+/* TopK's values: each is its input element, so dX is dValues scattered
+ * back to the indices along the axis, zeros elsewhere (the indices get no
+ * gradient). A mixture of experts' router trains through it. */
+int vjp_topk(Vjp *v)
+{
+    Tensor *x = X(0);
+    if (!v->want[0] || !DY0)
+        return 0;
+    int64_t a = node_attr_int(v->n, "axis", -1);
+    v->dx[0] = scatter_add(v, OP_SCATTER_ELEMENTS, x, v->n->outputs[1], DY0, (int)(a < 0 ? a + x->rank : a));
+    return ok(v, 0);
+}
+
+/* MoeDispatch copies each kept pair's token row into its slot: the tokens'
+ * gradient is the combine of the buffer's gradient with unit weights (a
+ * dropped pair adds nothing). The expert ids get none. */
+int vjp_moe_dispatch(Vjp *v)
+{
+    if (!v->want[0] || !DY0)
+        return 0;
+    Tensor *slots = v->n->outputs[1];
+    Tensor *ones = ad_expand(v, ad_scalar(v, 1.0f), slots->dims, slots->rank);
+    Tensor *ins[3] = {DY0, slots, ones};
+    v->dx[0] = ones ? ad_done(v, ad_begin(v, OP_MOE_COMBINE, 3, ins)) : NULL;
+    return ok(v, 0);
+}
+
+/* MoeCombine: out[t] = sum over kept pairs of w[pair] * y[slot]. The
+ * experts' outputs get each pair's weight times dOut's row at its slot
+ * (MoeScatter, the transpose); the weights get dOut's row dotted with the
+ * slot's column (MoePairDot). The slots get none. */
+int vjp_moe_combine(Vjp *v)
+{
+    Tensor *y = X(0), *slots = X(1), *w = X(2);
+    if (!DY0)
+        return 0;
+    if (v->want[0]) {
+        Tensor *ins[3] = {DY0, slots, w};
+        Node *n = ad_begin(v, OP_MOE_SCATTER, 3, ins);
+        node_attr_set_int(v->g, n, "experts", y->dims[1]);
+        node_attr_set_int(v->g, n, "capacity", y->dims[3]);
+        v->dx[0] = ad_done(v, n);
+    }
+    if (v->want[2]) {
+        Tensor *ins[3] = {DY0, y, slots};
+        v->dx[2] = ad_done(v, ad_begin(v, OP_MOE_PAIR_DOT, 3, ins));
+    }
+    return ok(v, 0) || ok(v, 2) ? -1 : 0;
 }

@@ -365,3 +365,55 @@ int rule_moe_combine(const Node *n, FactorRule *r, Diag *d)
     factor_on(r, y->dims[3], FK_NEED_REPL, "an expert's capacity slots are read by slot number", 0, 3);
     return 0;
 }
+
+/* The groups of tensors ti..., one pass factor (dim 0 of each). */
+static void groups_pass(FactorRule *r, int64_t size, const int *ts)
+{
+    int f = factor_on(r, size, FK_PASS, NULL, ts[0], 0);
+    for (int k = 1; f >= 0 && ts[k] >= 0; k++)
+        rule_map_dim(r, ts[k], 0, f);
+}
+
+/* MoeScatter(x [G, Ng, D], slots, w [G, Ng, k]) -> [G, E, D, C]: groups
+ * and D pass; the experts are the output's alone (a rank fills its block,
+ * as MoeDispatch); tokens are contracted (a rank holding some of them
+ * scatters just those, the rest of the buffer zeros: a partial sum). */
+int rule_moe_scatter(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)d;
+    const Tensor *x = n->inputs[0];
+    int o = rule_out_idx(n, 0);
+    groups_pass(r, x->dims[0], (const int[]){0, 1, 2, o, -1});
+    int f = factor_on(r, x->dims[1], FK_REDUCTION, NULL, 0, 1);
+    if (f >= 0) {
+        rule_map_dim(r, 1, 1, f);
+        rule_map_dim(r, 2, 1, f);
+    }
+    repl(r, "a token's expert choices are scattered together", (const int[]){1, 2, 2, 2, -1});
+    pass2(r, x->dims[2], 0, 2, o, 2);
+    factor_on(r, n->outputs[0]->dims[1], FK_PASS, NULL, o, 1);
+    factor_on(r, n->outputs[0]->dims[3], FK_NEED_REPL, "an expert's capacity slots are written by slot number", o, 3);
+    return 0;
+}
+
+/* MoePairDot(a [G, Ng, D], y [G, E, D, C], slots) -> [G, Ng, k]: groups
+ * and tokens pass; D and the experts are contracted (partial sums). */
+int rule_moe_pair_dot(const Node *n, FactorRule *r, Diag *d)
+{
+    (void)d;
+    const Tensor *a = n->inputs[0], *y = n->inputs[1];
+    int o = rule_out_idx(n, 0);
+    groups_pass(r, a->dims[0], (const int[]){0, 1, 2, o, -1});
+    int f = factor_on(r, a->dims[1], FK_PASS, NULL, 0, 1);
+    if (f >= 0) {
+        rule_map_dim(r, 2, 1, f);
+        rule_map_dim(r, o, 1, f);
+    }
+    repl(r, "a token's expert choices are read together", (const int[]){2, 2, o, 2, -1});
+    f = factor_on(r, a->dims[2], FK_REDUCTION, NULL, 0, 2);
+    if (f >= 0)
+        rule_map_dim(r, 1, 2, f);
+    factor_on(r, y->dims[1], FK_REDUCTION, NULL, 1, 1);
+    factor_on(r, y->dims[3], FK_NEED_REPL, "an expert's capacity slots are read by slot number", 1, 3);
+    return 0;
+}

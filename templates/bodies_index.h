@@ -109,3 +109,19 @@ O2S_HD static inline float ki_moe_combine(const float *y, const int64_t *slots, 
     }
     return acc;
 }
+
+/* MoePairDot: pair i's (token i / k) row of a [ng, d] against its slot's
+ * column of y [el, d, cap] (one group); 0 for a dropped pair or one whose
+ * expert is not this rank's. */
+O2S_HD static inline float ki_moe_pair_dot(const float *a, const float *y, const int64_t *slots, int64_t i, int64_t k,
+                                           int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    int64_t s = slots[i], le = s < 0 ? -1 : s / cap - e_off;
+    if (le < 0 || le >= el)
+        return 0.0f;
+    const float *row = a + (i / k) * d, *col = y + le * d * cap + s % cap;
+    float acc = 0.0f;
+    for (int64_t di = 0; di < d; di++)
+        acc += row[di] * col[di * cap];
+    return acc;
+}

@@ -306,3 +306,46 @@ static inline void k_moe_combine(float *out, const float *y, const int64_t *slot
         kk_moe_combine<<<k_blocks(n), K_THREADS, 0, g_stream>>>(out, y, slots, w, ng, k, d, el, e_off, cap, n);
     CHECK_LAUNCH();
 }
+
+__global__ void kk_moe_scatter_w(float *buf, const float *x, const int64_t *slots, const float *w, int64_t ng, int64_t k,
+                                 int64_t d, int64_t el, int64_t e_off, int64_t cap, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t di = i % d, p = i / d, gi = p / (ng * k), s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
+        if (le >= 0 && le < el)
+            buf[((gi * el + le) * d + di) * cap + s % cap] = w[p] * x[(p / k) * d + di];
+    }
+}
+
+/* MoeScatter: as templates/kernels_index.c; one thread per pair element. */
+static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t g,
+                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    int64_t n = g * ng * k * d;
+    CHECK_CUDA(cudaMemsetAsync(buf, 0, (size_t)(g * el * d * cap) * sizeof(float), g_stream));
+    if (n > 0)
+        kk_moe_scatter_w<<<k_blocks(n), K_THREADS, 0, g_stream>>>(buf, x, slots, w, ng, k, d, el, e_off, cap, n);
+    CHECK_LAUNCH();
+}
+
+__global__ void kk_moe_pair_dot(float *out, const float *a, const float *y, const int64_t *slots, int64_t ng, int64_t k,
+                                int64_t d, int64_t el, int64_t e_off, int64_t cap, int64_t n)
+{
+    GRID_LOOP(p, n)
+    {
+        int64_t gi = p / (ng * k);
+        out[p] = ki_moe_pair_dot(a + gi * ng * d, y + gi * el * d * cap, slots + gi * ng * k, p % (ng * k), k, d, el,
+                                 e_off, cap);
+    }
+}
+
+/* MoePairDot: as templates/kernels_index.c; one thread per pair. */
+static inline void k_moe_pair_dot(float *out, const float *a, const float *y, const int64_t *slots, int64_t g,
+                                  int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    int64_t n = g * ng * k;
+    if (n > 0)
+        kk_moe_pair_dot<<<k_blocks(n), K_THREADS, 0, g_stream>>>(out, a, y, slots, ng, k, d, el, e_off, cap, n);
+    CHECK_LAUNCH();
+}

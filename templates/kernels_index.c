@@ -205,3 +205,32 @@ static inline void k_moe_combine(float *out, const float *y, const int64_t *slot
                 out[(gi * ng + t) * d + di] = ki_moe_combine(y + gi * el * d * cap, slots + gi * ng * k,
                                                              w + gi * ng * k, t, di, k, d, el, e_off, cap);
 }
+
+/* MoeScatter: buf [g, el, d, cap] zeroed, then each kept pair of this
+ * rank's experts gets its weight times its token's row of x [g, ng, d]. */
+static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t g,
+                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t i = 0; i < ng * k; i++) {
+            int64_t p = gi * ng * k + i, s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
+            if (le < 0 || le >= el)
+                continue;
+            float *col = buf + ((gi * el + le) * d) * cap + s % cap;
+            const float *row = x + (gi * ng + i / k) * d;
+            for (int64_t di = 0; di < d; di++)
+                col[di * cap] = w[p] * row[di];
+        }
+}
+
+/* MoePairDot: out [g, ng, k], each pair's row of a [g, ng, d] dotted with
+ * its slot's column of y [g, el, d, cap]. */
+static inline void k_moe_pair_dot(float *out, const float *a, const float *y, const int64_t *slots, int64_t g,
+                                  int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t i = 0; i < ng * k; i++)
+            out[gi * ng * k + i] = ki_moe_pair_dot(a + gi * ng * d, y + gi * el * d * cap, slots + gi * ng * k, i, k, d,
+                                                   el, e_off, cap);
+}

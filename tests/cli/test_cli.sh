@@ -96,7 +96,6 @@ plan_err '--moe-groups 0: expected a count from 1' $MX --mesh ep=2 --moe-groups 
 plan_err '--shard experts=zz: the mesh has no axis of that name' $MX --mesh ep=2 --shard experts=zz
 plan_err '--shard experts=ep: the model has no mixture-of-experts block' $M --mesh ep=2 --shard experts=ep
 plan_err '--capacity-factor: the model has no mixture-of-experts block' $M --mesh ep=2 --capacity-factor 2
-plan_err '--capacity-factor: expert parallelism does not train yet' $MX --mesh ep=1 --train --loss logits --capacity-factor 2
 # --shard experts=ep with the tokens over ep: one all-to-all each way per
 # layer, and the plan says the capacity; --auto under a memory limit
 # splits the experts itself.

@@ -37,11 +37,13 @@ export -f compile_case
 export BIN OUT
 # and three training programs (--train: backward, optimizer_step, the loss
 # read back; the third in fp16 with its loss scale, ZeRO-3 and clipping),
+# an expert-parallel MoE block's (MoeScatter and MoePairDot in backward),
 # and two decoding programs (--decode: the caches in device memory)
 { awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt
   printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --zero 1 --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
       "train_gpt_sgd_dp2tp2 train/tiny_gpt_lm dp=2,tp=2 --train --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_] --shard l0_Wq=[_,tp] --shard l1_Wq=[_,tp]" \
       "train_gpt_adamw_fp16_zero3_dp2 train/tiny_gpt_lm dp=2 --train --optimizer adamw --precision fp16 --zero 3 --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_]" \
+      "train_moe_adamw_ep2 train/moe_block_mse ep=2 --train --optimizer adamw --capacity-factor 2 --shard experts=ep --shard x=[ep,_] --shard target=[ep,_]" \
       "decode_llama_tp2 exports/llama_kv tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shardings tests/e2e/exports/llama_kv_tp.txt" \
       "decode_gpt2_dp2_tp2 exports/gpt2_kv dp=2,tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shard input_ids=[dp,_] --shardings tests/e2e/exports/gpt2_kv_tp.txt" \
       | awk -v f="$filter" 'index($1, f)'; } \

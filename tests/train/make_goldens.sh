@@ -22,7 +22,9 @@ trap 'rm -rf "$tmp"' EXIT
 # for its first layer's LayerNorm scale and bias (and part of Wq), which
 # central differences of ORT's own inference refute (-0.0537 for
 # l0_ln1_g[0]); tests/train/run_train.py checks it by finite differences.
-for model in mlp_mse mlp_sce; do
+# moe_block_mse is trained in its exported dense form by ORT; onnx2spmd's
+# MoE rewrite with a capacity that drops nothing must match it.
+for model in mlp_mse mlp_sce moe_block_mse; do
     for opt in sgd adamw; do
         case $opt in
             sgd)   args="--optimizer sgd --lr 0.1" ;;

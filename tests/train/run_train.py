@@ -14,7 +14,9 @@ with a reference:
   * for the MLP models otherwise (gradient clipping): training written in
     numpy (tests/train/np_reference.py);
   * otherwise the case MODEL_OPT_1 of this run: the same model on one rank,
-    itself checked by finite differences (below).
+    itself checked by finite differences (below). A case flagged `@fd` is such a reference for
+    another configuration (named by that case's `@ref=`): it is run and its
+    own gradients are checked by finite differences.
 
 A `resume` case checks checkpoints: AdamW for 5 steps straight against 2
 steps saved and 3 resumed (losses and weights bit for bit), and a truncated
@@ -341,6 +343,13 @@ def main(argv):
                 continue
             losses, params = run_case(name, model, opt, flags, STEPS)
             results[name] = (losses, params)
+            if "@fd" in flags:  # a reference for other cases, itself checked by finite differences
+                err, where = fd_check(model, [f for f in flags if not f.startswith("@")])
+                ok = bool(err < 2e-2) and bool(np.all(np.isfinite(losses)))
+                print("%s %s: %d steps, the reference of its flags; gradients against finite differences, worst "
+                      "%.2e at %s" % ("ok  " if ok else "FAIL", name, STEPS, err, where))
+                fails += not ok
+                continue
             ref_l, ref_p, what = reference(name, model, opt, flags, results, cases)
             le, we = compare(losses, params, ref_l, ref_p)
             tol = WEIGHT_TOL_ADAMW_PLANS if opt == "adamw" and what.startswith("the 1-rank") else WEIGHT_TOL
