@@ -167,10 +167,31 @@ int fold_constant_of_shape(Graph *g, Node *n, Diag *d)
 /* NonZero(x): the indices of x's non-zero elements, int64 [rank, count].
  * Its size depends on x's values, so it is only supported where x is a
  * constant (a weight, or folded shape arithmetic): then it folds. */
+/* Is t computed from a OneHot of TopK's indices (a few steps back)? That
+ * is transformers' eager mixture-of-experts loop, which selects each
+ * expert's tokens with NonZero. */
+static int from_topk_onehot(const Tensor *t, int depth)
+{
+    const Node *p = t ? t->producer : NULL;
+    if (!p || depth > 6)
+        return 0;
+    if (p->op == OP_ONEHOT && p->inputs[0]->producer && p->inputs[0]->producer->op == OP_TOPK)
+        return 1;
+    for (int i = 0; i < p->ninputs; i++)
+        if (from_topk_onehot(p->inputs[i], depth + 1))
+            return 1;
+    return 0;
+}
+
 int shape_nonzero(Graph *g, Node *n, Diag *d)
 {
     (void)g;
     const Tensor *x = n->inputs[0];
+    if (!x->data && tensor_numel(x) != 0 && from_topk_onehot(x, 0))
+        return shape_fail(d, n, "input \"%s\" is not a constant: this is a mixture of experts' eager loop (each "
+                          "expert's tokens picked by NonZero, a run-time size); export it with transformers' "
+                          "batched form (model.set_experts_implementation(\"batched_mm\")), which onnx2spmd "
+                          "rewrites for expert parallelism (docs/moe.md)", x->label);
     if (!x->data && tensor_numel(x) != 0)
         return shape_fail(d, n, "input \"%s\" is not a constant: NonZero's output size would depend on run-time "
                           "values%s", x->name, shape_const_hint(x));

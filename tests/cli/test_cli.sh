@@ -74,8 +74,9 @@ plan_err '--schedule: pipeline schedules are for --train' $T --mesh pp=2 --sched
 plan_err '--schedule pipe: expected 1f1b, gpipe or interleaved' $T --mesh pp=2 --train --schedule pipe
 plan_err '--stage-boundaries: "W1" is a graph input or weight' $T --mesh pp=2 --train --stage-boundaries W1
 # transformers' eager experts route with NonZero: shapes that depend on the
-# routing are refused, naming the node (the batched_mm export compiles).
+# routing are refused, naming the node and the export that compiles.
 plan_err 'node "/inner/model/layers.0/mlp/experts/NonZero" (NonZero): input' tests/models/exports/mixtral_moe_eager.onnx --mesh dp=1
+plan_err 'set_experts_implementation("batched_mm")' tests/models/exports/mixtral_moe_eager.onnx --mesh dp=1
 # --decode: the flags, the caches and the inputs it feeds.
 K=tests/models/exports/gpt2_kv.onnx
 plan_err '--max-seq: only with --decode' $K --mesh tp=1 --max-seq 8
