@@ -237,6 +237,7 @@ bench: deps all
 	@build/venv-xla/bin/python bench/xla_bench.py
 	@$(PY) bench/train_bench.py
 	@$(PY) bench/decode_bench.py
+	@$(PY) bench/moe_bench.py
 
 # ---- top-level ----------------------------------------------------------
 test: deps lint all unit cli
