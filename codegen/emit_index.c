@@ -259,7 +259,7 @@ int emit_kv_cache_write(const EmitCtx *c, Diag *d)
     return 0;
 }
 
-/* The first expert of this rank's block of dim `dim` of b. */
+/* The first index of this rank's block of dim `dim` of b (an expert, a group). */
 static int64_t moe_expert_offset(const EmitCtx *c, const Buffer *b, int dim)
 {
     return mesh_block_index(&c->pr->plan->mesh, c->pr->vrank, b->layout.axes[dim], b->layout.naxes[dim]) *
@@ -282,12 +282,16 @@ int emit_moe_dispatch(const EmitCtx *c, Diag *d)
     char ctr[64] = "NULL";
     if (counts)
         snprintf(ctr, sizeof ctr, "g_moe_dropped + %d", layer);
+    /* Groups past the model's (a padded block of them) hold no tokens: not counted. */
+    int64_t g_first = moe_expert_offset(c, buf, 0), g_real = c->n->outputs[0]->dims[0] - g_first;
+    g_real = g_real < 0 ? 0 : g_real > buf->dims[0] ? buf->dims[0] : g_real;
     fprintf(c->f,
-            "    k_moe_dispatch(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s); /* groups, "
-            "tokens, k, D, experts, this rank's, its first, capacity */\n",
+            "    k_moe_dispatch(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s, %lld); /* groups, "
+            "tokens, k, D, experts, this rank's, its first, capacity, counter, groups counted */\n",
             buf->name, slots->name, x->name, ids->name, (long long)x->dims[0], (long long)x->dims[1],
             (long long)ids->dims[2], (long long)x->dims[2], (long long)node_attr_int(c->n, "experts", 0),
-            (long long)buf->dims[1], (long long)moe_expert_offset(c, buf, 1), (long long)buf->dims[3], ctr);
+            (long long)buf->dims[1], (long long)moe_expert_offset(c, buf, 1), (long long)buf->dims[3], ctr,
+            (long long)g_real);
     return 0;
 }
 

@@ -246,13 +246,13 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
  * rank's experts to *dropped; then one per (group, token, choice, element)
  * copies the token's rows into the experts' columns. */
 __global__ void kk_moe_slots(int64_t *slots, const int64_t *ids, int64_t ng, int64_t k, int64_t experts, int64_t el,
-                             int64_t e_off, int64_t cap, unsigned long long *dropped, int64_t n)
+                             int64_t e_off, int64_t cap, unsigned long long *dropped, int64_t g_real, int64_t n)
 {
     GRID_LOOP(i, n)
     {
         int64_t gi = i / experts, e = i % experts;
         int64_t lost = ki_moe_expert_slots(ids + gi * ng * k, slots + gi * ng * k, ng, k, e, cap);
-        if (dropped && lost && e >= e_off && e < e_off + el)
+        if (dropped && lost && e >= e_off && e < e_off + el && gi < g_real)
             atomicAdd(dropped, (unsigned long long)lost);
     }
 }
@@ -270,7 +270,7 @@ __global__ void kk_moe_scatter(float *buf, const int64_t *slots, const float *x,
 
 static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, const int64_t *ids, int64_t g, int64_t ng,
                                   int64_t k, int64_t d, int64_t experts, int64_t el, int64_t e_off, int64_t cap,
-                                  int64_t *dropped)
+                                  int64_t *dropped, int64_t g_real)
 {
     CHECK_CUDA(cudaMemsetAsync(slots, 0xff, (size_t)(g * ng * k) * sizeof(int64_t), g_stream)); /* -1 */
     CHECK_CUDA(cudaMemsetAsync(buf, 0, (size_t)(g * el * d * cap) * sizeof(float), g_stream));
@@ -279,7 +279,7 @@ static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, co
     int64_t nslots = g * experts, ncopy = g * ng * k * d;
     if (nslots > 0)
         kk_moe_slots<<<k_blocks(nslots), K_THREADS, 0, g_stream>>>(slots, ids, ng, k, experts, el, e_off, cap,
-                                                                   (unsigned long long *)dropped, nslots);
+                                                                   (unsigned long long *)dropped, g_real, nslots);
     CHECK_LAUNCH();
     if (ncopy > 0)
         kk_moe_scatter<<<k_blocks(ncopy), K_THREADS, 0, g_stream>>>(buf, slots, x, ng, k, d, el, e_off, cap, ncopy);

@@ -165,10 +165,10 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
  * 1 of buf [g, el, d, cap], each token's row to column c of its expert;
  * slots [g, ng, k] of every expert (ki_moe_expert_slots). *dropped (when
  * this rank counts: one replica of each block) gets the pairs its experts
- * had no room for. */
+ * had no room for in its first g_real groups (the rest pad a block). */
 static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, const int64_t *ids, int64_t g, int64_t ng,
                                   int64_t k, int64_t d, int64_t experts, int64_t el, int64_t e_off, int64_t cap,
-                                  int64_t *dropped)
+                                  int64_t *dropped, int64_t g_real)
 {
     int64_t lost = 0;
     for (int64_t i = 0; i < g * ng * k; i++)
@@ -176,7 +176,7 @@ static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, co
     for (int64_t gi = 0; gi < g; gi++)
         for (int64_t e = 0; e < experts; e++) {
             int64_t n = ki_moe_expert_slots(ids + gi * ng * k, slots + gi * ng * k, ng, k, e, cap);
-            if (e >= e_off && e < e_off + el)
+            if (e >= e_off && e < e_off + el && gi < g_real)
                 lost += n;
         }
     memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
