@@ -3,7 +3,8 @@
 
 The models expert parallelism starts from (issue 28): Mixtral (top-2 of 4
 experts, SwiGLU experts), Qwen2-MoE (top-2 of 4, plus a gated shared
-expert) and OLMoE (top-2 of 4), 2 layers, hidden 64, vocab 512, from
+expert), OLMoE (top-2 of 4) and a Switch-style OLMoE (top-1 of 8, the
+router's probability as weight), 2 layers, hidden 64, vocab 512, from
 configs with random weights (torch.manual_seed(0); no downloads). Like
 make_exports.py they come out of torch.onnx.export (TorchScript exporter,
 opset 17, static shapes) and are checked in; torch is far too heavy for
@@ -26,7 +27,8 @@ Outputs (relative to the repository root):
   tests/models/exports/<model>_moe.onnx, tests/models/exports/mixtral_moe_eager.onnx
   tests/golden/<model>_moe/{input,output}_<name>.npy   (ONNX Runtime's)
 
-Pinned versions, the environment and how to run it: as make_exports.py.
+Pinned versions, the environment and how to run it: as make_exports.py;
+`make_moe_exports.py NAME...` writes only those models.
 """
 import os
 
@@ -71,7 +73,18 @@ def make_olmoe():
         use_cache=False))
 
 
-MODELS = [("mixtral", make_mixtral), ("qwen2moe", make_qwen2moe), ("olmoe", make_olmoe)]
+def make_olmoe_top1():
+    # Switch-style routing: top-1 of 8 experts, the router's probability
+    # as the weight (OLMoE does not renormalise the top-k).
+    return transformers.OlmoeForCausalLM(transformers.OlmoeConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=64, vocab_size=VOCAB, num_experts=8, num_experts_per_tok=1,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+        use_cache=False))
+
+
+MODELS = [("mixtral", make_mixtral), ("qwen2moe", make_qwen2moe), ("olmoe", make_olmoe),
+          ("olmoe_top1", make_olmoe_top1)]
 
 
 def export(mod, args, path):
@@ -86,11 +99,14 @@ def export(mod, args, path):
 
 
 def main():
+    only = sys.argv[1:]  # model names to write (default: all)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     ids, mask = inputs()
     feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
     for name, make in MODELS:
+        if only and name not in only:
+            continue
         for impl in ("batched_mm", "eager"):
             if impl == "eager" and name != "mixtral":
                 continue
