@@ -295,17 +295,27 @@ int emit_moe_dispatch(const EmitCtx *c, Diag *d)
     return 0;
 }
 
+/* A call of the combine family: kernel(args[0..3], then the tokens'
+ * [groups, tokens, D] as `rows` holds them, the choices k of `slots`,
+ * this rank's experts of the expert-side buffer y [G, E, D, C] and the
+ * first of them, and the capacity). */
+static void moe_call(const EmitCtx *c, const char *kernel, const Buffer *const *args, const Buffer *rows,
+                     const Buffer *slots, const Buffer *y)
+{
+    fprintf(c->f,
+            "    %s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, this rank's "
+            "experts, its first, capacity */\n",
+            kernel, args[0]->name, args[1]->name, args[2]->name, args[3]->name, (long long)rows->dims[0],
+            (long long)rows->dims[1], (long long)slots->dims[2], (long long)rows->dims[2], (long long)y->dims[1],
+            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+}
+
 /* MoeCombine: this rank's experts' share of each token's output. */
 int emit_moe_combine(const EmitCtx *c, Diag *d)
 {
     (void)d;
     const Buffer *y = emit_in(c, 0), *slots = emit_in(c, 1), *w = emit_in(c, 2), *out = emit_out(c, 0);
-    fprintf(c->f,
-            "    k_moe_combine(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
-            "this rank's experts, its first, capacity */\n",
-            out->name, y->name, slots->name, w->name, (long long)out->dims[0], (long long)out->dims[1],
-            (long long)slots->dims[2], (long long)out->dims[2], (long long)y->dims[1],
-            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    moe_call(c, "k_moe_combine", (const Buffer *[]){out, y, slots, w}, out, slots, y);
     return 0;
 }
 
@@ -315,12 +325,7 @@ int emit_moe_scatter(const EmitCtx *c, Diag *d)
 {
     (void)d;
     const Buffer *x = emit_in(c, 0), *slots = emit_in(c, 1), *w = emit_in(c, 2), *y = emit_out(c, 0);
-    fprintf(c->f,
-            "    k_moe_scatter(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
-            "this rank's experts, its first, capacity */\n",
-            y->name, x->name, slots->name, w->name, (long long)x->dims[0], (long long)x->dims[1],
-            (long long)slots->dims[2], (long long)x->dims[2], (long long)y->dims[1],
-            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    moe_call(c, "k_moe_scatter", (const Buffer *[]){y, x, slots, w}, x, slots, y);
     return 0;
 }
 
@@ -329,11 +334,6 @@ int emit_moe_pair_dot(const EmitCtx *c, Diag *d)
 {
     (void)d;
     const Buffer *a = emit_in(c, 0), *y = emit_in(c, 1), *slots = emit_in(c, 2), *out = emit_out(c, 0);
-    fprintf(c->f,
-            "    k_moe_pair_dot(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %lld); /* groups, tokens, k, D, "
-            "this rank's experts, its first, capacity */\n",
-            out->name, a->name, y->name, slots->name, (long long)a->dims[0], (long long)a->dims[1],
-            (long long)slots->dims[2], (long long)a->dims[2], (long long)y->dims[1],
-            (long long)moe_expert_offset(c, y, 1), (long long)y->dims[3]);
+    moe_call(c, "k_moe_pair_dot", (const Buffer *[]){out, a, y, slots}, a, slots, y);
     return 0;
 }

@@ -374,9 +374,11 @@ static inline void rt_barrier(const char *what)
 
 /* compile --decode: rank 0's n values (the next tokens) to every rank,
  * over NCCL on the world communicator (built with MPI=0 too). */
-static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
-{
 #if WORLD > 1
+/* n int64 of device memory for the host-side collectives below, kept and
+ * grown from one call to the next. */
+static inline int64_t *rt_dev_i64(int n)
+{
     static int64_t *dev;
     static int cap;
     if (n > cap) {
@@ -385,6 +387,14 @@ static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
         CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * sizeof(int64_t)));
         cap = n;
     }
+    return dev;
+}
+#endif
+
+static inline void rt_bcast_i64(int64_t *v, int n, const char *what)
+{
+#if WORLD > 1
+    int64_t *dev = rt_dev_i64(n);
     CHECK_CUDA(cudaMemcpy(dev, v, (size_t)n * sizeof(int64_t), cudaMemcpyHostToDevice));
     CHECK_NCCL(ncclBroadcast(dev, dev, (size_t)n, ncclInt64, 0, g_nccl[0], g_comm));
     rt_cuda_sync(g_comm, what);
@@ -411,14 +421,7 @@ static inline int64_t *rt_counters(int n)
 static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what)
 {
 #if WORLD > 1
-    static int64_t *dev;
-    static int cap;
-    if (n > cap) {
-        if (dev)
-            CHECK_CUDA(cudaFree(dev));
-        CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * sizeof(int64_t)));
-        cap = n;
-    }
+    int64_t *dev = rt_dev_i64(n);
     CHECK_NCCL(ncclAllReduce(c, dev, (size_t)n, ncclInt64, ncclSum, g_nccl[0], g_comm));
     rt_cuda_sync(g_comm, what);
     CHECK_CUDA(cudaMemcpy(v, dev, (size_t)n * sizeof(int64_t), cudaMemcpyDeviceToHost));

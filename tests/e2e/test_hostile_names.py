@@ -137,22 +137,16 @@ def train_case(m, names, tokens, golden_in, env, fail):
     print("%-9s %-5s %-6s ok: --train --zero 1 --precision fp16 (Cast names from the model's), 2 steps, losses %.6g %.6g" % ("train_dp2", "dp=2", "c", *losses))
 
 
-def decode_case(env, fail):
-    """--decode on the GPT-2 KV-cache export with every name hostile but the
-    three it feeds by name (input_ids, attention_mask, position_ids): the
-    caches (their past inputs keep "past" in front, which binds their dims),
-    the logits, every node. Built with -Werror, inert, and the same tokens
-    and logits as ONNX Runtime's loop (tests/golden/decode)."""
-    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "gpt2_kv.onnx"))
-    g = m.graph
-    keep = {"input_ids", "attention_mask", "position_ids"}
+def rename_all(g, keep, tag, prefix=lambda name: ""):
+    """Every value and node name of graph g made hostile but those in keep
+    (prefix(name) in front of a value's); returns the old -> new map."""
     names = {}
     seen = [v.name for v in g.input] + [t.name for t in g.initializer] + [v.name for v in g.output]
     for n in g.node:
         seen += list(n.input) + list(n.output)
     for name in seen:
         if name and name not in names and name not in keep:
-            names[name] = ("past" if name.startswith("past_key_values") else "") + hostile(len(names), "d")
+            names[name] = prefix(name) + hostile(len(names), tag)
     for v in list(g.input) + list(g.output) + list(g.value_info):
         v.name = names.get(v.name, v.name)
     for t in g.initializer:
@@ -160,7 +154,19 @@ def decode_case(env, fail):
     for k, n in enumerate(g.node):
         n.input[:] = [names.get(x, x) if x else x for x in n.input]
         n.output[:] = [names.get(x, x) for x in n.output]
-        n.name = hostile(k, "dn")
+        n.name = hostile(k, tag + "n")
+    return names
+
+
+def decode_case(env, fail):
+    """--decode on the GPT-2 KV-cache export with every name hostile but the
+    three it feeds by name (input_ids, attention_mask, position_ids): the
+    caches (their past inputs keep "past" in front, which binds their dims),
+    the logits, every node. Built with -Werror, inert, and the same tokens
+    and logits as ONNX Runtime's loop (tests/golden/decode)."""
+    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "gpt2_kv.onnx"))
+    names = rename_all(m.graph, {"input_ids", "attention_mask", "position_ids"}, "d",
+                       lambda name: "past" if name.startswith("past_key_values") else "")
     model = os.path.join(OUT, "model_decode.onnx")
     with open(model, "wb") as f:
         f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
@@ -195,23 +201,7 @@ def moe_case(env, fail):
     with -Werror, inert, the logits ONNX Runtime's (no token dropped), and
     --stats' lines safe for a terminal."""
     m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "mixtral_moe.onnx"))
-    g = m.graph
-    keep = {"input_ids", "attention_mask", "logits"}
-    names = {}
-    seen = [t.name for t in g.initializer]
-    for n in g.node:
-        seen += list(n.input) + list(n.output)
-    for name in seen:
-        if name and name not in names and name not in keep:
-            names[name] = hostile(len(names), "e")
-    for v in g.value_info:
-        v.name = names.get(v.name, v.name)
-    for t in g.initializer:
-        t.name = names[t.name]
-    for k, n in enumerate(g.node):
-        n.input[:] = [names.get(x, x) if x else x for x in n.input]
-        n.output[:] = [names.get(x, x) for x in n.output]
-        n.name = hostile(k, "en")
+    rename_all(m.graph, {"input_ids", "attention_mask", "logits"}, "e")
     model = os.path.join(OUT, "model_moe.onnx")
     with open(model, "wb") as f:
         f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
