@@ -241,6 +241,20 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
     CHECK_LAUNCH();
 }
 
+/* One thread per (pair, element): each kept pair of this rank's experts
+ * gets its weight (1 where w is NULL: MoeDispatch's copy) times its
+ * token's row (MoeScatter and MoeDispatch). */
+__global__ void kk_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t ng, int64_t k,
+                               int64_t d, int64_t el, int64_t e_off, int64_t cap, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t di = i % d, p = i / d, gi = p / (ng * k), s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
+        if (le >= 0 && le < el)
+            buf[((gi * el + le) * d + di) * cap + s % cap] = (w ? w[p] : 1.0f) * x[(p / k) * d + di];
+    }
+}
+
 /* MoeDispatch: one thread per (group, expert) hands out that expert's
  * slots (ki_moe_expert_slots, as the C target), adding the drops of this
  * rank's experts to *dropped; then one per (group, token, choice, element)
@@ -254,17 +268,6 @@ __global__ void kk_moe_slots(int64_t *slots, const int64_t *ids, int64_t ng, int
         int64_t lost = ki_moe_expert_slots(ids + gi * ng * k, slots + gi * ng * k, ng, k, e, cap);
         if (dropped && lost && e >= e_off && e < e_off + el && gi < g_real)
             atomicAdd(dropped, (unsigned long long)lost);
-    }
-}
-
-__global__ void kk_moe_scatter(float *buf, const int64_t *slots, const float *x, int64_t ng, int64_t k, int64_t d,
-                               int64_t el, int64_t e_off, int64_t cap, int64_t n)
-{
-    GRID_LOOP(i, n)
-    {
-        int64_t di = i % d, p = i / d, gi = p / (ng * k), s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
-        if (le >= 0 && le < el)
-            buf[((gi * el + le) * d + di) * cap + s % cap] = x[(p / k) * d + di];
     }
 }
 
@@ -282,7 +285,8 @@ static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, co
                                                                    (unsigned long long *)dropped, g_real, nslots);
     CHECK_LAUNCH();
     if (ncopy > 0)
-        kk_moe_scatter<<<k_blocks(ncopy), K_THREADS, 0, g_stream>>>(buf, slots, x, ng, k, d, el, e_off, cap, ncopy);
+        kk_moe_scatter<<<k_blocks(ncopy), K_THREADS, 0, g_stream>>>(buf, x, slots, NULL, ng, k, d, el, e_off, cap,
+                                                                    ncopy);
     CHECK_LAUNCH();
 }
 
@@ -307,17 +311,6 @@ static inline void k_moe_combine(float *out, const float *y, const int64_t *slot
     CHECK_LAUNCH();
 }
 
-__global__ void kk_moe_scatter_w(float *buf, const float *x, const int64_t *slots, const float *w, int64_t ng, int64_t k,
-                                 int64_t d, int64_t el, int64_t e_off, int64_t cap, int64_t n)
-{
-    GRID_LOOP(i, n)
-    {
-        int64_t di = i % d, p = i / d, gi = p / (ng * k), s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
-        if (le >= 0 && le < el)
-            buf[((gi * el + le) * d + di) * cap + s % cap] = w[p] * x[(p / k) * d + di];
-    }
-}
-
 /* MoeScatter: as templates/kernels_index.c; one thread per pair element. */
 static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t g,
                                  int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
@@ -325,7 +318,7 @@ static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slot
     int64_t n = g * ng * k * d;
     CHECK_CUDA(cudaMemsetAsync(buf, 0, (size_t)(g * el * d * cap) * sizeof(float), g_stream));
     if (n > 0)
-        kk_moe_scatter_w<<<k_blocks(n), K_THREADS, 0, g_stream>>>(buf, x, slots, w, ng, k, d, el, e_off, cap, n);
+        kk_moe_scatter<<<k_blocks(n), K_THREADS, 0, g_stream>>>(buf, x, slots, w, ng, k, d, el, e_off, cap, n);
     CHECK_LAUNCH();
 }
 

@@ -161,6 +161,25 @@ static inline void k_kv_cache_write(void *cache, const void *x, size_t elsize, i
                (const char *)x + row * inner * (int64_t)elsize, (size_t)inner * elsize);
 }
 
+/* MoeScatter: buf [g, el, d, cap] zeroed, then each kept pair of this
+ * rank's experts gets its weight (1 where w is NULL: MoeDispatch's copy)
+ * times its token's row of x [g, ng, d]. */
+static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t g,
+                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
+{
+    memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
+    for (int64_t gi = 0; gi < g; gi++)
+        for (int64_t i = 0; i < ng * k; i++) {
+            int64_t p = gi * ng * k + i, s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
+            if (le < 0 || le >= el)
+                continue;
+            float *col = buf + ((gi * el + le) * d) * cap + s % cap;
+            const float *row = x + (gi * ng + i / k) * d;
+            for (int64_t di = 0; di < d; di++)
+                col[di * cap] = (w ? w[p] : 1.0f) * row[di];
+        }
+}
+
 /* MoeDispatch: x [g, ng, d] into this rank's experts e_off .. e_off + el -
  * 1 of buf [g, el, d, cap], each token's row to column c of its expert;
  * slots [g, ng, k] of every expert (ki_moe_expert_slots). *dropped (when
@@ -179,17 +198,7 @@ static inline void k_moe_dispatch(float *buf, int64_t *slots, const float *x, co
             if (e >= e_off && e < e_off + el && gi < g_real)
                 lost += n;
         }
-    memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
-    for (int64_t gi = 0; gi < g; gi++)
-        for (int64_t i = 0; i < ng * k; i++) {
-            int64_t s = slots[gi * ng * k + i], le = s < 0 ? -1 : s / cap - e_off;
-            if (le < 0 || le >= el)
-                continue;
-            float *col = buf + ((gi * el + le) * d) * cap + s % cap;
-            const float *row = x + (gi * ng + i / k) * d;
-            for (int64_t di = 0; di < d; di++)
-                col[di * cap] = row[di];
-        }
+    k_moe_scatter(buf, x, slots, NULL, g, ng, k, d, el, e_off, cap);
     if (dropped)
         *dropped = lost;
 }
@@ -204,24 +213,6 @@ static inline void k_moe_combine(float *out, const float *y, const int64_t *slot
             for (int64_t di = 0; di < d; di++)
                 out[(gi * ng + t) * d + di] = ki_moe_combine(y + gi * el * d * cap, slots + gi * ng * k,
                                                              w + gi * ng * k, t, di, k, d, el, e_off, cap);
-}
-
-/* MoeScatter: buf [g, el, d, cap] zeroed, then each kept pair of this
- * rank's experts gets its weight times its token's row of x [g, ng, d]. */
-static inline void k_moe_scatter(float *buf, const float *x, const int64_t *slots, const float *w, int64_t g,
-                                 int64_t ng, int64_t k, int64_t d, int64_t el, int64_t e_off, int64_t cap)
-{
-    memset(buf, 0, (size_t)(g * el * d * cap) * sizeof(float));
-    for (int64_t gi = 0; gi < g; gi++)
-        for (int64_t i = 0; i < ng * k; i++) {
-            int64_t p = gi * ng * k + i, s = slots[p], le = s < 0 ? -1 : s / cap - e_off;
-            if (le < 0 || le >= el)
-                continue;
-            float *col = buf + ((gi * el + le) * d) * cap + s % cap;
-            const float *row = x + (gi * ng + i / k) * d;
-            for (int64_t di = 0; di < d; di++)
-                col[di * cap] = w[p] * row[di];
-        }
 }
 
 /* MoePairDot: out [g, ng, k], each pair's row of a [g, ng, d] dotted with
