@@ -3,7 +3,8 @@
  * Sections: load.c (decoding through protobuf-c, graph construction, the
  * whole import pipeline), wire.c (the nesting-depth pre-scan of the raw
  * bytes), tensor.c (TensorProto data, external data files), normalize.c
- * (folding opset variants into one form).
+ * (folding opset variants into one form), moe_eager.c (an export style of
+ * mixture-of-experts blocks into another).
  */
 #ifndef ONNX2SPMD_FRONTEND_H
 #define ONNX2SPMD_FRONTEND_H
@@ -59,6 +60,14 @@ int frontend_load_file(const char *path, const FrontendOptions *opt,
 int frontend_load_buffer(const void *buf, size_t len, const char *name,
                          const char *base_dir, const FrontendOptions *opt,
                          Graph **out, Diag *d);
+
+/* ---- moe_eager.c -------------------------------------------------------- */
+
+/* Rewrites each mixture-of-experts block of transformers' eager export
+ * (a loop over the experts hit, NonZero) into the batched export's form,
+ * before shape inference (see moe_eager.c); a graph with none is left as
+ * it is. Needs producer and consumer links (graph_toposort); sorts again. */
+int frontend_moe_eager(Graph *g, Diag *d);
 
 /* ---- wire.c ------------------------------------------------------------- */
 

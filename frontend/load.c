@@ -604,7 +604,7 @@ static int load_model(Loader *L)
                      L->opt->dims[b].name);
             return -1;
         }
-    if (graph_toposort(L->g, L->d))
+    if (graph_toposort(L->g, L->d) || frontend_moe_eager(L->g, L->d))
         return -1;
     /* Node by node: a node's constant inputs may come from shape arithmetic
      * folded just before it (Shape -> Concat -> Reshape's shape). */

@@ -453,6 +453,8 @@ int ir_build_moe(Graph *g, const MoeOptions *o, Diag *d);
 /* Which MoE layer a MoeDispatch is (graph order), and how many there are. */
 int moe_layer_index(const Graph *g, const Node *n);
 int moe_layers(const Graph *g);
+/* The element-wise ops a block's middle may hold (between the GEMMs). */
+int moe_elementwise(OpKind op);
 
 /* ---- quant.c ------------------------------------------------------------ */
 

@@ -44,8 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The element-wise ops a block's middle may hold. */
-static int moe_elementwise(OpKind op)
+int moe_elementwise(OpKind op)
 {
     switch (op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW: case OP_SQRT: case OP_ERF: case OP_TANH:

@@ -17,18 +17,22 @@ differently:
               the TopK indices) and runs one batched MatMul: static shapes,
               the form written here (<model>_moe.onnx);
   eager       a loop over the experts that were hit, NonZero and index_add:
-              shapes that depend on the routing, which a static-shape
-              compiler refuses with one line naming the NonZero node
-              (<model>_moe_eager.onnx, for that refusal's test).
+              shapes that depend on the routing, which the frontend
+              rewrites into the batched form before shape inference
+              (frontend/moe_eager.c; <model>_moe_eager.onnx). The export
+              runs in ONNX Runtime only on inputs that hit as many experts
+              as the traced one did (its Split sizes are fixed); the
+              golden input is the traced one.
 Inputs: input_ids int64 [2, 16], attention_mask int64 [2, 16] (the second
 row's last 5 positions padded). Output: logits [2, 16, 512].
 
 Outputs (relative to the repository root):
-  tests/models/exports/<model>_moe.onnx, tests/models/exports/mixtral_moe_eager.onnx
-  tests/golden/<model>_moe/{input,output}_<name>.npy   (ONNX Runtime's)
+  tests/models/exports/<model>_moe{,_eager}.onnx
+  tests/golden/<model>_moe{,_eager}/{input,output}_<name>.npy   (ONNX Runtime's)
 
 Pinned versions, the environment and how to run it: as make_exports.py;
-`make_moe_exports.py NAME...` writes only those models.
+`make_moe_exports.py NAME...` writes only those (a model's name for both
+styles, or one file's tag such as qwen2moe_moe_eager).
 """
 import os
 
@@ -105,27 +109,22 @@ def main():
     ids, mask = inputs()
     feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
     for name, make in MODELS:
-        if only and name not in only:
-            continue
         for impl in ("batched_mm", "eager"):
-            if impl == "eager" and name != "mixtral":
+            tag = "%s_moe%s" % (name, "" if impl == "batched_mm" else "_eager")
+            if only and name not in only and tag not in only:
                 continue
             torch.manual_seed(0)
             inner = make().eval()
             inner.set_experts_implementation(impl)
             mod = Wrap(inner, "logits").eval()
-            tag = "%s_moe%s" % (name, "" if impl == "batched_mm" else "_eager")
             path = os.path.join(EXPORTS, tag + ".onnx")
             size = export(mod, (ids, mask), path)
-            if impl == "eager":
-                print("%-18s %8d bytes  (routing-dependent shapes: for the refusal's test)" % (tag, size))
-                continue
             with torch.no_grad():
                 ref = mod(ids, mask).numpy()
             in_names, names, outs = run_ort(path, feeds)
             write_golden(os.path.join(GOLDEN, tag), {k: feeds[k] for k in in_names}, names, outs)
             diff = float(np.max(np.abs(outs[0].astype(np.float64) - ref)))
-            print("%-18s %8d bytes  max|ort - torch| %.3g" % (tag, size, diff))
+            print("%-22s %8d bytes  max|ort - torch| %.3g" % (tag, size, diff))
 
 
 if __name__ == "__main__":
