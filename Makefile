@@ -160,8 +160,8 @@ fuzz: build/fuzz/fuzz_frontend build/fuzz/fuzz_readers
 	    -print_final_stats=1 -rss_limit_mb=2048 build/fuzz/readers_corpus > build/fuzz/readers.log 2>&1; \
 	    rc=$$?; grep -E "stat::number_of_executed_units" build/fuzz/readers.log; \
 	    if [ $$rc -ne 0 ]; then grep -v "^#" build/fuzz/readers.log | tail -30; echo "fuzz: FAILED"; exit 1; fi
-	@mkdir -p build/fuzz/corpus
-	@cp -n tests/models/*.onnx tests/models/ops/*.onnx tests/models/bad/*.onnx tests/fuzz/regressions/* build/fuzz/corpus/ 2>/dev/null || true
+	@mkdir -p build/fuzz/corpus # seeds: the models, and tests/fuzz/seeds (an eager MoE block from tests/models/make_moe_block.py)
+	@cp -n tests/models/*.onnx tests/models/ops/*.onnx tests/models/bad/*.onnx tests/fuzz/seeds/* tests/fuzz/regressions/* build/fuzz/corpus/ 2>/dev/null || true
 	@echo "fuzz: frontend for $(FUZZ_SECONDS)s"
 	@build/fuzz/fuzz_frontend -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -max_len=1048576 \
 	    -print_final_stats=1 -rss_limit_mb=2048 build/fuzz/corpus > build/fuzz/last.log 2>&1; rc=$$?; \

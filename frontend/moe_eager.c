@@ -46,7 +46,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The live producer of t when it is an `op`, else NULL. */
+/* Input i and output i of n, NULL when absent: the pass runs before
+ * normalize.c checks arities. */
+static Tensor *in(const Node *n, int i)
+{
+    return n && i < n->ninputs ? n->inputs[i] : NULL;
+}
+
+static Tensor *out(const Node *n, int i)
+{
+    return n && i < n->noutputs ? n->outputs[i] : NULL;
+}
+
+/* The producer of t when it is an `op`, else NULL. */
 static Node *prod(const Tensor *t, OpKind op)
 {
     return t && t->producer && t->producer->op == op ? t->producer : NULL;
@@ -61,10 +73,10 @@ static Node *only_reader(const Tensor *t)
 /* The values of an integer constant of at most cap entries, or -1. */
 static int tensor_ints(const Tensor *t, int64_t *v, int cap)
 {
-    if (!t || !t->data || (t->dtype != DT_I64 && t->dtype != DT_I32) || t->rank > 1)
+    if (!t || !t->data || (t->dtype != DT_I64 && t->dtype != DT_I32) || t->rank < 0 || t->rank > 1)
         return -1;
     int64_t count = t->rank == 0 ? 1 : t->dims[0];
-    if (count > cap)
+    if (count < 0 || count > cap || t->nbytes < count * (int64_t)dtype_size(t->dtype))
         return -1;
     for (int64_t i = 0; i < count; i++) {
         if (t->dtype == DT_I64)
@@ -109,7 +121,9 @@ static int all_zero(const Tensor *t)
         return 0;
     int64_t numel = 1;
     for (int i = 0; i < t->rank; i++)
-        numel *= t->dims[i];
+        numel = t->dims[i] < 0 || numel > INT64_MAX / 8 / (t->dims[i] ? t->dims[i] : 1) ? -1 : numel * t->dims[i];
+    if (numel < 0 || t->nbytes < numel * 4)
+        return 0;
     for (int64_t i = 0; i < numel; i++)
         if (dtype_load(t->dtype, t->data, i) != 0.0)
             return 0;
@@ -145,11 +159,11 @@ static int weight_gathers(const Tensor *t, Node **out, int cap)
  * gather wg: that MatMul, or NULL. */
 static Node *expert_matmul(const Node *wg)
 {
-    Node *tr = only_reader(wg->outputs[0]);
+    Node *tr = only_reader(out(wg, 0));
     if (!tr || tr->op != OP_TRANSPOSE || !is_transpose(tr, 1, 0, 0, 2))
         return NULL;
-    Node *mm = only_reader(tr->outputs[0]);
-    return mm && mm->op == OP_MATMUL && mm->inputs[1] == tr->outputs[0] ? mm : NULL;
+    Node *mm = only_reader(out(tr, 0));
+    return mm && mm->op == OP_MATMUL && mm->ninputs == 2 && mm->inputs[0] && mm->inputs[1] == out(tr, 0) ? mm : NULL;
 }
 
 /* Is t shape arithmetic over Shape(a) and constants (a Slice bound)? */
@@ -163,7 +177,7 @@ static int shape_arith(const Tensor *t, const Tensor *a, int depth)
     if (!p)
         return 0;
     if (p->op == OP_SHAPE)
-        return p->inputs[0] == a;
+        return in(p, 0) == a;
     switch (p->op) {
     case OP_GATHER: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CONCAT:
     case OP_UNSQUEEZE: case OP_SQUEEZE: case OP_CAST: case OP_SLICE:
@@ -182,10 +196,10 @@ static int scalar_const(const Tensor *t)
 {
     if (!t || !t->data || t->rank < 0)
         return 0;
-    int64_t numel = 1;
     for (int i = 0; i < t->rank; i++)
-        numel *= t->dims[i];
-    return numel == 1;
+        if (t->dims[i] != 1)
+            return 0;
+    return 1;
 }
 
 /* One unrolled body of the loop. */
@@ -220,6 +234,8 @@ static int rowwise(const Tensor *a, const Tensor *h, const Node *m2)
             return -1;
         seen[nseen++] = p;
         if (p->op == OP_SLICE) {
+            if (!in(p, 0))
+                return -1;
             int64_t ax[2], st[2];
             if (node_ints(p, 3, "axes", ax, 2) != 1 || (ax[0] != -1 && ax[0] != 1))
                 return -1;
@@ -237,12 +253,12 @@ static int rowwise(const Tensor *a, const Tensor *h, const Node *m2)
         if (!moe_elementwise(p->op))
             return -1;
         for (int i = 0; i < p->ninputs; i++) {
-            const Tensor *in = p->inputs[i];
-            if (!in || scalar_const(in))
+            const Tensor *x = p->inputs[i];
+            if (!x || scalar_const(x))
                 continue;
             if (ntodo == 64)
                 return -1;
-            todo[ntodo++] = in;
+            todo[ntodo++] = x;
         }
     }
     /* a feeds the middle and its Slices' bounds only (m1 ignored: it is a's
@@ -278,20 +294,20 @@ static const Tensor *pair_weight(const Tensor *r, const Body *b, int64_t k)
 {
     Node *p;
     for (int i = 0; i < 3 && (p = prod(r, OP_RESHAPE)); i++)
-        r = p->inputs[0];
+        r = in(p, 0);
     Node *g = prod(r, OP_GATHER);
     if (!g || g->ninputs != 2 || node_attr_int(g, "axis", 0) != 0)
         return NULL;
     Node *fl = prod(g->inputs[0], OP_FLATTEN);
-    Node *un = fl && node_attr_int(fl, "axis", 1) == 2 ? prod(fl->inputs[0], OP_UNSQUEEZE) : NULL;
-    if (!un || !one_axis(un, 2, 3))
+    Node *un = fl && node_attr_int(fl, "axis", 1) == 2 ? prod(in(fl, 0), OP_UNSQUEEZE) : NULL;
+    if (!un || !one_axis(un, 2, 3) || !in(un, 0))
         return NULL;
     Node *add = prod(g->inputs[1], OP_ADD);
-    if (!add)
+    if (!add || add->ninputs != 2)
         return NULL;
     int pi = add->inputs[0] == b->pos ? 0 : add->inputs[1] == b->pos ? 1 : -1;
     Node *mul = pi >= 0 ? prod(add->inputs[1 - pi], OP_MUL) : NULL;
-    if (!mul)
+    if (!mul || mul->ninputs != 2)
         return NULL;
     int ti = mul->inputs[0] == b->tok ? 0 : mul->inputs[1] == b->tok ? 1 : -1;
     if (ti < 0)
@@ -299,8 +315,8 @@ static const Tensor *pair_weight(const Tensor *r, const Body *b, int64_t k)
     /* the stride: k itself, or dim 1 of Shape(Unsqueeze(w, 2)) */
     const Tensor *kk = mul->inputs[1 - ti];
     Node *gs = prod(kk, OP_GATHER);
-    Node *sh = gs ? prod(gs->inputs[0], OP_SHAPE) : NULL;
-    int ok = is_int_scalar(kk, k) || (sh && sh->inputs[0] == un->outputs[0] && is_int_scalar(gs->inputs[1], 1));
+    Node *sh = gs ? prod(in(gs, 0), OP_SHAPE) : NULL;
+    int ok = is_int_scalar(kk, k) || (sh && in(sh, 0) == out(un, 0) && is_int_scalar(in(gs, 1), 1));
     return ok ? un->inputs[0] : NULL;
 }
 
@@ -313,8 +329,8 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
     b->e = gm->inputs[1];
     /* e = Gather(Squeeze(hit piece, [0]), 0) */
     Node *ge = prod(b->e, OP_GATHER);
-    Node *sq = ge && is_int_scalar(ge->inputs[1], 0) ? prod(ge->inputs[0], OP_SQUEEZE) : NULL;
-    if (!sq || !one_axis(sq, 0, 2) || sq->inputs[0]->producer != hit)
+    Node *sq = ge && is_int_scalar(in(ge, 1), 0) ? prod(in(ge, 0), OP_SQUEEZE) : NULL;
+    if (!sq || !one_axis(sq, 0, 2) || !in(sq, 0) || sq->inputs[0]->producer != hit)
         return -1;
     b->piece = -1;
     for (int o = 0; o < hit->noutputs; o++)
@@ -322,16 +338,16 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
             b->piece = o;
 
     /* pos, tok = Squeeze(Split(Transpose(NonZero(Cast(gm, bool))), axis 1), 1) */
-    Node *ca = only_reader(gm->outputs[0]);
-    Node *nz = ca && ca->op == OP_CAST && node_attr_int(ca, "to", 0) == DT_BOOL ? only_reader(ca->outputs[0]) : NULL;
-    Node *tr = nz && nz->op == OP_NONZERO ? only_reader(nz->outputs[0]) : NULL;
-    Node *sp = tr && tr->op == OP_TRANSPOSE && is_transpose(tr, 1, 0, 0, 2) ? only_reader(tr->outputs[0]) : NULL;
+    Node *ca = only_reader(out(gm, 0));
+    Node *nz = ca && ca->op == OP_CAST && node_attr_int(ca, "to", 0) == DT_BOOL ? only_reader(out(ca, 0)) : NULL;
+    Node *tr = nz && nz->op == OP_NONZERO ? only_reader(out(nz, 0)) : NULL;
+    Node *sp = tr && tr->op == OP_TRANSPOSE && is_transpose(tr, 1, 0, 0, 2) ? only_reader(out(tr, 0)) : NULL;
     if (!sp || sp->op != OP_SPLIT || sp->noutputs != 2 || node_attr_int(sp, "axis", 0) != 1)
         return -1;
     const Tensor *pt[2];
     for (int o = 0; o < 2; o++) {
         Node *s = only_reader(sp->outputs[o]);
-        if (!s || s->op != OP_SQUEEZE || !one_axis(s, 1, 2))
+        if (!s || s->op != OP_SQUEEZE || !one_axis(s, 1, 2) || !out(s, 0))
             return -1;
         pt[o] = s->outputs[0];
     }
@@ -348,7 +364,7 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
     if (!b->m1 || !b->m2)
         return -1;
     Node *gx = prod(b->m1->inputs[0], OP_GATHER);
-    if (!gx || gx->inputs[1] != b->tok) {
+    if (!gx || in(gx, 1) != b->tok) {
         Node *t = b->m1;
         b->m1 = b->m2;
         b->m2 = t;
@@ -357,7 +373,8 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
         wg[1] = t;
         gx = prod(b->m1->inputs[0], OP_GATHER);
     }
-    if (!gx || gx->inputs[1] != b->tok || node_attr_int(gx, "axis", 0) != 0 || only_reader(gx->outputs[0]) != b->m1)
+    if (!gx || in(gx, 1) != b->tok || !in(gx, 0) || node_attr_int(gx, "axis", 0) != 0 ||
+        only_reader(out(gx, 0)) != b->m1 || !out(b->m1, 0) || !out(b->m2, 0))
         return -1;
     b->x = gx->inputs[0];
     b->w1 = wg[0]->inputs[0];
@@ -369,7 +386,7 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
 
     /* c = m2 * weight [, Cast to float] */
     Node *mul = only_reader(b->m2->outputs[0]);
-    if (!mul || mul->op != OP_MUL)
+    if (!mul || mul->op != OP_MUL || mul->ninputs != 2 || !out(mul, 0))
         return -1;
     int yi = mul->inputs[0] == b->m2->outputs[0] ? 0 : 1;
     b->w = pair_weight(mul->inputs[1 - yi], b, k);
@@ -377,12 +394,12 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
         return -1;
     const Tensor *c = mul->outputs[0];
     Node *cast = only_reader(c);
-    if (cast && cast->op == OP_CAST && node_attr_int(cast, "to", 0) == DT_F32)
+    if (cast && cast->op == OP_CAST && node_attr_int(cast, "to", 0) == DT_F32 && out(cast, 0))
         c = cast->outputs[0];
 
     /* acc' = Add(acc, ScatterElements(zeros, Expand(Unsqueeze(tok, 1)), Expand(c), axis 0)) */
     Node *ex = only_reader(c);
-    if (ex && ex->op == OP_EXPAND)
+    if (ex && ex->op == OP_EXPAND && out(ex, 0))
         c = ex->outputs[0];
     for (int i = 0; i < c->nconsumers && !b->scatter; i++) {
         Node *s = c->consumers[i];
@@ -391,20 +408,20 @@ static int match_body(const Node *gm, const Tensor *mask, const Node *hit, int64
     }
     Node *s = b->scatter;
     if (!s || node_attr_int(s, "axis", 0) != 0 || strcmp(node_attr_str(s, "reduction", "none"), "none") ||
-        !all_zero(s->inputs[0]))
+        !all_zero(s->inputs[0]) || !out(s, 0))
         return -1;
     const Tensor *ix = s->inputs[1];
     Node *ie = prod(ix, OP_EXPAND);
-    Node *iu = prod(ie ? ie->inputs[0] : ix, OP_UNSQUEEZE);
-    if (!iu || iu->inputs[0] != b->tok || !one_axis(iu, 1, 2))
+    Node *iu = prod(ie ? in(ie, 0) : ix, OP_UNSQUEEZE);
+    if (!iu || in(iu, 0) != b->tok || !one_axis(iu, 1, 2))
         return -1;
     b->add = only_reader(s->outputs[0]);
-    return b->add && b->add->op == OP_ADD ? 0 : -1;
+    return b->add && b->add->op == OP_ADD && b->add->ninputs == 2 && out(b->add, 0) ? 0 : -1;
 }
 
 /* The hit Split of the block whose mask is `mask`:
  * Split(Transpose(NonZero(Greater(ReduceSum(mask, [-1, -2]), 0))), [1] * H, 0). */
-static Node *hit_split(const Tensor *mask)
+static Node *hit_split(const Tensor *mask, const Node **reduce)
 {
     for (int c = 0; c < mask->nconsumers; c++) {
         Node *rs = mask->consumers[c];
@@ -414,12 +431,12 @@ static Node *hit_split(const Tensor *mask)
                          (ax[0] == 1 && ax[1] == 2) || (ax[0] == 2 && ax[1] == 1)) ||
             node_attr_int(rs, "keepdims", 1) != 0)
             continue;
-        Node *gt = only_reader(rs->outputs[0]);
-        if (!gt || gt->op != OP_GREATER || gt->inputs[0] != rs->outputs[0] || !is_int_scalar(gt->inputs[1], 0))
+        Node *gt = only_reader(out(rs, 0));
+        if (!gt || gt->op != OP_GREATER || in(gt, 0) != out(rs, 0) || !is_int_scalar(in(gt, 1), 0))
             continue;
-        Node *nz = only_reader(gt->outputs[0]);
-        Node *tr = nz && nz->op == OP_NONZERO ? only_reader(nz->outputs[0]) : NULL;
-        Node *sp = tr && tr->op == OP_TRANSPOSE && is_transpose(tr, 1, 0, 0, 2) ? only_reader(tr->outputs[0]) : NULL;
+        Node *nz = only_reader(out(gt, 0));
+        Node *tr = nz && nz->op == OP_NONZERO ? only_reader(out(nz, 0)) : NULL;
+        Node *sp = tr && tr->op == OP_TRANSPOSE && is_transpose(tr, 1, 0, 0, 2) ? only_reader(out(tr, 0)) : NULL;
         if (!sp || sp->op != OP_SPLIT || node_attr_int(sp, "axis", 0) != 0)
             continue;
         int64_t sizes[256];
@@ -427,10 +444,12 @@ static Node *hit_split(const Tensor *mask)
         if (ns != sp->noutputs)
             continue;
         for (int i = 0; i < ns && sp; i++)
-            if (sizes[i] != 1)
+            if (sizes[i] != 1 || !sp->outputs[i])
                 sp = NULL;
-        if (sp)
+        if (sp) {
+            *reduce = rs;
             return sp;
+        }
     }
     return NULL;
 }
@@ -518,18 +537,18 @@ static void block_base(const Node *oh, char *buf, size_t cap)
 /* Matches and rewrites the block whose routing mask starts at OneHot oh. */
 static int rewrite_block(Graph *g, Node *oh)
 {
-    Node *topk = prod(oh->inputs[0], OP_TOPK);
+    Node *topk = prod(in(oh, 0), OP_TOPK);
     int64_t k, depth, vals[2];
-    if (!topk || topk->noutputs < 2 || topk->outputs[1] != oh->inputs[0] || oh->ninputs != 3 ||
-        node_ints(topk, 1, "k", &k, 1) != 1 || k < 1 || tensor_ints(oh->inputs[1], &depth, 1) != 1 ||
-        oh->inputs[2]->dtype != DT_I64 || tensor_ints(oh->inputs[2], vals, 2) != 2 || vals[0] != 0 ||
-        vals[1] != 1 || node_attr_int(oh, "axis", -1) != -1)
+    if (!topk || oh->ninputs != 3 || out(topk, 1) != oh->inputs[0] || node_ints(topk, 1, "k", &k, 1) != 1 ||
+        k < 1 || tensor_ints(oh->inputs[1], &depth, 1) != 1 || tensor_ints(oh->inputs[2], vals, 2) != 2 ||
+        vals[0] != 0 || vals[1] != 1 || node_attr_int(oh, "axis", -1) != -1)
         return 0;
-    Node *tm = only_reader(oh->outputs[0]);
-    if (!tm || tm->op != OP_TRANSPOSE || !is_transpose(tm, 2, 1, 0, 3))
+    Node *tm = only_reader(out(oh, 0));
+    if (!tm || tm->op != OP_TRANSPOSE || !is_transpose(tm, 2, 1, 0, 3) || !out(tm, 0))
         return 0;
     const Tensor *mask = tm->outputs[0];
-    Node *hit = hit_split(mask);
+    const Node *reduce = NULL;
+    Node *hit = hit_split(mask, &reduce);
     if (!hit)
         return 0;
     int nb = hit->noutputs;
@@ -540,7 +559,7 @@ static int rewrite_block(Graph *g, Node *oh)
     int nfound = 0, ok = 1;
     for (int c = 0; c < mask->nconsumers && ok; c++) {
         const Node *r = mask->consumers[c];
-        if (r->op == OP_REDUCE_SUM)
+        if (r == reduce)
             continue;
         Body b;
         if (match_body(r, mask, hit, k, &b) || b.piece < 0 || seen[b.piece]) {

@@ -169,7 +169,8 @@ int fold_constant_of_shape(Graph *g, Node *n, Diag *d)
  * constant (a weight, or folded shape arithmetic): then it folds. */
 /* Is t computed from a OneHot of TopK's indices (a few steps back)? That
  * is transformers' eager mixture-of-experts loop, which selects each
- * expert's tokens with NonZero. */
+ * expert's tokens with NonZero: one that frontend/moe_eager.c did not
+ * rewrite (it differs from the exported form somewhere). */
 static int from_topk_onehot(const Tensor *t, int depth)
 {
     const Node *p = t ? t->producer : NULL;
@@ -188,10 +189,10 @@ int shape_nonzero(Graph *g, Node *n, Diag *d)
     (void)g;
     const Tensor *x = n->inputs[0];
     if (!x->data && tensor_numel(x) != 0 && from_topk_onehot(x, 0))
-        return shape_fail(d, n, "input \"%s\" is not a constant: this is a mixture of experts' eager loop (each "
-                          "expert's tokens picked by NonZero, a run-time size); export it with transformers' "
-                          "batched form (model.set_experts_implementation(\"batched_mm\")), which onnx2spmd "
-                          "rewrites for expert parallelism (docs/moe.md)", x->label);
+        return shape_fail(d, n, "input \"%s\" is not a constant: this looks like a mixture of experts' eager loop "
+                          "(each expert's tokens picked by NonZero, a run-time size) that differs from the form "
+                          "onnx2spmd rewrites (docs/moe.md); export it with transformers' batched form "
+                          "(model.set_experts_implementation(\"batched_mm\"))", x->label);
     if (!x->data && tensor_numel(x) != 0)
         return shape_fail(d, n, "input \"%s\" is not a constant: NonZero's output size would depend on run-time "
                           "values%s", x->name, shape_const_hint(x));

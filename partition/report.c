@@ -428,9 +428,9 @@ static void print_moe(const Plan *p, FILE *f)
         int64_t groups = ids->dims[0], ng = ids->dims[1], k = ids->dims[2], e = buf->dims[1];
         int64_t cap = node_attr_int(nd, "capacity", 0), worst = groups * k * (ng - cap);
         if (!layer++)
-            fprintf(f, "\nmoe      %d layers: tokens in groups, each sending at most its capacity to an expert "
+            fprintf(f, "\nmoe      %d layer%s: tokens in groups, each sending at most its capacity to an expert "
                        "(--capacity-factor %g); the program's --stats counts the pairs dropped\n",
-                    moe_layers(g), (double)node_attr_float(nd, "capacity_factor", 0));
+                    moe_layers(g), moe_layers(g) == 1 ? "" : "s", (double)node_attr_float(nd, "capacity_factor", 0));
         char a[128], b[128];
         const Tensor *w = layer * 2 - 2 < g->nmoe_weights ? g->moe_weights[layer * 2 - 2] : NULL;
         const Sharding *ts = &p->tensors[nd->inputs[0]->id].sharding;

@@ -73,10 +73,6 @@ plan_err '--clip-norm: the gradients' $T --mesh pp=2 --train --clip-norm 1
 plan_err '--schedule: pipeline schedules are for --train' $T --mesh pp=2 --schedule gpipe
 plan_err '--schedule pipe: expected 1f1b, gpipe or interleaved' $T --mesh pp=2 --train --schedule pipe
 plan_err '--stage-boundaries: "W1" is a graph input or weight' $T --mesh pp=2 --train --stage-boundaries W1
-# transformers' eager experts route with NonZero: shapes that depend on the
-# routing are refused, naming the node and the export that compiles.
-plan_err 'node "/inner/model/layers.0/mlp/experts/NonZero" (NonZero): input' tests/models/exports/mixtral_moe_eager.onnx --mesh dp=1
-plan_err 'set_experts_implementation("batched_mm")' tests/models/exports/mixtral_moe_eager.onnx --mesh dp=1
 # --decode: the flags, the caches and the inputs it feeds.
 K=tests/models/exports/gpt2_kv.onnx
 plan_err '--max-seq: only with --decode' $K --mesh tp=1 --max-seq 8
@@ -106,6 +102,13 @@ printf '%s\n' "$out" | grep -q "2 groups of 16 tokens, top-2 of 4 experts, capac
     err "plan --shard experts=ep: no capacity line"
 "$BIN" plan $MX --mesh ep=2 --auto --mem-limit 900K 2>&1 | grep -q "experts inner.model.layers.1.mlp.experts.gate_up_proj (\[ep,_,_\])" ||
     err "plan --auto --mem-limit 900K: the experts are not split over ep"
+# transformers' eager export of the same model (NonZero per expert) plans
+# as the batched one: the same layers, capacities and collectives
+# (tests/e2e/moe.py refuses its near misses with the NonZero line).
+eager=$("$BIN" plan tests/models/exports/mixtral_moe_eager.onnx --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --shard 'attention_mask=[ep,_]' 2>&1)
+[ "$(printf '%s\n' "$eager" | grep -c ' all-to-all  ')" = 4 ] || err "plan of the eager export: not 4 all-to-alls: $eager"
+[ "$(printf '%s\n' "$eager" | sed -n '/^moe/,/^$/p')" = "$(printf '%s\n' "$out" | sed -n '/^moe/,/^$/p')" ] ||
+    err "plan of the eager export: its moe section differs from the batched export's"
 plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
 plan_err '--recompute some: expected none, selective or full' $T --mesh dp=1 --train --recompute some
 plan_err '--precision fp8: expected fp32, bf16 or fp16' $T --mesh dp=1 --train --precision fp8

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Expert-parallel MoE lowering against ONNX Runtime and a numpy reference.
 
-Each case writes one MoE block (tests/models/make_moe_block.py), compiles it
+Each case writes one MoE block (tests/models/make_moe_block.py; a model
+named *_eager in transformers' eager export style, which the frontend
+rewrites into the batched one), compiles it
 with --mesh, --shard, --capacity-factor F (or its default) and maybe
 --moe-groups G (reduced, as the default is, to a divisor of N), runs it
 with --stats on a random x and compares y:
@@ -18,6 +20,8 @@ C per expert in each of G groups`) must give numpy's D, P = N*k, C and G.
   build/venv/bin/python tests/e2e/moe.py [--only GLOB] [--keep] [--reference-only] [--random N --seed S]
 
 --reference-only checks the numpy reference against ORT (no compiler).
+Near misses of the eager style (a body left out, a middle that mixes rows)
+must be refused with the NonZero line, not rewritten.
 Prints one line per case and exits non-zero when any fails.
 """
 import argparse
@@ -46,7 +50,14 @@ MODELS = {
     "top1": (16, 16, 32, 4, 1, False, 3),     # Switch-like
     "n12": (12, 16, 32, 4, 2, True, 4),
     "n10": (10, 16, 32, 4, 2, True, 5),
+    "top2_eager": (16, 16, 32, 4, 2, True, 1),
+    "top1_eager": (16, 16, 32, 4, 1, False, 3),
 }
+# near misses of the eager style: (name, model, make_block's broken=)
+REFUSED = [("eager_missing_body", "top2_eager", "missing_body"),
+           ("eager_row_mean", "top2_eager", "row_mean")]
+REFUSAL = 'node "/moe/hit_nz" (NonZero): input "hit" is not a constant'
+
 EP = ["--shard", "W1=[ep,_,_]", "--shard", "W2=[ep,_,_]"]
 XEP = ["--shard", "x=[ep,_]"]
 # (name, model, mesh, flags, capacity factor (None: the default, 1.25), compare with ORT too)
@@ -75,6 +86,12 @@ CASES = [
     ("n12_ep2", "n12", "ep=2", EP + XEP, 1.0, False),
     ("n10_dp2_ep2", "n10", "dp=2,ep=2", EP, 1.0, False),
     ("n12_ep2_g8", "n12", "ep=2", EP + XEP + ["--moe-groups", "8"], 1.0, False),
+    # d. the eager export style: the same results once rewritten
+    ("top2_eager_1rank", "top2_eager", "ep=1", [], 2.0, True),
+    ("top2_eager_ep2", "top2_eager", "ep=2", EP + XEP, 2.0, True),
+    ("top2_eager_dp2_ep2", "top2_eager", "dp=2,ep=2", EP + ["--shard", "x=[dp+ep,_]"], 2.0, True),
+    ("top1_eager_ep2_tp2", "top1_eager", "ep=2,tp=2", EP + XEP, 4.0, True),
+    ("drop10_eager_ep2", "top2_eager", "ep=2", EP + XEP, 1.0, False),
 ]
 
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -147,11 +164,12 @@ def run(cmd, env=None):
     return r.stdout
 
 
-def build_model(model, work):
+def build_model(model, work, broken=None):
     """The block's path, its weights and its x (fixed seeds)."""
     n, d, f, e, k, norm, seed = MODELS[model]
-    path = os.path.join(work, model + ".onnx")
-    wts = make_block(path, n, d, f, e, k, norm, seed)
+    path = os.path.join(work, model + (broken or "") + ".onnx")
+    style = "eager" if model.endswith("_eager") else "batched"
+    wts = make_block(path, n, d, f, e, k, norm, seed, style=style, broken=broken)
     x = np.random.default_rng(100 + seed).standard_normal((n, d)).astype(np.float32)
     return path, wts, x
 
@@ -196,7 +214,9 @@ def run_case(name, model, mesh, flags, cf, with_ort, work):
         return "y has shape %s, not %s" % (y.shape, (n, d))
     if not np.allclose(y, ref, atol=TOL, rtol=TOL):
         return "y differs from numpy's (%d dropped): %s" % (dropped, diff(y, ref))
-    if with_ort:
+    # The eager export runs in ONNX Runtime only where every expert is hit.
+    hit = len(np.unique(np.argsort(-(x @ wr), -1, kind="stable")[:, :k])) == e
+    if with_ort and (hit or not model.endswith("_eager")):
         want = run_ort(path, x)
         if not np.allclose(y, want, atol=TOL, rtol=TOL):
             return "y differs from ONNX Runtime's: %s" % diff(y, want)
@@ -207,6 +227,18 @@ def run_case(name, model, mesh, flags, cf, with_ort, work):
     if got != (dropped, n * k, cap, groups):
         return "--stats says dropped %d of %d, capacity %d, %d groups; numpy: %d of %d, %d, %d" \
             % (got + (dropped, n * k, cap, groups))
+    return None
+
+
+def refused_case(name, model, broken, work):
+    """A near miss of the eager style: compile must fail on the NonZero."""
+    path, _, _ = build_model(model, work, broken)
+    r = subprocess.run([BIN, "compile", path, "--mesh", "ep=2", "-o", os.path.join(work, name)],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        return "compiled: the near miss was rewritten"
+    if REFUSAL not in r.stderr or len(r.stderr.splitlines()) != 1:
+        return "not the one NonZero line: %s" % r.stderr
     return None
 
 
@@ -240,7 +272,7 @@ def random_cases(count, seed):
         e = int(rng.choice([2, 3, 4, 6, 8]))
         k = int(rng.choice([1, 2])) if e > 2 else 1
         n, d, f = int(rng.integers(4, 25)), int(rng.choice([8, 16])), int(rng.choice([8, 16, 32]))
-        name = "r%d_%d" % (seed, i)
+        name = "r%d_%d" % (seed, i) + ("_eager" if rng.random() < 0.3 else "")
         MODELS[name] = (n, d, f, e, k, bool(rng.integers(2)), int(rng.integers(1000, 100000)))
         mesh = str(rng.choice(MESHES))
         ax = "ep"
@@ -276,11 +308,12 @@ def main():
     try:
         if a.reference_only:
             failed = reference_only(work)
-        for case in (CASES + random_cases(a.random, a.seed)) if not a.reference_only else []:
+        cases = [(c[0], None) + c for c in REFUSED] + [(c[0], c) for c in CASES + random_cases(a.random, a.seed)]
+        for case in cases if not a.reference_only else []:
             if a.only and not fnmatch.fnmatchcase(case[0], a.only):
                 continue
             try:
-                why = run_case(*case, work)
+                why = run_case(*case[1], work) if case[1] else refused_case(*case[2:], work)
             except RuntimeError as e:
                 why = str(e)
             if why and why.startswith("routing within") and case[0].startswith("r"):

@@ -6,7 +6,9 @@
  * shapes, the capacity (the factor's rounding, its clamps) and the groups
  * (reduced to a divisor of the tokens), the gathered-weight form gone, the
  * block's output kept; a block with a middle op that is not element-wise
- * left dense beside a rewritten one; a model without a block untouched.
+ * left dense beside a rewritten one; a model without a block untouched;
+ * the eager export of Mixtral (a NonZero loop) turned into the batched form
+ * by frontend/moe_eager.c at load, then rewritten the same way.
  * The numbers are tests/e2e/moe.py's and the golden cases'.
  */
 #include "tests/test_util.h"
@@ -121,6 +123,38 @@ static void test_mixtral_blocks(void **state)
     graph_free(g);
 }
 
+/* The eager export: after load the loop is gone (no NonZero, OneHot or
+ * ScatterElements), the batched form stands in its place with the block's
+ * last accumulation as its ReduceSum, and ir/moe.c rewrites it as it does
+ * the batched export (the same dispatch shapes and capacity). */
+static void test_mixtral_eager(void **state)
+{
+    (void)state;
+    Graph *g = load("tests/models/exports/mixtral_moe_eager.onnx");
+    assert_non_null(g);
+    assert_int_equal(count_op(g, OP_NONZERO), 0);
+    assert_int_equal(count_op(g, OP_ONEHOT), 0);
+    assert_int_equal(count_op(g, OP_SCATTER_ELEMENTS), 0);
+    assert_int_equal(expert_gathers(g), 4); /* W1 and W2 by pair, per layer */
+    const char *name = "/inner/model/layers.0/mlp/experts/Add_11_output_0";
+    const Tensor *out = graph_tensor_find(g, name);
+    assert_non_null(out);
+    assert_int_equal(out->producer->op, OP_REDUCE_SUM);
+    assert_dims(out, 2, (const int64_t[]){32, 64});
+
+    moe_ok(g, 1.25, 2);
+    assert_int_equal(count_op(g, OP_MOE_DISPATCH), 2);
+    assert_int_equal(expert_gathers(g), 0);
+    assert_string_equal(g->moe_weights[0]->name, "inner.model.layers.0.mlp.experts.gate_up_proj");
+    assert_string_equal(g->moe_weights[1]->name, "inner.model.layers.0.mlp.experts.down_proj");
+    const Node *dn = nth_op(g, OP_MOE_DISPATCH, 0);
+    assert_dims(dn->outputs[0], 4, (const int64_t[]){2, 4, 64, 10});
+    out = graph_tensor_find(g, name);
+    assert_int_equal(out->producer->op, OP_RESHAPE);
+    assert_ptr_equal(out->producer->inputs[0], nth_op(g, OP_MOE_COMBINE, 0)->outputs[0]);
+    graph_free(g);
+}
+
 /* The capacity's clamps (at least 1, at most a group's tokens) and the
  * groups reduced to a divisor of the 32 tokens. */
 static void test_capacity_and_groups(void **state)
@@ -204,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_shared_expert),
         cmocka_unit_test(test_block_left_dense),
         cmocka_unit_test(test_no_block),
+        cmocka_unit_test(test_mixtral_eager),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,16 @@ F, E, k and the top-k normalisation without torch:
 Input x float32 [N, D], output y float32 [N, D]; weights Wr, W1, W2 are
 initializers (names in WEIGHTS), constants are Constant nodes (opset 17).
 
+style="eager" writes the same block as transformers' eager export does
+(make_moe_exports.py): a one-hot routing mask, the experts hit found with
+NonZero and cut by a Split into E pieces (as if the traced input hit all
+E), then one unrolled body per piece that picks its (choice, token) pairs
+with NonZero, runs its expert on them (Slice bounds from Shape, as
+exported) and adds them into the output with ScatterElements. ONNX Runtime
+runs it only on inputs that hit every expert. broken= makes near misses
+that must not be rewritten: "missing_body" leaves the last expert's body
+out, "row_mean" subtracts the mean over rows in the middle (not row-wise).
+
   build/venv/bin/python tests/models/make_moe_block.py [OUT.onnx]
 """
 import sys
@@ -38,7 +48,7 @@ def weights(d, f, e, seed):
     return [a.astype(np.float32) for a in (wr, w1, w2)]
 
 
-def make_block(path, n, d, f, e, k, norm_topk, seed):
+def make_block(path, n, d, f, e, k, norm_topk, seed, style="batched", broken=None):
     """Writes the block to path; returns (Wr, W1, W2)."""
     wr, w1, w2 = weights(d, f, e, seed)
     nodes = []
@@ -60,6 +70,25 @@ def make_block(path, n, d, f, e, k, norm_topk, seed):
         node("ReduceSum", ["topv", const("axes_last", [-1])], ["topsum"], keepdims=1)
         node("Div", ["topv", "topsum"], ["w"])
         w = "w"
+    if style == "eager":
+        eager_experts(nodes, const, node, w, n, d, f, e, k, broken)
+    else:
+        batched_experts(const, node, w, n, d, f, k)
+
+    graph = helper.make_graph(
+        nodes, "moe_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, d])],
+        [numpy_helper.from_array(a, name) for a, name in zip((wr, w1, w2), WEIGHTS)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="make_moe_block")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return wr, w1, w2
+
+
+def batched_experts(const, node, w, n, d, f, k):
     # every token repeated k times, one row per (token, choice)
     node("Unsqueeze", ["x", const("axes_1", [1])], ["xu"])
     node("Tile", ["xu", const("repeats", [1, k, 1])], ["xt"])
@@ -87,17 +116,77 @@ def make_block(path, n, d, f, e, k, norm_topk, seed):
     node("Reshape", ["p", const("nkd", [n, k, d])], ["r"])
     node("ReduceSum", ["r", const("axes_k", [1])], ["y"], keepdims=0)
 
-    graph = helper.make_graph(
-        nodes, "moe_block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, d])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, d])],
-        [numpy_helper.from_array(a, name) for a, name in zip((wr, w1, w2), WEIGHTS)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="make_moe_block")
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
-    return wr, w1, w2
+
+def eager_experts(nodes, const, node, w, n, d, f, e, k, broken):
+    def scalar(name, v):
+        nodes.append(helper.make_node("Constant", [], [name], name=name,
+                                      value=numpy_helper.from_array(np.array(v, np.int64), name)))
+        return name
+
+    zeros = "zeros"
+    nodes.append(helper.make_node("Constant", [], [zeros], name=zeros,
+                                  value=numpy_helper.from_array(np.zeros((n, d), np.float32), zeros)))
+    # the routing mask [E+1, k, N] and the experts it hits, cut into E pieces
+    node("OneHot", ["topi", scalar("depth", e + 1), const("onoff", [0, 1])], ["onehot"], axis=-1)
+    node("Transpose", ["onehot"], ["mask"], perm=[2, 1, 0])
+    node("ReduceSum", ["mask", const("axes_nk", [-1, -2])], ["hits"], keepdims=0)
+    node("Greater", ["hits", scalar("zero_i", 0)], ["hit"])
+    node("NonZero", ["hit"], ["hit_nz"])
+    node("Transpose", ["hit_nz"], ["hit_t"], perm=[1, 0])
+    node("Split", ["hit_t", const("ones", [1] * e)], ["piece%d" % i for i in range(e)], axis=0)
+    node("Unsqueeze", [w, const("axes_w2", [2])], ["wu"])
+    node("Flatten", ["wu"], ["wflat"], axis=2)
+    node("Shape", ["wu"], ["wu_shape"])
+    node("Gather", ["wu_shape", const("one", [1])], ["kk"], axis=0)
+    acc = zeros
+    for i in range(e - 1 if broken == "missing_body" else e):
+        def t(name):
+            return "%s_%d" % (name, i)
+        node("Squeeze", ["piece%d" % i, const(t("axes0"), [0])], [t("sq")])
+        node("Gather", [t("sq"), scalar(t("first"), 0)], [t("e")], axis=0)
+        node("Gather", ["mask", t("e")], [t("me")], axis=0)
+        node("Cast", [t("me")], [t("mb")], to=TensorProto.BOOL)
+        node("NonZero", [t("mb")], [t("nz")])
+        node("Transpose", [t("nz")], [t("nzt")], perm=[1, 0])
+        node("Split", [t("nzt"), const(t("pt"), [1, 1])], [t("p"), t("t")], axis=1)
+        node("Squeeze", [t("p"), const(t("axes1p"), [1])], [t("pos")])
+        node("Squeeze", [t("t"), const(t("axes1t"), [1])], [t("tok")])
+        node("Gather", ["x", t("tok")], [t("rows")], axis=0)
+        node("Gather", ["W1", t("e")], [t("w1e")], axis=0)
+        node("Transpose", [t("w1e")], [t("w1t")], perm=[1, 0])
+        node("MatMul", [t("rows"), t("w1t")], [t("a")])
+        # the halves' bounds from a's shape, as exported: (last + 1) / 2
+        node("Shape", [t("a")], [t("ash")])
+        node("Gather", [t("ash"), const(t("m1"), [-1])], [t("last")], axis=0)
+        node("Add", [t("last"), const(t("c1"), [1])], [t("lp")])
+        node("Div", [t("lp"), const(t("c2"), [2])], [t("half")])
+        node("Mul", [t("half"), const(t("c2b"), [2])], [t("full")])
+        a = t("a")
+        if broken == "row_mean":
+            node("ReduceMean", [a], [t("amean")], axes=[0], keepdims=1)
+            node("Sub", [a, t("amean")], [t("ac")])
+            a = t("ac")
+        node("Slice", [a, const(t("s0"), [0]), t("half"), const(t("ax"), [-1])], [t("ga")])
+        node("Slice", [a, t("half"), t("full"), const(t("axb"), [-1])], [t("up")])
+        node("Sigmoid", [t("ga")], [t("sg")])
+        node("Mul", [t("ga"), t("sg")], [t("act")])
+        node("Mul", [t("act"), t("up")], [t("h")])
+        node("Gather", ["W2", t("e")], [t("w2e")], axis=0)
+        node("Transpose", [t("w2e")], [t("w2t")], perm=[1, 0])
+        node("MatMul", [t("h"), t("w2t")], [t("yo")])
+        # each pair's routing weight: w.flat[pos + tok * k]
+        node("Mul", [t("tok"), "kk"], [t("tk")])
+        node("Add", [t("pos"), t("tk")], [t("flat")])
+        node("Gather", ["wflat", t("flat")], [t("wg")], axis=0)
+        node("Reshape", [t("wg"), const(t("col"), [-1, 1])], [t("wr")])
+        node("Mul", [t("yo"), t("wr")], [t("c")])
+        node("Unsqueeze", [t("tok"), const(t("axes1u"), [1])], [t("tu")])
+        node("Shape", [t("c")], [t("csh")])
+        node("Expand", [t("tu"), t("csh")], [t("ix")])
+        node("ScatterElements", [zeros, t("ix"), t("c")], [t("sc")], axis=0)
+        out = "y" if i == (e - 2 if broken == "missing_body" else e - 1) else t("acc")
+        node("Add", [acc, t("sc")], [out])
+        acc = out
 
 
 if __name__ == "__main__":
