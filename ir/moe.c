@@ -392,6 +392,53 @@ static int reinfer(Graph *g, Node *const *touched, int ntouched, Diag *d)
     return 0;
 }
 
+/* Moves each MoeDispatch as early as its inputs allow: the nodes before
+ * it that it does not depend on (Qwen2-MoE's shared expert, say) go after
+ * it, so that the all-to-all sending its buffer to the experts runs while
+ * they compute (the schedule issues a reshard after its producer and
+ * waits before its reader), as DeepSpeed-MoE and Megatron overlap the
+ * shared expert with the dispatch. The order stays topological: D's
+ * ancestors depend only on ancestors, and the rest keep their order. */
+static void hoist_dispatches(Graph *g)
+{
+    int nn = g->nnodes;
+    char *anc = malloc((size_t)nn + 1);
+    Node **order = malloc(((size_t)nn + 1) * sizeof *order);
+    if (!anc || !order)
+        abort();
+    for (int pos = 0; pos < nn; pos++) {
+        if (g->nodes[pos]->op != OP_MOE_DISPATCH || g->nodes[pos]->folded)
+            continue;
+        for (int i = 0; i < nn; i++)
+            g->nodes[i]->id = i;
+        memset(anc, 0, (size_t)nn);
+        anc[pos] = 1;
+        for (int i = pos; i >= 0; i--) {
+            if (!anc[i])
+                continue;
+            const Node *n = g->nodes[i];
+            for (int j = 0; j < n->ninputs; j++)
+                if (n->inputs[j] && n->inputs[j]->producer)
+                    anc[n->inputs[j]->producer->id] = 1;
+        }
+        int first = 0;
+        while (first < pos && anc[first])
+            first++;
+        int k = first;
+        for (int i = first; i <= pos; i++)
+            if (anc[i])
+                order[k++] = g->nodes[i];
+        for (int i = first; i <= pos; i++)
+            if (!anc[i])
+                order[k++] = g->nodes[i];
+        memcpy(g->nodes + first, order + first, (size_t)(pos + 1 - first) * sizeof *order);
+    }
+    for (int i = 0; i < nn; i++)
+        g->nodes[i]->id = i;
+    free(anc);
+    free(order);
+}
+
 int ir_build_moe(Graph *g, const MoeOptions *o, Diag *d)
 {
     if (o->capacity_factor <= 0) {
@@ -424,6 +471,8 @@ int ir_build_moe(Graph *g, const MoeOptions *o, Diag *d)
     if (ntouched) {
         ir_drop_dead(g);
         rc = graph_toposort(g, d) || reinfer(g, touched, ntouched, d) ? -1 : 0;
+        if (!rc)
+            hoist_dispatches(g);
     }
     free(touched);
     return rc;

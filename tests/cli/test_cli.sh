@@ -109,6 +109,19 @@ eager=$("$BIN" plan tests/models/exports/mixtral_moe_eager.onnx --mesh ep=2 --sh
 [ "$(printf '%s\n' "$eager" | grep -c ' all-to-all  ')" = 4 ] || err "plan of the eager export: not 4 all-to-alls: $eager"
 [ "$(printf '%s\n' "$eager" | sed -n '/^moe/,/^$/p')" = "$(printf '%s\n' "$out" | sed -n '/^moe/,/^$/p')" ] ||
     err "plan of the eager export: its moe section differs from the batched export's"
+# Qwen2-MoE's shared expert does not depend on the dispatch: it runs while
+# the all-to-all carries the tokens to their experts (ir/moe.c moves the
+# dispatch ahead of it), so rank 0 starts that all-to-all before the shared
+# expert's first GEMM and waits for it after.
+rm -rf build/cli_qwen_ep2
+"$BIN" compile tests/models/exports/qwen2moe_moe.onnx --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' \
+    --shard 'attention_mask=[ep,_]' -o build/cli_qwen_ep2 >/dev/null 2>&1 || err "compile qwen2moe_moe ep=2 failed"
+line() { grep -n "$1" build/cli_qwen_ep2/rank0.c | head -1 | cut -d: -f1; }
+a2a=$(line 'MPI_Ialltoall(B__inner_model_layers_0_mlp_experts_moe_buffer')
+shared=$(line 'k_matmul.*B__inner_model_layers_0_mlp_shared_expert_gate_proj_MatMul_output_0')
+wait=$(line 'rt_wait.*req_r1\|MPI_Wait.*req_r1')
+[ -n "$a2a" ] && [ -n "$shared" ] && [ -n "$wait" ] && [ "$a2a" -lt "$shared" ] && [ "$shared" -lt "$wait" ] ||
+    err "qwen2moe ep=2: the shared expert does not run between the dispatch all-to-all ($a2a) and its wait ($wait): $shared"
 plan_err '--zero 1: only with --train' $T --mesh dp=2 --zero 1
 plan_err '--recompute some: expected none, selective or full' $T --mesh dp=1 --train --recompute some
 plan_err '--precision fp8: expected fp32, bf16 or fp16' $T --mesh dp=1 --train --precision fp8
