@@ -367,6 +367,49 @@ static void zero_write_back(const Plan *p, FILE *f)
 /* compile --decode: each cache the program keeps, its layout and bytes
  * per rank, and whether its heads (dim 1 of [batch, heads, positions,
  * head_dim]) are split or every rank keeps all of them. */
+/* One key-value cache of a decoding program (ir/decode.c): its bytes on a
+ * rank and how its heads are laid out, in words. */
+static int64_t decode_cache(const Plan *p, const Tensor *t, char *why, size_t cap)
+{
+    const Mesh *m = &p->mesh;
+    const Sharding *sh = &p->tensors[t->id].sharding;
+    int64_t local[IR_MAX_RANK], bytes = (int64_t)dtype_size(t->dtype);
+    sharding_local_dims(sh, m, t, local);
+    for (int k = 0; k < t->rank; k++)
+        bytes *= local[k];
+    int parts = 1;
+    for (int k = 0; k < sh->naxes[1]; k++)
+        parts *= m->axes[sh->axes[1][k]].size;
+    why[0] = 0;
+    if (t->rank == 4 && sh->naxes[1] && local[1] * parts > t->dims[1])
+        snprintf(why, cap, "split unevenly: %lld heads over %d ranks, %lld per rank, padded", (long long)t->dims[1],
+                 parts, (long long)local[1]);
+    else if (t->rank == 4 && sh->naxes[1])
+        snprintf(why, cap, "split: %lld of %lld per rank", (long long)local[1], (long long)t->dims[1]);
+    else if (t->rank == 4) {
+        int big = -1; /* an axis the cache is not split over: does it have more ranks than heads? */
+        for (int a2 = 0; a2 < m->naxes; a2++)
+            if (!(sharding_used_axes(sh) & (1u << a2)) && m->axes[a2].size > 1 && !m->axes[a2].loop)
+                big = big < 0 || m->axes[a2].size > m->axes[big].size ? a2 : big;
+        if (big >= 0 && t->dims[1] < m->axes[big].size)
+            snprintf(why, cap, "replicated: %lld key-value heads, fewer than %s=%d", (long long)t->dims[1],
+                     m->axes[big].name, m->axes[big].size);
+        else
+            snprintf(why, cap, "all %lld on every rank", (long long)t->dims[1]);
+    }
+    return bytes;
+}
+
+/* How the next token is chosen, in words. */
+static void decode_choice(const Graph *g, char *buf, size_t cap)
+{
+    if (g->decode_temperature > 0)
+        snprintf(buf, cap, "sampled at temperature %g, seed %llu", g->decode_temperature,
+                 (unsigned long long)g->decode_seed);
+    else
+        snprintf(buf, cap, "greedy");
+}
+
 static void print_decode(const Plan *p, FILE *f)
 {
     const Graph *g = p->g;
@@ -374,47 +417,54 @@ static void print_decode(const Plan *p, FILE *f)
     int n = 0;
     for (int i = 0; i < g->nnodes; i++)
         n += g->nodes[i]->op == OP_KV_CACHE_WRITE;
-    fprintf(f, "\ndecode   the prompt, then %d tokens (greedy), one position per step; %d caches of %lld positions "
+    char choice[96];
+    decode_choice(g, choice, sizeof choice);
+    fprintf(f, "\ndecode   the prompt, then %d tokens (%s), one position per step; %d caches of %lld positions "
                "(--max-seq), kept in place\n  %-22s %-16s %-14s %12s  %s\n",
-            g->decode_generate, n, (long long)g->decode_slots, "cache", "global", "sharding", "bytes/rank", "heads");
+            g->decode_generate, choice, n, (long long)g->decode_slots, "cache", "global", "sharding", "bytes/rank",
+            "heads");
     for (int i = 0; i < g->nnodes; i++) {
         const Node *nd = g->nodes[i];
         if (nd->op != OP_KV_CACHE_WRITE)
             continue;
         const Tensor *t = nd->outputs[0];
-        const Sharding *sh = &p->tensors[t->id].sharding;
-        int64_t local[IR_MAX_RANK], bytes = (int64_t)dtype_size(t->dtype);
-        sharding_local_dims(sh, m, t, local);
-        for (int k = 0; k < t->rank; k++)
-            bytes *= local[k];
-        char a[128], b[128], why[160] = "";
-        int parts = 1;
-        for (int k = 0; k < sh->naxes[1]; k++)
-            parts *= m->axes[sh->axes[1][k]].size;
-        if (t->rank == 4 && sh->naxes[1] && local[1] * parts > t->dims[1])
-            snprintf(why, sizeof why, "split unevenly: %lld heads over %d ranks, %lld per rank, padded", (long long)t->dims[1],
-                     parts, (long long)local[1]);
-        else if (t->rank == 4 && sh->naxes[1])
-            snprintf(why, sizeof why, "split: %lld of %lld per rank", (long long)local[1], (long long)t->dims[1]);
-        else if (t->rank == 4) {
-            int big = -1; /* an axis the cache is not split over: does it have more ranks than heads? */
-            for (int a2 = 0; a2 < m->naxes; a2++)
-                if (!(sharding_used_axes(sh) & (1u << a2)) && m->axes[a2].size > 1 && !m->axes[a2].loop)
-                    big = big < 0 || m->axes[a2].size > m->axes[big].size ? a2 : big;
-            if (big >= 0 && t->dims[1] < m->axes[big].size)
-                snprintf(why, sizeof why, "replicated: %lld key-value heads, fewer than %s=%d", (long long)t->dims[1],
-                         m->axes[big].name, m->axes[big].size);
-            else
-                snprintf(why, sizeof why, "all %lld on every rank", (long long)t->dims[1]);
-        }
+        char a[128], b[128], why[160];
+        int64_t bytes = decode_cache(p, t, why, sizeof why);
         fprintf(f, "  %-22s %-16s %-14s %12lld  %s\n", t->label, shape_str(t->dims, t->rank, a, sizeof a),
-                sharding_str(sh, m, b, sizeof b), (long long)bytes, why);
+                sharding_str(&p->tensors[t->id].sharding, m, b, sizeof b), (long long)bytes, why);
     }
 }
 
-/* Mixture-of-experts layers (ir/moe.c): each dispatch's groups, experts,
- * capacity and how much the capacity can drop; where the experts live and
- * how the tokens reach them. */
+/* One mixture-of-experts layer (ir/moe.c), read off its MoeDispatch. */
+typedef struct {
+    int64_t groups, ng, k, e, cap, worst;
+    const Tensor *w1, *w2; /* the stacked expert weights, NULL if not found */
+} MoeLayer;
+
+static MoeLayer moe_layer(const Node *nd)
+{
+    const Tensor *ids = nd->inputs[1], *buf = nd->outputs[0], *slots = nd->outputs[1];
+    MoeLayer l = {.groups = ids->dims[0], .ng = ids->dims[1], .k = ids->dims[2], .e = buf->dims[1],
+                  .cap = node_attr_int(nd, "capacity", 0)};
+    l.worst = l.groups * l.k * (l.ng - l.cap);
+    /* W1 is the GEMM reading the buffer; W2 the one the combine reads. */
+    for (int c = 0; c < buf->nconsumers && !l.w1; c++) {
+        const Node *r = buf->consumers[c];
+        if (!r->folded && !r->grad && r->op == OP_MATMUL && r->inputs[1] == buf)
+            l.w1 = r->inputs[0];
+    }
+    for (int c = 0; c < slots->nconsumers && !l.w2; c++) {
+        const Node *r = slots->consumers[c];
+        const Node *m2 = !r->folded && !r->grad && r->op == OP_MOE_COMBINE ? r->inputs[0]->producer : NULL;
+        if (m2 && m2->op == OP_MATMUL)
+            l.w2 = m2->inputs[0];
+    }
+    return l;
+}
+
+/* Mixture-of-experts layers: each dispatch's groups, experts, capacity and
+ * how much the capacity can drop; where the experts live and how the
+ * tokens reach them. */
 static void print_moe(const Plan *p, FILE *f)
 {
     const Graph *g = p->g;
@@ -424,27 +474,94 @@ static void print_moe(const Plan *p, FILE *f)
         const Node *nd = g->nodes[i];
         if (nd->folded || nd->op != OP_MOE_DISPATCH)
             continue;
-        const Tensor *ids = nd->inputs[1], *buf = nd->outputs[0];
-        int64_t groups = ids->dims[0], ng = ids->dims[1], k = ids->dims[2], e = buf->dims[1];
-        int64_t cap = node_attr_int(nd, "capacity", 0), worst = groups * k * (ng - cap);
+        MoeLayer l = moe_layer(nd);
         if (!layer++)
             fprintf(f, "\nmoe      %d layer%s: tokens in groups, each sending at most its capacity to an expert "
                        "(--capacity-factor %g); the program's --stats counts the pairs dropped\n",
                     moe_layers(g), moe_layers(g) == 1 ? "" : "s", (double)node_attr_float(nd, "capacity_factor", 0));
         char a[128], b[128];
-        const Tensor *w = layer * 2 - 2 < g->nmoe_weights ? g->moe_weights[layer * 2 - 2] : NULL;
         const Sharding *ts = &p->tensors[nd->inputs[0]->id].sharding;
         char drops[128] = "no pair is ever dropped";
-        if (worst > 0)
+        if (l.worst > 0)
             snprintf(drops, sizeof drops, "up to %lld of %lld pairs dropped when the routing is skewed",
-                     (long long)worst, (long long)(groups * ng * k));
+                     (long long)l.worst, (long long)(l.groups * l.ng * l.k));
         fprintf(f, "  %s\n    %lld groups of %lld tokens, top-%lld of %lld experts, capacity %lld per expert per "
                    "group: %s\n",
-                nd->label, (long long)groups, (long long)ng, (long long)k, (long long)e, (long long)cap, drops);
-        if (w)
-            fprintf(f, "    experts %s (%s), tokens %s\n", w->label,
-                    sharding_str(&p->tensors[w->id].sharding, m, a, sizeof a), sharding_str(ts, m, b, sizeof b));
+                nd->label, (long long)l.groups, (long long)l.ng, (long long)l.k, (long long)l.e, (long long)l.cap,
+                drops);
+        if (l.w1)
+            fprintf(f, "    experts %s (%s), tokens %s\n", l.w1->label,
+                    sharding_str(&p->tensors[l.w1->id].sharding, m, a, sizeof a), sharding_str(ts, m, b, sizeof b));
     }
+}
+
+/* The same two sections for plan --json ("decode", "moe"). */
+static void print_decode_moe_json(const Plan *p, FILE *f)
+{
+    const Graph *g = p->g;
+    const Mesh *m = &p->mesh;
+    char b[256], why[160];
+    if (g->decode_slots) {
+        fprintf(f, ",\n  \"decode\": {\"generate\": %d, \"max_seq\": %lld, ", g->decode_generate,
+                (long long)g->decode_slots);
+        if (g->decode_temperature > 0)
+            fprintf(f, "\"choice\": \"sample\", \"temperature\": %.9g, \"seed\": %llu", g->decode_temperature,
+                    (unsigned long long)g->decode_seed);
+        else
+            fprintf(f, "\"choice\": \"greedy\"");
+        fprintf(f, ", \"caches\": [");
+        int n = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *nd = g->nodes[i];
+            if (nd->op != OP_KV_CACHE_WRITE)
+                continue;
+            const Tensor *t = nd->outputs[0];
+            int64_t bytes = decode_cache(p, t, why, sizeof why);
+            fprintf(f, "%s{\"name\": ", n++ ? ", " : "");
+            json_write_str(f, t->name);
+            fprintf(f, ", \"shape\": ");
+            json_write_dims(f, t->dims, t->rank);
+            fprintf(f, ", \"sharding\": ");
+            json_write_str(f, sharding_str(&p->tensors[t->id].sharding, m, b, sizeof b));
+            fprintf(f, ", \"bytes_per_rank\": %lld, \"heads\": ", (long long)bytes);
+            json_write_str(f, why);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]}");
+    }
+    int layer = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = g->nodes[i];
+        if (nd->folded || nd->op != OP_MOE_DISPATCH)
+            continue;
+        MoeLayer l = moe_layer(nd);
+        if (!layer++)
+            fprintf(f, ",\n  \"moe\": {\"capacity_factor\": %.9g, \"layers\": [",
+                    (double)node_attr_float(nd, "capacity_factor", 0));
+        fprintf(f, "%s{\"dispatch\": ", layer > 1 ? ", " : "");
+        json_write_str(f, nd->name);
+        fprintf(f, ", \"groups\": %lld, \"tokens_per_group\": %lld, \"top_k\": %lld, \"experts\": %lld, "
+                   "\"capacity\": %lld, \"pairs\": %lld, \"worst_dropped\": %lld, \"tokens_sharding\": ",
+                (long long)l.groups, (long long)l.ng, (long long)l.k, (long long)l.e, (long long)l.cap,
+                (long long)(l.groups * l.ng * l.k), (long long)(l.worst > 0 ? l.worst : 0));
+        json_write_str(f, sharding_str(&p->tensors[nd->inputs[0]->id].sharding, m, b, sizeof b));
+        const Tensor *ws[2] = {l.w1, l.w2};
+        for (int w = 0; w < 2; w++) {
+            fprintf(f, ", \"%s\": ", w ? "down_weight" : "up_weight");
+            if (!ws[w]) {
+                fprintf(f, "null");
+                continue;
+            }
+            fprintf(f, "{\"name\": ");
+            json_write_str(f, ws[w]->name);
+            fprintf(f, ", \"sharding\": ");
+            json_write_str(f, sharding_str(&p->tensors[ws[w]->id].sharding, m, b, sizeof b));
+            fprintf(f, "}");
+        }
+        fprintf(f, "}");
+    }
+    if (layer)
+        fprintf(f, "]}");
 }
 
 void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
@@ -685,6 +802,7 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
                 sched->compute_s, sched->comm_s, sched->exposed_s, sched->comm_s - sched->exposed_s, sched->step_s);
     fprintf(f, "}");
     plan_print_train_memory_json(x, f);
+    print_decode_moe_json(p, f);
     if (p->auto_report) {
         const AutoReport *ar = p->auto_report;
         fprintf(f, ",\n  \"auto\": {\"choices\": %d, \"options\": %d, \"edges\": %d, \"rows\": %d, "

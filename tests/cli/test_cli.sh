@@ -109,6 +109,24 @@ eager=$("$BIN" plan tests/models/exports/mixtral_moe_eager.onnx --mesh ep=2 --sh
 [ "$(printf '%s\n' "$eager" | grep -c ' all-to-all  ')" = 4 ] || err "plan of the eager export: not 4 all-to-alls: $eager"
 [ "$(printf '%s\n' "$eager" | sed -n '/^moe/,/^$/p')" = "$(printf '%s\n' "$out" | sed -n '/^moe/,/^$/p')" ] ||
     err "plan of the eager export: its moe section differs from the batched export's"
+# plan --json carries the same MoE layers (and --decode's caches and
+# choice of token): numbers that add up, weights by name and layout.
+"$BIN" plan $MX --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --json 2>/dev/null | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)["moe"]
+assert d["capacity_factor"] == 1.25 and len(d["layers"]) == 2, d
+for i, l in enumerate(d["layers"]):
+    assert (l["groups"], l["tokens_per_group"], l["top_k"], l["experts"], l["capacity"]) == (2, 16, 2, 4, 10), l
+    assert l["pairs"] == 64 and l["worst_dropped"] == 2 * 2 * (16 - 10) and l["tokens_sharding"] == "[ep,_,_]", l
+    assert l["up_weight"] == {"name": "inner.model.layers.%d.mlp.experts.gate_up_proj" % i, "sharding": "[ep,_,_]"}, l
+    assert l["down_weight"]["name"] == "inner.model.layers.%d.mlp.experts.down_proj" % i, l' ||
+    err "plan --json: no moe section, or its numbers are off"
+"$BIN" plan $K --mesh tp=2 --decode --max-seq 16 --dim batch=1 --generate 4 --sample 0.7 --seed 5 --json 2>/dev/null | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)["decode"]
+assert (d["generate"], d["max_seq"], d["choice"], d["temperature"], d["seed"]) == (4, 16, "sample", 0.7, 5), d
+assert len(d["caches"]) == 4 and d["caches"][0]["name"] == "present.0.key" and d["caches"][0]["shape"] == [1, 4, 16, 16], d' ||
+    err "plan --decode --json: no decode section, or its fields are off"
 # Qwen2-MoE's shared expert does not depend on the dispatch: it runs while
 # the all-to-all carries the tokens to their experts (ir/moe.c moves the
 # dispatch ahead of it), so rank 0 starts that all-to-all before the shared
