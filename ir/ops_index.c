@@ -438,6 +438,41 @@ int shape_onehot(Graph *g, Node *n, Diag *d)
     return shape_set(d, n, n->outputs[0], val->dtype, q + 1, out);
 }
 
+/* OneHot of constants: torch's repeat() under dynamic shapes exports its
+ * repeats as one (OneHot([1], 3, [1, k]) is [1, k, 1]), so it folds with
+ * the rest of the shape arithmetic, as k_onehot computes it: a negative
+ * index counts from depth, one out of range gives all off. */
+int fold_onehot(Graph *g, Node *n, Diag *d)
+{
+    (void)d;
+    if (!fold_inputs_const(n) || !fold_is_shape_math(n))
+        return 0;
+    const Tensor *idx = n->inputs[0], *val = n->inputs[2];
+    Tensor *y = n->outputs[0];
+    int axis = (int)node_attr_int(n, "axis", -1);
+    if (axis < 0)
+        axis += idx->rank + 1;
+    int64_t depth = (int64_t)fold_get(n->inputs[1], 0), outer = 1, inner = 1; /* checked by shape_onehot */
+    for (int i = 0; i < idx->rank; i++) {
+        if (i < axis)
+            outer *= idx->dims[i];
+        else
+            inner *= idx->dims[i];
+    }
+    fold_alloc(g, y);
+    double off = fold_get(val, 0), on = fold_get(val, 1);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double v = fold_get(idx, o * inner + i);
+            int64_t h = v > -1e15 && v < 1e15 ? (int64_t)v : depth;
+            if (h < 0)
+                h += depth;
+            for (int64_t k = 0; k < depth; k++)
+                fold_set(y, (o * depth + k) * inner + i, k == h ? on : off);
+        }
+    return 1;
+}
+
 /* ---- DepthToSpace, SpaceToDepth ----------------------------------------- */
 
 static int depth_space_check(Diag *d, const Node *n, int64_t *b)

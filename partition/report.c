@@ -485,10 +485,10 @@ static void print_moe(const Plan *p, FILE *f)
         if (l.worst > 0)
             snprintf(drops, sizeof drops, "up to %lld of %lld pairs dropped when the routing is skewed",
                      (long long)l.worst, (long long)(l.groups * l.ng * l.k));
-        fprintf(f, "  %s\n    %lld groups of %lld tokens, top-%lld of %lld experts, capacity %lld per expert per "
+        fprintf(f, "  %s\n    %lld group%s of %lld token%s, top-%lld of %lld experts, capacity %lld per expert per "
                    "group: %s\n",
-                nd->label, (long long)l.groups, (long long)l.ng, (long long)l.k, (long long)l.e, (long long)l.cap,
-                drops);
+                nd->label, (long long)l.groups, l.groups == 1 ? "" : "s", (long long)l.ng, l.ng == 1 ? "" : "s",
+                (long long)l.k, (long long)l.e, (long long)l.cap, drops);
         if (l.w1)
             fprintf(f, "    experts %s (%s), tokens %s\n", l.w1->label,
                     sharding_str(&p->tensors[l.w1->id].sharding, m, a, sizeof a), sharding_str(ts, m, b, sizeof b));

@@ -38,7 +38,8 @@ export BIN OUT
 # and three training programs (--train: backward, optimizer_step, the loss
 # read back; the third in fp16 with its loss scale, ZeRO-3 and clipping),
 # an expert-parallel MoE block's (MoeScatter and MoePairDot in backward),
-# and two decoding programs (--decode: the caches in device memory)
+# and three decoding programs (--decode: the caches in device memory; the
+# third Mixtral's, its experts and tokens over ep: an all-to-all per step)
 { awk -v f="$filter" '$1 !~ /^#/ && NF && index($1, f)' tests/e2e/cases.txt
   printf '%s\n' "train_mlp_adamw_dp2tp2 train/mlp_mse dp=2,tp=2 --train --optimizer adamw --zero 1 --shard x=[dp,_] --shard target=[dp,_] --shard W1=[_,tp]" \
       "train_gpt_sgd_dp2tp2 train/tiny_gpt_lm dp=2,tp=2 --train --clip-norm 1 --shard tokens=[dp,_] --shard labels=[dp,_] --shard l0_Wq=[_,tp] --shard l1_Wq=[_,tp]" \
@@ -46,6 +47,7 @@ export BIN OUT
       "train_moe_adamw_ep2 train/moe_block_mse ep=2 --train --optimizer adamw --capacity-factor 2 --shard experts=ep --shard x=[ep,_] --shard target=[ep,_]" \
       "decode_llama_tp2 exports/llama_kv tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shardings tests/e2e/exports/llama_kv_tp.txt" \
       "decode_gpt2_dp2_tp2 exports/gpt2_kv dp=2,tp=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shard input_ids=[dp,_] --shardings tests/e2e/exports/gpt2_kv_tp.txt" \
+      "decode_mixtral_ep2 exports/mixtral_kv ep=2 --decode --max-seq 24 --generate 8 --dim batch=2 --shard experts=ep --shard input_ids=[ep,_]" \
       | awk -v f="$filter" 'index($1, f)'; } \
     | xargs -P "$JOBS" -d '\n' -I{} bash -c 'compile_case "$@"' _ {} > "$OUT/compiled.txt"
 grep "^FAIL" "$OUT/compiled.txt" && fail=1

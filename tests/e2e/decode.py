@@ -17,6 +17,7 @@ Prints one line per case and exits non-zero when any fails.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,18 @@ CASES = [
     # --sample: the same draws as the program's splitmix64 sampler on ORT's logits
     ("gpt2_sample_tp2", "gpt2", "tp=2", TP["gpt2"] + ["--sample", "1.5", "--seed", "7"]),
     ("llama_sample_1rank", "llama", "tp=1", ["--sample", "0.8", "--seed", "12345"]),
+    # Mixtral's experts (batched_mm export): each step's tokens are the
+    # batch rows, sent to their experts by all-to-all when both are over ep;
+    # with the tokens replicated the experts' partial sums are all-reduced
+    ("mixtral_1rank", "mixtral", "ep=1", []),
+    ("mixtral_ep2", "mixtral", "ep=2", ["--shard", "experts=ep", "--shard", "input_ids=[ep,_]"]),
+    ("mixtral_ep2_experts", "mixtral", "ep=2", ["--shard", "experts=ep"]),
+    ("mixtral_dp2_ep2", "mixtral", "dp=2,ep=2", ["--shard", "experts=ep", "--shard", "input_ids=[dp,_]"]),
 ]
+
+# plan.txt lines a case must have: (case, regex)
+PLAN_HAS = {"mixtral_ep2": r"all-to-all\s+\S+moe_buffer ep",
+            "mixtral_ep2_experts": r"all-reduce .*ep"}
 
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
               "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
@@ -141,7 +153,7 @@ def reference(model):
 
 
 def write_golden():
-    for model in ("gpt2", "llama"):
+    for model in ("gpt2", "llama", "mixtral"):
         prompt = np.load(os.path.join(PROMPTS, "%s_prompt.npy" % model))
         tokens, logits = ort_reference(os.path.join(EXPORTS, "%s_kv.onnx" % model), prompt, GENERATE)
         np.save(os.path.join(PROMPTS, "%s_tokens.npy" % model), tokens)
@@ -159,6 +171,9 @@ def run_case(name, model, mesh, flags, work, tol):
     run([BIN, "compile", path, "--mesh", mesh, "--decode", "--max-seq", str(MAX_SEQ),
          "--generate", str(GENERATE), "--dim", "batch=%d" % prompt.shape[0], "-o", out] + flags)
     run(["make", "-s", "-C", out])
+    if name in PLAN_HAS and not re.search(PLAN_HAS[name], open(os.path.join(out, "plan.txt")).read()):
+        print("FAIL  %s: plan.txt has no line matching %r" % (name, PLAN_HAS[name]))
+        return False
     np.save(os.path.join(work, name + "_prompt.npy"), prompt)
     env = dict(os.environ, **MPIRUN_ENV)
     stdout = run([os.path.join(out, "run.sh"), "--in",

@@ -155,6 +155,37 @@ static void test_mixtral_eager(void **state)
     graph_free(g);
 }
 
+/* The KV-cache export of Mixtral has dynamic dims: torch's repeat() of the
+ * tokens per choice exports its repeats as OneHot([1], 3, [1, k]), which
+ * folds at load to [1, k, 1] (ir/ops_index.c fold_onehot), so the block
+ * is found with the dims bound. */
+static void test_mixtral_kv_onehot_folds(void **state)
+{
+    (void)state;
+    DimBinding dims[] = {{"batch", 2}, {"seq", 1}, {"past", 3}, {"total", 4}};
+    FrontendOptions opt = {.dims = dims, .ndims = 4};
+    Diag d;
+    Graph *g = NULL;
+    diag_init(&d, NULL);
+    int rc = frontend_load_file("tests/models/exports/mixtral_kv.onnx", &opt, &g, &d);
+    if (rc)
+        print_error("load: %s\n", diag_first(&d));
+    assert_int_equal(rc, 0);
+    diag_free(&d);
+    assert_int_equal(count_op(g, OP_ONEHOT), 0);
+    const Node *tile = nth_op(g, OP_TILE, 0);
+    assert_non_null(tile);
+    const Attr *rep = node_attr(tile, "repeats");
+    assert_non_null(rep);
+    assert_int_equal(rep->n, 3);
+    assert_int_equal(rep->ints[0], 1);
+    assert_int_equal(rep->ints[1], 2);
+    assert_int_equal(rep->ints[2], 1);
+    moe_ok(g, 1.25, 2);
+    assert_int_equal(count_op(g, OP_MOE_DISPATCH), 2);
+    graph_free(g);
+}
+
 /* The capacity's clamps (at least 1, at most a group's tokens) and the
  * groups reduced to a divisor of the 32 tokens. */
 static void test_capacity_and_groups(void **state)
@@ -239,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_block_left_dense),
         cmocka_unit_test(test_no_block),
         cmocka_unit_test(test_mixtral_eager),
+        cmocka_unit_test(test_mixtral_kv_onehot_folds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

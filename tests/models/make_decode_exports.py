@@ -13,6 +13,10 @@ downloads; HF_HUB_OFFLINE=1; default attention implementation):
                            vocab 512
   llama  LlamaForCausalLM  2 layers, hidden 64, 4 heads, 2 kv heads,
                            intermediate 176, vocab 512, RoPE, RMSNorm
+  mixtral MixtralForCausalLM  the same attention, and a mixture of experts
+                           (top-2 of 4, intermediate 128) in transformers'
+                           batched_mm form (docs/moe.md): decoding with
+                           expert parallelism
 Inputs (the symbolic dims are batch, seq, past and total = past + seq):
   input_ids int64 [batch, seq], attention_mask int64 [batch, total],
   position_ids int64 [batch, seq],
@@ -26,7 +30,8 @@ Outputs (relative to the repository root):
 The decode tests (tests/e2e/decode.py) compute ONNX Runtime's reference
 themselves, step by step with its own past/present loop.
 
-Pinned versions, the environment and how to run it: as make_exports.py.
+Pinned versions, the environment and how to run it: as make_exports.py;
+`make_decode_exports.py NAME...` writes only those models.
 """
 import os
 
@@ -82,6 +87,20 @@ def make_llama():
     return transformers.LlamaForCausalLM(cfg), 2, 16
 
 
+def make_mixtral():
+    cfg = transformers.MixtralConfig(num_hidden_layers=LAYERS, hidden_size=64,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     intermediate_size=128, num_local_experts=4,
+                                     num_experts_per_tok=2, vocab_size=VOCAB,
+                                     max_position_embeddings=64)
+    model = transformers.MixtralForCausalLM(cfg)
+    model.set_experts_implementation("batched_mm")
+    return model, 2, 16
+
+
+MODELS = [("gpt2", make_gpt2), ("llama", make_llama), ("mixtral", make_mixtral)]
+
+
 def names():
     ins = ["input_ids", "attention_mask", "position_ids"]
     outs = ["logits"]
@@ -108,7 +127,10 @@ def main():
     warnings.filterwarnings("ignore")
     os.makedirs(EXPORTS, exist_ok=True)
     os.makedirs(GOLDEN, exist_ok=True)
-    for name, make in (("gpt2", make_gpt2), ("llama", make_llama)):
+    only = sys.argv[1:]  # model names to write (default: all)
+    for name, make in MODELS:
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         inner, kv_heads, head_dim = make()
         inner.eval()
