@@ -50,6 +50,11 @@ twice "expert-parallel" tests/models/exports/qwen2moe_moe.onnx --mesh ep=2,tp=2 
     --shard 'input_ids=[ep,_]' --shard 'attention_mask=[ep,_]'
 twice "expert-parallel CUDA" tests/models/exports/mixtral_moe.onnx --mesh ep=2 --shard experts=ep \
     --shard 'input_ids=[ep,_]' --target cuda
+# The eager export, rewritten at load (frontend/moe_eager.c); an MoE decoder.
+twice "eager MoE export" tests/models/exports/qwen2moe_moe_eager.onnx --mesh ep=2 --shard experts=ep \
+    --shard 'input_ids=[ep,_]'
+twice "MoE --decode" tests/models/exports/mixtral_kv.onnx --decode --max-seq 24 --generate 8 --dim batch=2 --mesh ep=2 \
+    --shard experts=ep --shard 'input_ids=[ep,_]'
 bash tools/generated.sh --check || fail=1
 # Fusing all-reduces changes the calls, not the numbers: the fused and
 # unfused golden runs (run_golden.sh) give bit-identical outputs.

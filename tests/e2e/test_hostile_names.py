@@ -193,39 +193,40 @@ def decode_case(env, fail):
         fail.append("decode_r1: tokens or logits differ from ONNX Runtime's")
 
 
-def moe_case(env, fail):
+def moe_case(env, fail, export="mixtral_moe", tag="moe_ep2"):
     """Expert parallelism on the Mixtral MoE export with every name hostile
     but the inputs': the stacked expert weights split with --shard
     experts=ep (names taken from the model into a --shard annotation), the
     nodes (the dispatch's goes into --stats' table and its output). Built
     with -Werror, inert, the logits ONNX Runtime's (no token dropped), and
-    --stats' lines safe for a terminal."""
-    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", "mixtral_moe.onnx"))
+    --stats' lines safe for a terminal. The eager export too: the nodes its
+    rewrite adds are named after a hostile node's."""
+    m = onnx.load(os.path.join(ROOT, "tests", "models", "exports", export + ".onnx"))
     rename_all(m.graph, {"input_ids", "attention_mask", "logits"}, "e")
-    model = os.path.join(OUT, "model_moe.onnx")
+    model = os.path.join(OUT, "model_%s.onnx" % tag)
     with open(model, "wb") as f:
         f.write(m.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8))
-    d = compile_build("moe_ep2", ["compile", model, "--mesh", "ep=2", "--shard", "experts=ep", "--shard",
+    d = compile_build(tag, ["compile", model, "--mesh", "ep=2", "--shard", "experts=ep", "--shard",
                                   "input_ids=[ep,_]", "--capacity-factor", "2"], fail)
     if not d:
         return
-    gold = os.path.join(ROOT, "tests", "golden", "mixtral_moe")
-    out = os.path.join(OUT, "moe_logits.npy")
+    gold = os.path.join(ROOT, "tests", "golden", export)
+    out = os.path.join(OUT, tag + "_logits.npy")
     r = run([os.path.join(d, "run.sh"), "--in", "input_ids=" + os.path.join(gold, "input_input_ids.npy"),
              "--in", "attention_mask=" + os.path.join(gold, "input_attention_mask.npy"), "--out", "logits=" + out,
              "--stats"], env=env, timeout=120, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
-        fail.append("moe_ep2: run exit %d: %r" % (r.returncode, (r.stdout + r.stderr)[-400:]))
+        fail.append("%s: run exit %d: %r" % (tag, r.returncode, (r.stdout + r.stderr)[-400:]))
         return
-    check_text("moe_ep2 --stats", r.stdout, fail)
+    check_text(tag + " --stats", r.stdout, fail)
     stats = [line for line in r.stdout.split(b"\n") if line.startswith(b"moe ")]
     golden = np.load(os.path.join(gold, "output_logits.npy"))
     err = float(np.max(np.abs(np.load(out) - golden) - 1e-4 * np.abs(golden)))
     ok = err <= 1e-5 and len(stats) == 2 and all(b"dropped 0 of 64" in line for line in stats)
     print("%-9s %-5s %-6s %s: --shard experts=ep, hostile expert weights and nodes: max |out - golden| - "
-          "1e-4|golden| = %.2e, %d --stats lines" % ("moe_ep2", "ep=2", "c", "ok" if ok else "FAIL", err, len(stats)))
+          "1e-4|golden| = %.2e, %d --stats lines" % (tag, "ep=2", "c", "ok" if ok else "FAIL", err, len(stats)))
     if not ok:
-        fail.append("moe_ep2: logits or --stats differ (%r)" % stats)
+        fail.append("%s: logits or --stats differ (%r)" % (tag, stats))
 
 
 def run(cmd, **kw):
@@ -357,6 +358,7 @@ def main():
     train_case(m, names, tokens, golden_in, env, fail)
     decode_case(env, fail)
     moe_case(env, fail)
+    moe_case(env, fail, "mixtral_moe_eager", "moe_eager_ep2")
     if os.path.exists(PWNED):
         fail.append("a payload ran: %s exists" % PWNED)
     for f in fail:
