@@ -13,11 +13,12 @@
 #  2. determinism: tiny_gpt run twice, outputs bit-identical; and a
 #     pipeline (one stage, two microbatches) against the golden;
 #  2c. --trace on one GPU: a span per node from CUDA events, valid JSON;
-#  2e. --decode: the GPT-2 and Llama KV-cache exports generate 8 tokens on
-#     one GPU, caches in device memory, against ONNX Runtime's tokens and
-#     logits (tests/golden/decode);
-#  2f. a mixture of experts (Mixtral's MoE export, dispatch and combine
-#     kernels, --stats' counters in device memory) against the golden;
+#  2e. --decode: the GPT-2, Llama and Mixtral (MoE) KV-cache exports
+#     generate 8 tokens on one GPU, caches in device memory, against ONNX
+#     Runtime's tokens and logits (tests/golden/decode);
+#  2f. a mixture of experts (Mixtral's MoE export, batched and eager,
+#     dispatch and combine kernels, --stats' counters in device memory)
+#     against the golden;
 #  3. two ranks, built with MPI=0 against NCCL from NCCL_HOME or the wheel
 #     (with an rpath) and started by launch.sh: run and compared where two
 #     GPUs exist, else the clear refusal of two ranks on one GPU;
@@ -150,8 +151,8 @@ PYEOF
     head -8 "$OUT/trace_report.txt"
 fi
 
-step "2e. --decode on one GPU: GPT-2 and Llama KV-cache exports, prompt + 8 tokens against ONNX Runtime's loop"
-for m in gpt2 llama; do
+step "2e. --decode on one GPU: GPT-2, Llama and Mixtral (MoE) KV-cache exports, prompt + 8 tokens against ONNX Runtime's loop"
+for m in gpt2 llama mixtral; do
     d=$OUT/decode_$m
     compile_build "decode_$m" "tests/models/exports/${m}_kv.onnx" tp=1 --decode --max-seq 24 --generate 8 --dim batch=2 \
         || continue
@@ -171,18 +172,19 @@ PYEOF
     grep "per token" "$d.log"
 done
 
-step "2f. mixture of experts on one GPU: Mixtral's MoE dispatch and combine kernels against ONNX Runtime, --stats"
-d=$OUT/mixtral_moe_1
-if compile_build mixtral_moe_1 tests/models/exports/mixtral_moe.onnx r=1 --capacity-factor 2; then
-    golden_args mixtral_moe "$d"
+step "2f. mixture of experts on one GPU: Mixtral's MoE dispatch and combine kernels against ONNX Runtime, --stats (batched and eager exports)"
+for x in mixtral_moe mixtral_moe_eager; do
+    d=$OUT/${x}_1
+    compile_build "${x}_1" "tests/models/exports/$x.onnx" r=1 --capacity-factor 2 || continue
+    golden_args "$x" "$d"
     if timeout 120 "$d/rank0" "${args[@]}" --stats --timeout 60 </dev/null >"$d.log" 2>&1; then
-        compare mixtral_moe "$d" "mixtral_moe r=1 (MoE kernels)"
+        compare "$x" "$d" "$x r=1 (MoE kernels)"
         [ "$(grep -c '^moe .*: dropped 0 of 64 (token, expert) pairs; capacity 32' "$d.log")" = 2 ] \
-            || err "mixtral_moe_1: --stats lines: $(grep '^moe' "$d.log")"
+            || err "${x}_1: --stats lines: $(grep '^moe' "$d.log")"
     else
-        err "mixtral_moe_1: run (exit $?): $(tail -3 "$d.log")"
+        err "${x}_1: run (exit $?): $(tail -3 "$d.log")"
     fi
-fi
+done
 
 step "3. two ranks without mpirun (NCCL from NCCL_HOME or the wheel)"
 if compile_build gpt_tp2 tests/models/tiny_gpt.onnx tp=2 --shardings tests/e2e/tiny_gpt_tp.txt; then
