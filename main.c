@@ -96,8 +96,8 @@ static const char usage_text[] =
     "by the router's top-k becomes dispatch, per-expert GEMMs and combine (docs/moe.md)\n"
     "  --shard experts=AXIS  split every block's experts over AXIS (tokens split over the\n"
     "                    same axis reach their experts by all-to-all)\n"
-    "  --capacity-factor F  tokens an expert takes per group: ceil(F * k * tokens / E),\n"
-    "                    the rest dropped (default 1.25; E / k or more drops none)\n"
+    "  --capacity-factor F  drop tokens (GShard): an expert takes ceil(F * k * tokens / E)\n"
+    "                    of a group, the rest dropped (default: dropless, none dropped)\n"
     "  --moe-groups G    token groups, each with its own capacity (default: the ranks)\n"
     "\n"
     "compile options: the plan options, and\n"
@@ -594,7 +594,7 @@ static int parse_plan_options(int argc, char **argv, int compile, DriverOptions 
         .autoopt = {.mem_limit = 0, .time_limit_s = 30},
         .prog = {.prefetch = 1, .mem_limit = 0, .fuse_bytes = 65536, .bucket_bytes = 25 << 20},
         .microbatches = 1,
-        .moeopt = {.capacity_factor = 1.25},
+        .moeopt = {.capacity_factor = 0}, /* dropless */
         .target = "c",
         .cuda_arch = "sm_90",
     };

@@ -8,12 +8,14 @@ it as exported: every (token, expert) pair gathers its expert's weights and
 multiplies them by one token (numpy in, numpy out, graph optimisations on,
 best of ORT_REPS calls after a warm-up). The compiler rewrites the block
 into MoeDispatch -> per-expert GEMMs -> MoeCombine, each expert taking
-ceil(F_cap * k * tokens / E) tokens per group; F_cap = E/k drops nothing,
-the default 1.25 may drop pairs (the --stats count is printed). Printed:
-ms per forward and tokens/s for
+by default (dropless) as many tokens per group as the group has, so no
+pair is ever dropped; with --capacity-factor F_cap, GShard's
+ceil(F_cap * k * tokens / E), where 1.25 may drop pairs (the --stats count
+is printed). Printed: ms per forward, tokens/s and the all-to-all bytes
+each rank sends per forward (the plan's) for
 
-  ORT, 1 intra-op thread       the reference
-  1 rank (--mesh ep=1)         F_cap = E/k and 1.25, vs ORT with 1 thread
+  ORT, 1 intra-op thread       the reference (dense: every pair gathers its weights)
+  1 rank (--mesh ep=1)         dropless and F_cap 1.25, vs ORT with 1 thread
   ORT, 2 intra-op threads      the fair peer of ep=2 (its ratio: to 1 thread)
   ep=2 (2 ranks)               experts split over ep (--shard experts=ep), the
                                tokens too (x=[ep,_]): the dispatched tokens go
@@ -52,9 +54,10 @@ ROUNDS = int(os.environ.get("MOE_BENCH_ROUNDS", "5"))
 TOL = 1e-4
 STATS = re.compile(r"dropped (\d+) of (\d+) \(token, expert\) pairs; capacity (\d+) per expert in each of (\d+) groups")
 EP2 = ["--shard", "experts=ep", "--shard", "x=[ep,_]"]
-# (label, mesh, flags, capacity factor)
-PROGRAMS = [("1 rank", "ep=1", [], E / K), ("1 rank", "ep=1", [], 1.25),
-            ("ep=2", "ep=2", EP2, E / K), ("ep=2", "ep=2", EP2, 1.25)]
+# (label, mesh, flags, capacity factor; None: the default, dropless)
+PROGRAMS = [("1 rank", "ep=1", [], None), ("1 rank", "ep=1", [], 1.25),
+            ("ep=2", "ep=2", EP2, None), ("ep=2", "ep=2", EP2, 1.25)]
+A2A = re.compile(r"^\s+\d+\s+all-to-all\s+\S+\s+\S+\s+(\d+)", re.M)
 
 
 def ort_session(path, threads):
@@ -78,8 +81,9 @@ def ort_time(sess, x):
 def build(model, name, mesh, flags, cf):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
-    subprocess.run([BIN, "compile", model, "--mesh", mesh, "--capacity-factor", "%g" % cf, "--device", "cpu",
-                    "-o", d] + flags, check=True, stdout=subprocess.DEVNULL)
+    cap = ["--capacity-factor", "%g" % cf] if cf is not None else []
+    subprocess.run([BIN, "compile", model, "--mesh", mesh, "--device", "cpu", "-o", d] + cap + flags, check=True,
+                   stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", d], check=True)
     return d
 
@@ -104,8 +108,9 @@ def main():
     x = np.random.default_rng(0).standard_normal((N, D)).astype(np.float32)
     xpath = os.path.join(OUT, "x.npy")
     np.save(xpath, x)
-    dirs = [build(model, "%s_f%g" % (mesh.replace("=", ""), cf), mesh, flags, cf)
+    dirs = [build(model, "%s_%s" % (mesh.replace("=", ""), "dropless" if cf is None else "f%g" % cf), mesh, flags, cf)
             for _, mesh, flags, cf in PROGRAMS]
+    a2a = [sum(int(b) for b in A2A.findall(open(os.path.join(d, "plan.txt")).read())) for d in dirs]
     sessions = {t: ort_session(model, t) for t in (1, 2)}
     ort_s, ours = {1: None, 2: None}, [None] * len(PROGRAMS)
     ref = None
@@ -119,33 +124,35 @@ def main():
             if dropped == 0:
                 err = float(np.max(np.abs(y.astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
                 if err > TOL:
-                    sys.exit("moe_bench: %s, F_cap %g: y differs from ONNX Runtime's by %.2e (relative)"
+                    sys.exit("moe_bench: %s, F_cap %s: y differs from ONNX Runtime's by %.2e (relative)"
                              % (label, cf, err))
-            elif cf >= E / K:
-                sys.exit("moe_bench: %s, F_cap %g dropped %d pairs" % (label, cf, dropped))
+            elif cf is None or cf >= E / K:
+                sys.exit("moe_bench: %s, F_cap %s dropped %d pairs" % (label, cf, dropped))
             best = s if ours[i] is None else min(ours[i][0], s)
             ours[i] = (best, dropped, cap)
 
     print("MoE block: %d tokens, D=%d, F=%d, %d experts, top-%d; ms per forward, best of %d rounds"
           % (N, D, F, E, K, ROUNDS))
-    print("%-22s %6s %8s %9s %10s %11s %8s %10s" % ("program", "F_cap", "capacity", "dropped", "ms/fwd", "tokens/s",
-                                                    "vs ORT", "vs 1 rank"))
+    print("%-22s %8s %8s %9s %10s %11s %11s %8s %10s" % ("program", "F_cap", "capacity", "dropped", "ms/fwd",
+                                                         "tokens/s", "a2a bytes", "vs ORT", "vs 1 rank"))
 
-    def row(name, cf, cap, dropped, s, peer, base):
+    def row(name, cf, cap, dropped, s, moved, peer, base):
         fmt = lambda v, f: f % v if v is not None else "-"  # noqa: E731
-        print("%-22s %6s %8s %9s %10.3f %11.0f %8s %10s" % (name, fmt(cf, "%.2f"), fmt(cap, "%d"),
-                                                           fmt(dropped, "%d"), s * 1e3, N / s,
-                                                           fmt(peer and s / peer, "%.3f"),
-                                                           fmt(base and s / base, "%.2f")))
+        print("%-22s %8s %8s %9s %10.3f %11.0f %11s %8s %10s" % (name, cf, fmt(cap, "%d"), fmt(dropped, "%d"),
+                                                                 s * 1e3, N / s, fmt(moved, "%d"),
+                                                                 fmt(peer and s / peer, "%.3f"),
+                                                                 fmt(base and s / base, "%.2f")))
 
-    row("ORT 1 thread (dense)", None, None, None, ort_s[1], None, None)
+    fcap = lambda cf: "dropless" if cf is None else "%.2f" % cf  # noqa: E731
+    row("ORT 1 thread (dense)", "-", None, None, ort_s[1], None, None, None)
     for i, (label, _, _, cf) in enumerate(PROGRAMS[:2]):
-        row(label, cf, ours[i][2], ours[i][1], ours[i][0], ort_s[1], None)
-    row("ORT 2 threads (dense)", None, None, None, ort_s[2], None, ort_s[1])
+        row(label, fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ort_s[1], None)
+    row("ORT 2 threads (dense)", "-", None, None, ort_s[2], None, None, ort_s[1])
     for i, (label, _, _, cf) in enumerate(PROGRAMS[2:], 2):
-        row(label + " (2 ranks)", cf, ours[i][2], ours[i][1], ours[i][0], ort_s[2], ours[i - 2][0])
+        row(label + " (2 ranks)", fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ort_s[2], ours[i - 2][0])
     print("vs ORT: ours / ORT with as many threads as ranks; vs 1 rank: ep=2 / 1 rank at the same F_cap "
-          "(ORT's row: 2 threads / 1); capacity: per expert in each token group (ep=2: 2 groups)")
+          "(ORT's row: 2 threads / 1); capacity: per expert in each token group (ep=2: 2 groups); a2a bytes: "
+          "sent per rank per forward, both ways, the plan's")
 
 
 if __name__ == "__main__":

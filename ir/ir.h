@@ -443,7 +443,7 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
 /* ---- moe.c -------------------------------------------------------------- */
 
 typedef struct MoeOptions {
-    double capacity_factor; /* --capacity-factor (1.25) */
+    double capacity_factor; /* --capacity-factor; 0 (the default): dropless, each expert's capacity a group's tokens */
     int groups;             /* --moe-groups: token groups (reduced to a divisor of the tokens) */
 } MoeOptions;
 /* Rewrites each mixture-of-experts block of the exporters' batched form

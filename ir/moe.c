@@ -28,7 +28,12 @@
  * that sends tokens to their experts, and y's the one that brings them
  * back (partition/rules_index.c).
  *
- * The capacity is C = min(Ng, max(1, ceil(factor * k * Ng / E))). Within a
+ * By default nothing is dropped: C = Ng, as many slots as a group has
+ * tokens (no expert can be chosen twice by one token), so the program
+ * computes what the model does whatever the routing. The buffers are then
+ * sized for the worst case, every token of a group on one expert. With
+ * --capacity-factor F (GShard's dropping, opt-in) the capacity is
+ * C = min(Ng, max(1, ceil(F * k * Ng / E))). Within a
  * group, positions go to pairs in priority order: every token's first
  * choice in token order, then every second choice, and so on; a pair past
  * its expert's C is dropped, adding nothing to its token (whose other
@@ -298,7 +303,11 @@ static void rewrite_block(Graph *g, Block *b, const Node *g1, const MoeOptions *
     char base[200], name[240];
     block_name(g1, base, sizeof base);
     int64_t groups = largest_divisor(b->n, o->groups), ng = b->n / groups;
-    double want = ceil(o->capacity_factor * (double)(b->k * ng) / (double)b->e - 1e-9);
+    /* Dropless (no factor): an expert takes at most one pair per token of
+     * a group (a token's k choices are distinct experts), so a capacity of
+     * ng never drops. */
+    double want = o->capacity_factor > 0 ? ceil(o->capacity_factor * (double)(b->k * ng) / (double)b->e - 1e-9)
+                                         : (double)ng;
     int64_t cap = want < 1 ? 1 : want > (double)ng ? ng : (int64_t)want;
 
     snprintf(name, sizeof name, "%s/moe_tokens", base);
@@ -441,7 +450,7 @@ static void hoist_dispatches(Graph *g)
 
 int ir_build_moe(Graph *g, const MoeOptions *o, Diag *d)
 {
-    if (o->capacity_factor <= 0) {
+    if (o->capacity_factor < 0) {
         diag_add(d, "--capacity-factor %g: expected a positive number", o->capacity_factor);
         return -1;
     }

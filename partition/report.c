@@ -438,15 +438,21 @@ static void print_decode(const Plan *p, FILE *f)
 /* One mixture-of-experts layer (ir/moe.c), read off its MoeDispatch. */
 typedef struct {
     int64_t groups, ng, k, e, cap, worst;
-    const Tensor *w1, *w2; /* the stacked expert weights, NULL if not found */
+    int dropless;                /* no --capacity-factor: the capacity is a group's tokens */
+    int64_t buf_bytes, balanced; /* the dispatch buffer per rank; what a balanced routing fills of it */
+    const Tensor *w1, *w2;       /* the stacked expert weights, NULL if not found */
 } MoeLayer;
 
-static MoeLayer moe_layer(const Node *nd)
+static MoeLayer moe_layer(const Plan *p, const Node *nd)
 {
     const Tensor *ids = nd->inputs[1], *buf = nd->outputs[0], *slots = nd->outputs[1];
     MoeLayer l = {.groups = ids->dims[0], .ng = ids->dims[1], .k = ids->dims[2], .e = buf->dims[1],
-                  .cap = node_attr_int(nd, "capacity", 0)};
+                  .cap = node_attr_int(nd, "capacity", 0), .dropless = node_attr_float(nd, "capacity_factor", 0) <= 0};
     l.worst = l.groups * l.k * (l.ng - l.cap);
+    l.buf_bytes = sharding_local_bytes(&p->tensors[buf->id].sharding, &p->mesh, buf);
+    /* Balanced: each expert gets k * ng / E of a group's pairs, at most its capacity. */
+    double fill = (double)(l.k * l.ng) / (double)l.e / (double)l.cap;
+    l.balanced = (int64_t)((double)l.buf_bytes * (fill < 1 ? fill : 1) + 0.5);
     /* W1 is the GEMM reading the buffer; W2 the one the combine reads. */
     for (int c = 0; c < buf->nconsumers && !l.w1; c++) {
         const Node *r = buf->consumers[c];
@@ -474,8 +480,12 @@ static void print_moe(const Plan *p, FILE *f)
         const Node *nd = g->nodes[i];
         if (nd->folded || nd->op != OP_MOE_DISPATCH)
             continue;
-        MoeLayer l = moe_layer(nd);
-        if (!layer++)
+        MoeLayer l = moe_layer(p, nd);
+        if (!layer++ && l.dropless)
+            fprintf(f, "\nmoe      %d layer%s: dropless, every (token, expert) pair computed as the model does (an "
+                       "expert's capacity is its group's tokens; --capacity-factor F drops instead)\n",
+                    moe_layers(g), moe_layers(g) == 1 ? "" : "s");
+        else if (layer == 1)
             fprintf(f, "\nmoe      %d layer%s: tokens in groups, each sending at most its capacity to an expert "
                        "(--capacity-factor %g); the program's --stats counts the pairs dropped\n",
                     moe_layers(g), moe_layers(g) == 1 ? "" : "s", (double)node_attr_float(nd, "capacity_factor", 0));
@@ -489,6 +499,9 @@ static void print_moe(const Plan *p, FILE *f)
                    "group: %s\n",
                 nd->label, (long long)l.groups, l.groups == 1 ? "" : "s", (long long)l.ng, l.ng == 1 ? "" : "s",
                 (long long)l.k, (long long)l.e, (long long)l.cap, drops);
+        fprintf(f, "    expert buffer %lld bytes per rank%s; a balanced routing fills %lld of them\n",
+                (long long)l.buf_bytes, l.dropless ? " (the worst case: a group's every token on one expert)" : "",
+                (long long)l.balanced);
         if (l.w1)
             fprintf(f, "    experts %s (%s), tokens %s\n", l.w1->label,
                     sharding_str(&p->tensors[l.w1->id].sharding, m, a, sizeof a), sharding_str(ts, m, b, sizeof b));
@@ -534,16 +547,18 @@ static void print_decode_moe_json(const Plan *p, FILE *f)
         const Node *nd = g->nodes[i];
         if (nd->folded || nd->op != OP_MOE_DISPATCH)
             continue;
-        MoeLayer l = moe_layer(nd);
+        MoeLayer l = moe_layer(p, nd);
         if (!layer++)
-            fprintf(f, ",\n  \"moe\": {\"capacity_factor\": %.9g, \"layers\": [",
-                    (double)node_attr_float(nd, "capacity_factor", 0));
+            fprintf(f, ",\n  \"moe\": {\"dropless\": %s, \"capacity_factor\": %.9g, \"layers\": [",
+                    l.dropless ? "true" : "false", (double)node_attr_float(nd, "capacity_factor", 0));
         fprintf(f, "%s{\"dispatch\": ", layer > 1 ? ", " : "");
         json_write_str(f, nd->name);
         fprintf(f, ", \"groups\": %lld, \"tokens_per_group\": %lld, \"top_k\": %lld, \"experts\": %lld, "
-                   "\"capacity\": %lld, \"pairs\": %lld, \"worst_dropped\": %lld, \"tokens_sharding\": ",
+                   "\"capacity\": %lld, \"pairs\": %lld, \"worst_dropped\": %lld, \"buffer_bytes_per_rank\": %lld, "
+                   "\"balanced_bytes_per_rank\": %lld, \"tokens_sharding\": ",
                 (long long)l.groups, (long long)l.ng, (long long)l.k, (long long)l.e, (long long)l.cap,
-                (long long)(l.groups * l.ng * l.k), (long long)(l.worst > 0 ? l.worst : 0));
+                (long long)(l.groups * l.ng * l.k), (long long)(l.worst > 0 ? l.worst : 0), (long long)l.buf_bytes,
+                (long long)l.balanced);
         json_write_str(f, sharding_str(&p->tensors[nd->inputs[0]->id].sharding, m, b, sizeof b));
         const Tensor *ws[2] = {l.w1, l.w2};
         for (int w = 0; w < 2; w++) {

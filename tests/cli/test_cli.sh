@@ -94,12 +94,19 @@ plan_err '--shard experts=zz: the mesh has no axis of that name' $MX --mesh ep=2
 plan_err '--shard experts=ep: the model has no mixture-of-experts block' $M --mesh ep=2 --shard experts=ep
 plan_err '--capacity-factor: the model has no mixture-of-experts block' $M --mesh ep=2 --capacity-factor 2
 # --shard experts=ep with the tokens over ep: one all-to-all each way per
-# layer, and the plan says the capacity; --auto under a memory limit
-# splits the experts itself.
+# layer, and the plan says the capacity: by default a group's tokens
+# (dropless), with the worst-case buffer; GShard's --capacity-factor 1.25
+# on request. --auto under a memory limit splits the experts itself.
 out=$("$BIN" plan $MX --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --shard 'attention_mask=[ep,_]' 2>&1)
 [ "$(printf '%s\n' "$out" | grep -c ' all-to-all  ')" = 4 ] || err "plan --shard experts=ep: not 4 all-to-alls: $out"
-printf '%s\n' "$out" | grep -q "2 groups of 16 tokens, top-2 of 4 experts, capacity 10 per expert per group" ||
-    err "plan --shard experts=ep: no capacity line"
+printf '%s\n' "$out" | grep -q "^moe      2 layers: dropless" || err "plan --shard experts=ep: the default is not dropless"
+[ "$(printf '%s\n' "$out" | grep -c "2 groups of 16 tokens, top-2 of 4 experts, capacity 16 per expert per group: no pair is ever dropped")" = 2 ] ||
+    err "plan --shard experts=ep: no dropless capacity line"
+[ "$(printf '%s\n' "$out" | grep -c "expert buffer 16384 bytes per rank (the worst case.*fills 8192 of them")" = 2 ] ||
+    err "plan --shard experts=ep: no worst-case and balanced buffer bytes"
+"$BIN" plan $MX --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --capacity-factor 1.25 2>&1 |
+    grep -q "2 groups of 16 tokens, top-2 of 4 experts, capacity 10 per expert per group: up to 24 of 64 pairs dropped" ||
+    err "plan --capacity-factor 1.25: no capacity line with its drops"
 "$BIN" plan $MX --mesh ep=2 --auto --mem-limit 900K 2>&1 | grep -q "experts inner.model.layers.1.mlp.experts.gate_up_proj (\[ep,_,_\])" ||
     err "plan --auto --mem-limit 900K: the experts are not split over ep"
 # transformers' eager export of the same model (NonZero per expert) plans
@@ -114,10 +121,11 @@ eager=$("$BIN" plan tests/models/exports/mixtral_moe_eager.onnx --mesh ep=2 --sh
 "$BIN" plan $MX --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' --json 2>/dev/null | "$PY" -c '
 import json, sys
 d = json.load(sys.stdin)["moe"]
-assert d["capacity_factor"] == 1.25 and len(d["layers"]) == 2, d
+assert d["dropless"] is True and len(d["layers"]) == 2, d
 for i, l in enumerate(d["layers"]):
-    assert (l["groups"], l["tokens_per_group"], l["top_k"], l["experts"], l["capacity"]) == (2, 16, 2, 4, 10), l
-    assert l["pairs"] == 64 and l["worst_dropped"] == 2 * 2 * (16 - 10) and l["tokens_sharding"] == "[ep,_,_]", l
+    assert (l["groups"], l["tokens_per_group"], l["top_k"], l["experts"], l["capacity"]) == (2, 16, 2, 4, 16), l
+    assert l["pairs"] == 64 and l["worst_dropped"] == 0 and l["tokens_sharding"] == "[ep,_,_]", l
+    assert (l["buffer_bytes_per_rank"], l["balanced_bytes_per_rank"]) == (2 * 4 * 64 * 16 * 4 // 2, 16384 // 2), l
     assert l["up_weight"] == {"name": "inner.model.layers.%d.mlp.experts.gate_up_proj" % i, "sharding": "[ep,_,_]"}, l
     assert l["down_weight"]["name"] == "inner.model.layers.%d.mlp.experts.down_proj" % i, l' ||
     err "plan --json: no moe section, or its numbers are off"

@@ -60,17 +60,20 @@ REFUSAL = 'node "/moe/hit_nz" (NonZero): input "hit" is not a constant'
 
 EP = ["--shard", "W1=[ep,_,_]", "--shard", "W2=[ep,_,_]"]
 XEP = ["--shard", "x=[ep,_]"]
-# (name, model, mesh, flags, capacity factor (None: the default, 1.25), compare with ORT too)
+# (name, model, mesh, flags, capacity factor (None: the default, dropless), compare with ORT too)
 CASES = [
-    # a. F = E/k: nothing dropped, so the ONNX model's y exactly
-    ("top2_1rank", "top2", "ep=1", [], 2.0, True),
-    ("top2_ep2", "top2", "ep=2", EP + XEP, 2.0, True),
+    # a. the default (dropless) and F = E/k: nothing dropped, so the ONNX
+    # model's y exactly; top2 drops 2 pairs at F = 1.25 (drop125_ep2), so
+    # the default cases are the ones a capacity would get wrong
+    ("top2_1rank", "top2", "ep=1", [], None, True),
+    ("top2_ep2", "top2", "ep=2", EP + XEP, None, True),
+    ("top2_ep2_f2", "top2", "ep=2", EP + XEP, 2.0, True),
     ("top2_dp2_ep2", "top2", "dp=2,ep=2", EP + ["--shard", "x=[dp+ep,_]"], 2.0, True),
     ("top2_ep2_tp2", "top2", "ep=2,tp=2", EP + XEP, 2.0, True),
     ("top2_ep2_tp2_w2d", "top2", "ep=2,tp=2",
      ["--shard", "W1=[ep,_,_]", "--shard", "W2=[ep,tp,_]"] + XEP, 2.0, True),
     ("top2raw_ep2", "top2raw", "ep=2", EP + XEP, 2.0, True),
-    ("top1_1rank", "top1", "ep=1", [], 4.0, True),
+    ("top1_1rank", "top1", "ep=1", [], None, True),
     ("top1_ep2", "top1", "ep=2", EP + XEP, 4.0, True),
     # b. drops
     ("drop05_1rank", "top2", "ep=1", [], 0.5, False),
@@ -80,14 +83,14 @@ CASES = [
     ("drop10_ep2", "top2", "ep=2", EP + XEP, 1.0, False),
     ("drop10_ep2_g2", "top2", "ep=2", EP + XEP + ["--moe-groups", "2"], 1.0, False),
     ("drop10_ep2_g4", "top2", "ep=2", EP + XEP + ["--moe-groups", "4"], 1.0, False),
-    ("drop_default_ep2", "top2", "ep=2", EP + XEP, None, False),  # F = 1.25: C = 5, 2 dropped
+    ("drop125_ep2", "top2", "ep=2", EP + XEP, 1.25, False),  # GShard's 1.25: C = 5, 2 dropped
     # c. default groups: N=12 on 2 ranks (G=2); N=10 on 4 ranks (G reduced to 2);
     # G=8 asked of N=12: reduced to 6, as the default is
     ("n12_ep2", "n12", "ep=2", EP + XEP, 1.0, False),
     ("n10_dp2_ep2", "n10", "dp=2,ep=2", EP, 1.0, False),
     ("n12_ep2_g8", "n12", "ep=2", EP + XEP + ["--moe-groups", "8"], 1.0, False),
     # d. the eager export style: the same results once rewritten
-    ("top2_eager_1rank", "top2_eager", "ep=1", [], 2.0, True),
+    ("top2_eager_1rank", "top2_eager", "ep=1", [], None, True),
     ("top2_eager_ep2", "top2_eager", "ep=2", EP + XEP, 2.0, True),
     ("top2_eager_dp2_ep2", "top2_eager", "dp=2,ep=2", EP + ["--shard", "x=[dp+ep,_]"], 2.0, True),
     ("top1_eager_ep2_tp2", "top1_eager", "ep=2,tp=2", EP + XEP, 4.0, True),
@@ -111,7 +114,8 @@ def groups_for(mesh, flags, n):
 
 
 def capacity(cf, k, ng, e):
-    return max(1, min(ng, math.ceil(cf * k * ng / e)))
+    """None: dropless, a group's tokens."""
+    return ng if cf is None else max(1, min(ng, math.ceil(cf * k * ng / e)))
 
 
 def reference(x, wr, w1, w2, k, norm, groups, cf):
@@ -182,12 +186,10 @@ def run_case(name, model, mesh, flags, cf, with_ort, work):
     n, d, f, e, k, norm, seed = MODELS[model]
     path, (wr, w1, w2), x = build_model(model, work)
     groups = groups_for(mesh, flags, n)
-    if cf is None:
-        cf = 1.25  # the compiler's default
-    else:
+    if cf is not None:  # None: the compiler's default, dropless
         flags = flags + ["--capacity-factor", str(cf)]
     ref, dropped, cap = reference(x, wr, w1, w2, k, norm, groups, cf)
-    if cf < e / k and dropped == 0 and not name.startswith("r"):
+    if cf is not None and cf < e / k and dropped == 0 and not name.startswith("r"):
         return "the reference drops nothing: the case tests no drops"
     out = os.path.join(work, name)
     run([BIN, "compile", path, "--mesh", mesh, "-o", out] + flags)
@@ -289,8 +291,8 @@ def random_cases(count, seed):
             flags += ["--shard", "x=[ep,_]"]
         if rng.random() < 0.3:
             flags += ["--moe-groups", str(int(rng.integers(1, 7)))]
-        cf = float(rng.choice([0.3, 0.75, 1.0, 1.25, 2.0, e / k]))
-        cases.append((name, name, mesh, flags, cf, cf >= e / k))
+        cf = [0.3, 0.75, 1.0, 1.25, 2.0, e / k, None][int(rng.integers(0, 7))]
+        cases.append((name, name, mesh, flags, cf, cf is None or cf >= e / k))
     return cases
 
 

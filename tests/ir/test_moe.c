@@ -186,8 +186,9 @@ static void test_mixtral_kv_onehot_folds(void **state)
     graph_free(g);
 }
 
-/* The capacity's clamps (at least 1, at most a group's tokens) and the
- * groups reduced to a divisor of the 32 tokens. */
+/* The capacity's clamps (at least 1, at most a group's tokens), the
+ * dropless default (no factor: a group's tokens) and the groups reduced
+ * to a divisor of the 32 tokens. */
 static void test_capacity_and_groups(void **state)
 {
     (void)state;
@@ -203,6 +204,9 @@ static void test_capacity_and_groups(void **state)
         {1.0, 3, 2, 8},     /* 3 groups do not divide 32: 2 */
         {1.0, 64, 32, 1},   /* more groups than tokens: one token each */
         {1.5, 8, 8, 3},     /* 8 groups of 4 tokens: ceil(1.5 * 2 * 4 / 4) */
+        {0, 1, 1, 32},      /* no factor (the default): dropless, a group's every token */
+        {0, 4, 4, 8},       /* dropless in 4 groups of 8 */
+        {0, 3, 2, 16},      /* dropless, 3 groups reduced to 2 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Graph *g = load("tests/models/exports/mixtral_moe.onnx");
