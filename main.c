@@ -924,6 +924,18 @@ static void report_auto(const Plan *p)
                 "to close the gap)\n", 100 * ar->gap);
 }
 
+/* --train on a model whose layers read one initializer: one line, since
+ * training ties them (ir/autodiff.c note_shared_weights). */
+static void report_shared_weights(const Graph *g)
+{
+    fprintf(stderr, "onnx2spmd: warning: --train: %d trainable initializer%s each feed%s several nodes of one op "
+            "(first: %s, read by %d %s nodes as input %d), so training ties their readers into one weight; "
+            "exporters merge equal initializers (TorchScript on a freshly initialised model): export distinct "
+            "weights unless they are shared on purpose\n", g->shared_weights, g->shared_weights == 1 ? "" : "s",
+            g->shared_weights == 1 ? "s" : "", g->shared_example->label, g->shared_readers,
+            node_op_name(g->shared_reader), g->shared_input);
+}
+
 /* plan and compile: the driver's stages in order, then the report. */
 static int cmd_plan(int argc, char **argv, int compile)
 {
@@ -979,6 +991,8 @@ static int cmd_plan(int argc, char **argv, int compile)
             plan_print_text(r.plan, &facts, stdout);
         }
     }
+    if (r.graph->shared_weights) /* a plan that stands: errors keep their one line */
+        report_shared_weights(r.graph);
     rc = EXIT_OK;
 cleanup:
     print_diags(&d);

@@ -563,6 +563,55 @@ static void updates_last(Graph *g)
     free(tmp);
 }
 
+/* Trainable weights that feed several nodes of one op at the same input:
+ * structurally parallel layers reading one initializer. Training ties
+ * them (one weight, its gradient summed over the readers), which is right
+ * for a weight shared on purpose and wrong for layers an exporter merged
+ * because their fresh initial values were equal (TorchScript folds equal
+ * initializers into one: every LayerNorm weight of ones). A tied
+ * embedding and LM head (a Gather and a MatMul) is not counted, nor is a
+ * scalar. */
+static void note_shared_weights(Graph *g, Tensor *const *weights, int nw)
+{
+    g->shared_weights = 0;
+    g->shared_example = NULL;
+    for (int w = 0; w < nw; w++) {
+        const Tensor *t = weights[w];
+        if (tensor_numel(t) == 1)
+            continue; /* a scalar shared by several nodes is far likelier a constant (a mask's -inf) */
+        int best = 0, best_in = 0;
+        const Node *reader = NULL;
+        for (int a = 0; a < t->nconsumers; a++) {
+            const Node *n = t->consumers[a];
+            for (int i = 0; i < n->ninputs && !n->folded; i++) {
+                if (n->inputs[i] != t)
+                    continue;
+                int same = 0; /* live readers of t with n's op, at input i */
+                for (int b = 0; b < t->nconsumers; b++) {
+                    const Node *m = t->consumers[b];
+                    int dup = 0; /* a node listed twice counts once */
+                    for (int c = 0; c < b; c++)
+                        dup |= t->consumers[c] == m;
+                    same += !dup && !m->folded && m->op == n->op && i < m->ninputs && m->inputs[i] == t;
+                }
+                if (same > best) {
+                    best = same;
+                    best_in = i;
+                    reader = n;
+                }
+            }
+        }
+        if (best < 2)
+            continue;
+        if (!g->shared_weights++) {
+            g->shared_example = t;
+            g->shared_reader = reader;
+            g->shared_readers = best;
+            g->shared_input = best_in;
+        }
+    }
+}
+
 int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
 {
     if (check_list(g, o->frozen, "--frozen", d) || check_list(g, o->trainable, "--trainable", d))
@@ -591,6 +640,7 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
         diag_add(d, "--train: the model has no trainable float initializer");
         goto out;
     }
+    note_shared_weights(g, weights, nw);
     /* Mixed precision: the forward graph rewritten first, so that backward
      * is built from (and computes in) the types it computes in. */
     if (o->precision != DT_F32 && ir_autocast(g, o->precision, needs, d))

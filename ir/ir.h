@@ -268,6 +268,14 @@ typedef struct Graph {
      * block, for --shard experts=AXIS. */
     Tensor **moe_weights;
     int nmoe_weights;
+    /* --train (ir/autodiff.c): trainable initializers that each feed
+     * several nodes of one op at one input (layers an exporter tied by
+     * merging equal initializers, or shared on purpose): how many, and the
+     * first with its readers, for plan's one warning line. */
+    int shared_weights;
+    const Tensor *shared_example;
+    const Node *shared_reader; /* one of the example's readers */
+    int shared_readers, shared_input;
     /* name -> tensor hash (open addressing, power-of-two size) */
     Tensor **index;
     int index_cap;

@@ -275,5 +275,19 @@ else
     err "--const: compile/build/run failed"
 fi
 
+# --train where layers read one initializer (TorchScript merged the fresh
+# GPT-2's equal LayerNorm weights and biases; dynamo the same): one warning
+# line, and the plan stands. A model without (tiny_gpt_lm: its one shared
+# float is the mask's scalar -inf) plans silently.
+out=$("$BIN" plan tests/models/train/gpt2_ts_lm.onnx --mesh dp=1 --train 2>&1 >/dev/null); rc=$?
+[ $rc -eq 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && case "$out" in
+    *"warning: --train: 2 trainable initializers each feed several nodes of one op (first: inner.transformer.h.0.ln_1.weight, read by 4 Identity nodes as input 0)"*) true;;
+    *) false;; esac || err "plan --train on merged LayerNorm weights: exit $rc, not the one warning line: $out"
+out=$("$BIN" plan tests/models/train/gpt2_dynamo_lm.onnx --mesh dp=1 --train 2>&1 >/dev/null)
+case "$out" in *"(first: inner.transformer.h.0.ln_1.weight, read by 5 LayerNormalization nodes as input 1)"*) ;;
+    *) err "plan --train on the dynamo export's merged LayerNorm weights: $out";; esac
+out=$("$BIN" plan tests/models/train/tiny_gpt_lm.onnx --mesh dp=1 --train 2>&1 >/dev/null)
+[ -z "$out" ] || err "plan --train on tiny_gpt_lm: stderr not empty: $out"
+
 [ $fail -eq 0 ] && echo "cli: all passed ($BIN)"
 exit $fail
