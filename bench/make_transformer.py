@@ -24,8 +24,10 @@ DEFAULTS = {  # GPT-2 medium, BERT-large, Llama-7B (vocabularies padded to a mul
 }
 
 
-def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
+def build(family, out, layers, batch, seq, dim, heads, ffn, vocab, dtype="float32"):
+    """dtype: float32 or float16, the weights' and the computation's."""
     os.makedirs(out, exist_ok=True)
+    elem, esize = {"float32": (TensorProto.FLOAT, 4), "float16": (TensorProto.FLOAT16, 2)}[dtype]
     data_name = family + ".weights"
     inits, nodes, ann = [], [], ["tokens=[dp,_]"]
     offset = [0]
@@ -34,10 +36,10 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
     def weight(name, shape, spec=None):
         t = TensorProto()
         t.name = name
-        t.data_type = TensorProto.FLOAT
+        t.data_type = elem
         t.dims.extend(shape)
         t.data_location = TensorProto.EXTERNAL
-        n = 4
+        n = esize
         for s in shape:
             n *= s
         for k, v in (("location", data_name), ("offset", str(offset[0])), ("length", str(n))):
@@ -52,7 +54,7 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
     N = helper.make_node
     inits.append(helper.make_tensor("heads_shape", TensorProto.INT64, [4], [B, S, H, D // H]))
     inits.append(helper.make_tensor("merge_shape", TensorProto.INT64, [3], [B, S, D]))
-    inits.append(helper.make_tensor("scale", TensorProto.FLOAT, [], [1.0 / (D // H) ** 0.5]))
+    inits.append(helper.make_tensor("scale", elem, [], [1.0 / (D // H) ** 0.5]))
     nodes.append(N("Gather", [weight("tok_emb", [V, D], "[tp,_]"), "tokens"], ["emb"], name="embed"))
     x = "emb"
     if family != "llama":
@@ -60,7 +62,7 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
         x = "h_0"
     if family == "gpt2":
         mask = [[0.0 if j <= i else -1e9 for j in range(S)] for i in range(S)]
-        inits.append(helper.make_tensor("causal", TensorProto.FLOAT, [S, S], sum(mask, [])))
+        inits.append(helper.make_tensor("causal", elem, [S, S], sum(mask, [])))
 
     def norm(inp, name):
         nodes.append(N("LayerNormalization", [inp, weight(name + "_g", [D]), weight(name + "_b", [D])], [name],
@@ -127,7 +129,7 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
         nodes.append(N("MatMul", [lnf, weight("lm_head", [D, V], "[_,tp]")], ["logits"], name="lm_head"))
         out_name, out_shape = "logits", [B, S, V]
     g = helper.make_graph(nodes, family, [helper.make_tensor_value_info("tokens", TensorProto.INT64, [B, S])],
-                          [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)], inits)
+                          [helper.make_tensor_value_info(out_name, elem, out_shape)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     m.ir_version = 10
     with open(os.path.join(out, family + ".onnx"), "wb") as f:
@@ -136,7 +138,7 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab):
         f.truncate(offset[0])  # sparse: no block is ever written
     with open(os.path.join(out, family + "_megatron.txt"), "w") as f:
         f.write("\n".join(ann) + "\n")
-    return len(nodes), offset[0] // 4
+    return len(nodes), offset[0] // esize
 
 
 def main():

@@ -505,10 +505,10 @@ int emit_norm_axis(int64_t axis, int rank);
 
 /* ---- weights.c ---------------------------------------------------------- */
 
-/* Lays out this rank's weight shards (offsets, 64-byte aligned) and
- * returns the blob; *checksum is FNV-1a 64 over it. */
-unsigned char *weights_pack(const Program *prog, int64_t *bytes, uint64_t *checksum, Diag *d);
-uint64_t weights_fnv1a(const unsigned char *p, size_t n);
+/* Writes dir/weights.rank<r>.bin for each of the nranks programs, tensor
+ * by tensor (each weight read once, its file-mapped pages dropped after
+ * it); sums[r] is the hash of rank r's payload (the runtime's rt_hash64). */
+int weights_write(const Graph *g, Program *const *prs, int nranks, const char *dir, uint64_t *sums, Diag *d);
 
 /* ---- headers.c ---------------------------------------------------------- */
 

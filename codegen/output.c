@@ -189,16 +189,12 @@ static int close_checked(FILE *f, const char *name, Diag *d)
     return 0;
 }
 
-static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const char *dir, unsigned *families,
-                      Diag *d)
+/* Rank `rank`'s source file, for the program already built and its weight
+ * file's checksum. */
+static int write_rank(const Program *pr, int rank, const CompileOptions *opt, const char *dir, uint64_t sum,
+                      unsigned *families, Diag *d)
 {
-    Program *pr = program_build(p, rank, &opt->prog, d);
-    int rc = -1;
     char name[64];
-    FILE *f = NULL;
-    unsigned char *blob = NULL;
-    if (!pr)
-        return -1;
     if (opt->arena_bytes)
         opt->arena_bytes[rank] = pr->arena_bytes;
     if (opt->weight_bytes)
@@ -207,30 +203,40 @@ static int write_rank(const Plan *p, int rank, const CompileOptions *opt, const 
         opt->held_bytes[rank] = pr->input_bytes;
     *families |= headers_families(pr);
     int cuda = strcmp(opt->target, "cuda") == 0;
-    int64_t bytes;
-    uint64_t sum;
-    if (!(blob = weights_pack(pr, &bytes, &sum, d))) /* once: main() checks its size and checksum */
-        goto cleanup;
     snprintf(name, sizeof name, "rank%d.%s", rank, cuda ? "cu" : "c");
-    if (!(f = open_in(dir, name, d)))
-        goto cleanup;
-    EmitOptions eo = {opt->command_line, opt->model, cuda ? &emit_target_cuda : &emit_target_mpi, opt->tf32, bytes, sum};
+    FILE *f = open_in(dir, name, d);
+    if (!f)
+        return -1;
+    EmitOptions eo = {opt->command_line, opt->model, cuda ? &emit_target_cuda : &emit_target_mpi, opt->tf32,
+                      pr->weight_bytes, sum};
     int erc = emit_rank(pr, &eo, f, d);
-    if (close_checked(f, name, d) || erc)
-        goto cleanup;
-    snprintf(name, sizeof name, "weights.rank%d.bin", rank);
-    if (!(f = open_in(dir, name, d)))
-        goto cleanup;
-    uint64_t hdr[2] = {(uint64_t)bytes, sum};
-    fwrite("O2SPMDW1", 1, 8, f);
-    fwrite(hdr, sizeof hdr, 1, f);
-    fwrite(blob, 1, (size_t)bytes, f);
-    if (close_checked(f, name, d))
-        goto cleanup;
+    return close_checked(f, name, d) || erc ? -1 : 0;
+}
+
+/* Every rank's program, its weights (written for all ranks at once, tensor
+ * by tensor: main() checks each file's size and checksum), then its
+ * source. */
+static int write_ranks(const Plan *p, const CompileOptions *opt, const char *dir, unsigned *families, Diag *d)
+{
+    int n = plan_world_ranks(p), rc = -1;
+    Program **prs = calloc((size_t)n, sizeof *prs);
+    uint64_t *sums = calloc((size_t)n, sizeof *sums);
+    if (!prs || !sums)
+        abort();
+    for (int r = 0; r < n; r++)
+        if (!(prs[r] = program_build(p, r, &opt->prog, d)))
+            goto out;
+    if (weights_write(p->g, prs, n, dir, sums, d))
+        goto out;
+    for (int r = 0; r < n; r++)
+        if (write_rank(prs[r], r, opt, dir, sums[r], families, d))
+            goto out;
     rc = 0;
-cleanup:
-    free(blob);
-    program_free(pr);
+out:
+    for (int r = 0; r < n; r++)
+        program_free(prs[r]);
+    free(prs);
+    free(sums);
     return rc;
 }
 
@@ -423,9 +429,8 @@ int codegen_compile(const Plan *p, const CompileOptions *opt, Diag *d)
     chmod(tmp, 0755);
     int cuda = strcmp(opt->target, "cuda") == 0;
     unsigned families = 0;
-    for (int r = 0; r < plan_world_ranks(p); r++)
-        if (write_rank(p, r, opt, tmp, &families, d))
-            goto fail;
+    if (write_ranks(p, opt, tmp, &families, d))
+        goto fail;
     if (headers_write(tmp, cuda, families, d))
         goto fail;
     if ((cuda ? write_makefile_cuda(p, opt, tmp, d) || write_launch_sh(p, tmp, d) : write_makefile(p, tmp, d)) ||

@@ -2,22 +2,61 @@
  *
  * A rank stores only its block of each weight (the plan's layout decides
  * which), 64-byte aligned at the offsets the program assigned. The file is
- * "O2SPMDW1", the payload size and its FNV-1a 64 checksum, then the
- * payload; the generated loader checks size and checksum against
+ * "O2SPMDW2", the payload size and its 64-bit hash (runtime.c's
+ * rt_hash64), then the payload; the generated loader checks size and checksum against
  * constants compiled into that rank's binary, so a missing, truncated,
  * corrupt or mismatched file is one clear error, not wrong answers.
+ *
+ * The files are written for all ranks at once, tensor by tensor: each
+ * weight is read from the model once, its blocks go to every rank holding
+ * one, and its pages are dropped before the next. The compiler then holds
+ * one tensor and one block at a time, whatever the model's size (a 7B
+ * model compiles in well under its own size).
  */
 #include "codegen.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-uint64_t weights_fnv1a(const unsigned char *p, size_t n)
+enum { WEIGHTS_HEADER = 24 }; /* "O2SPMDW2", the payload's size, its hash */
+
+/* The weight files' hash, templates/runtime.c's rt_hash64 computed in
+ * pieces: 64-byte blocks into 8 lanes, then the tail, the lanes and the
+ * length. */
+typedef struct {
+    uint64_t lane[8];
+} Hash64;
+
+static const uint64_t HASH_PRIME = 1099511628211ull, HASH_BASIS = 1469598103934665603ull;
+
+static void hash_init(Hash64 *h)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
+    for (int l = 0; l < 8; l++)
+        h->lane[l] = HASH_BASIS ^ (uint64_t)l;
+}
+
+static void hash_blocks(Hash64 *h, const unsigned char *p, size_t n) /* n: a multiple of 64 */
+{
+    for (size_t i = 0; i + 64 <= n; i += 64)
+        for (int l = 0; l < 8; l++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * l, 8);
+            h->lane[l] = (h->lane[l] ^ w) * HASH_PRIME;
+        }
+}
+
+static uint64_t hash_finish(const Hash64 *h, const unsigned char *tail, size_t ntail, uint64_t total)
+{
+    uint64_t r = HASH_BASIS;
+    for (size_t i = 0; i < ntail; i++)
+        r = (r ^ tail[i]) * HASH_PRIME;
+    for (int l = 0; l < 8; l++)
+        r = (r ^ h->lane[l]) * HASH_PRIME;
+    return (r ^ total) * HASH_PRIME;
 }
 
 /* Copies this rank's block of a full row-major tensor. */
@@ -61,23 +100,235 @@ static void take_block(unsigned char *dst, const unsigned char *src, const Tenso
     }
 }
 
-unsigned char *weights_pack(const Program *pr, int64_t *bytes, uint64_t *checksum, Diag *d)
+/* One rank's weight buffer, for the tensor-major walk. */
+typedef struct {
+    int tensor_id, rank;
+    const Buffer *buf;
+} Shard;
+
+static int shard_order(const void *a, const void *b)
 {
-    unsigned char *blob = calloc(1, (size_t)pr->weight_bytes + 64);
-    if (!blob)
-        abort();
-    for (int i = 0; i < pr->nbufs; i++) {
-        const Buffer *b = &pr->bufs[i];
-        if (b->kind != BUF_WEIGHT || !b->bytes)
+    const Shard *x = a, *y = b;
+    return x->tensor_id != y->tensor_id ? (x->tensor_id > y->tensor_id) - (x->tensor_id < y->tensor_id)
+                                        : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* A tensor read from a file mapping (external data) has its pages read
+ * in one call before its blocks are cut (MADV_POPULATE_READ: a fault per
+ * page inside pwrite's copy is several times slower), and dropped after:
+ * read once, they are not needed again, and they would otherwise stay in
+ * the compiler's RSS until the graph is freed. Heap data (folded
+ * constants, inline tensors) is left alone. */
+static void advise_source(const Graph *g, const Tensor *t, int advice)
+{
+    uintptr_t a = (uintptr_t)t->data, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (const Mapping *m = g->maps; m; m = m->next) {
+        uintptr_t lo = (uintptr_t)m->addr, hi = lo + m->len;
+        if (a < lo || a >= hi)
             continue;
-        if (!b->tensor->data) {
-            diag_add(d, "tensor \"%s\": has no data to store", b->tensor->name);
-            free(blob);
-            return NULL;
-        }
-        take_block(blob + b->offset, b->tensor->data, b->tensor, &b->layout, pr);
+        uintptr_t from = a & ~(page - 1), to = a + (uintptr_t)t->nbytes;
+        to = to > hi ? hi : to;
+        if (to > from)
+            madvise((void *)from, to - from, advice); /* advice only: a failure costs time, not results */
+        return;
     }
-    *bytes = pr->weight_bytes;
-    *checksum = weights_fnv1a(blob, (size_t)pr->weight_bytes);
-    return blob;
+}
+
+static int write_all(int fd, const void *p, size_t n, off_t at)
+{
+    const unsigned char *c = p;
+    while (n) {
+        ssize_t w = pwrite(fd, c, n, at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+/* The hash of a rank file's payload, read back in chunks (the page cache
+ * holds it, the compiler's memory does not): for a rank whose blocks did
+ * not arrive in offset order. */
+static int file_hash(int fd, int64_t bytes, uint64_t *sum)
+{
+    enum { CHUNK = 1 << 22 };
+    unsigned char *buf = malloc(CHUNK);
+    if (!buf)
+        abort();
+    Hash64 h;
+    hash_init(&h);
+    for (int64_t at = 0; at < bytes;) {
+        size_t want = bytes - at < CHUNK ? (size_t)(bytes - at) : CHUNK, got = 0;
+        while (got < want) {
+            ssize_t n = pread(fd, buf + got, want - got, (off_t)(WEIGHTS_HEADER + at + (int64_t)got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                free(buf);
+                return -1;
+            }
+            got += (size_t)n;
+        }
+        at += (int64_t)want;
+        if (at < bytes) {
+            hash_blocks(&h, buf, want); /* CHUNK is a multiple of 64 */
+        } else {
+            hash_blocks(&h, buf, want & ~(size_t)63);
+            *sum = hash_finish(&h, buf + (want & ~(size_t)63), want & 63, (uint64_t)bytes);
+        }
+    }
+    if (!bytes)
+        *sum = hash_finish(&h, NULL, 0, 0);
+    free(buf);
+    return 0;
+}
+
+/* A rank file's hash, taken as its blocks are written while they come in
+ * offset order (each block is followed by zeros to the next multiple of
+ * 64, where the next one starts); `ordered` clears at the first that does
+ * not, and the file is then read back. */
+typedef struct {
+    Hash64 h;
+    int64_t at;
+    int ordered;
+} RankHash;
+
+static void rank_hash_block(RankHash *rh, const unsigned char *p, int64_t offset, int64_t bytes)
+{
+    if (!rh->ordered || offset != rh->at) {
+        rh->ordered = 0;
+        return;
+    }
+    size_t whole = (size_t)bytes & ~(size_t)63, rest = (size_t)bytes & 63;
+    hash_blocks(&rh->h, p, whole);
+    if (rest) {
+        unsigned char last[64] = {0};
+        memcpy(last, p + whole, rest);
+        hash_blocks(&rh->h, last, 64);
+    }
+    rh->at += (int64_t)whole + (rest ? 64 : 0);
+}
+
+/* This rank's block of t when it is one run of the source's bytes (split
+ * on the first dim alone, or not at all, and not padded): written straight
+ * from the model, with no copy. NULL otherwise. */
+static const unsigned char *block_run(const unsigned char *src, const Tensor *t, const Sharding *s,
+                                      const Program *pr)
+{
+    int64_t ldims[IR_MAX_RANK], inner = 1;
+    sharding_local_dims(s, &pr->plan->mesh, t, ldims);
+    for (int i = 1; i < t->rank; i++) {
+        if (ldims[i] != t->dims[i])
+            return NULL;
+        inner *= t->dims[i];
+    }
+    if (t->rank == 0)
+        return src;
+    int64_t first = mesh_block_index(&pr->plan->mesh, pr->vrank, s->axes[0], s->naxes[0]) * ldims[0];
+    if (first + ldims[0] > t->dims[0])
+        return NULL;
+    return src + (size_t)(first * inner) * dtype_size(t->dtype);
+}
+
+int weights_write(const Graph *g, Program *const *prs, int nranks, const char *dir, uint64_t *sums, Diag *d)
+{
+    int rc = -1, nshards = 0, cap = 0;
+    int *fds = malloc((size_t)nranks * sizeof(int));
+    RankHash *rh = calloc((size_t)nranks, sizeof *rh);
+    if (!rh)
+        abort();
+    for (int r = 0; r < nranks; r++) {
+        hash_init(&rh[r].h);
+        rh[r].ordered = 1;
+    }
+    Shard *shards = NULL;
+    unsigned char *stage = NULL;
+    int64_t stage_bytes = 0;
+    char path[8300];
+    if (!fds)
+        abort();
+    for (int r = 0; r < nranks; r++)
+        fds[r] = -1;
+    /* Each file: magic, payload size, checksum (filled in last), payload.
+     * The payload starts as a hole of the right size: alignment gaps and
+     * padded blocks' zeros cost no writes. */
+    for (int r = 0; r < nranks; r++) {
+        snprintf(path, sizeof path, "%s/weights.rank%d.bin", dir, r);
+        fds[r] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        uint64_t hdr[2] = {(uint64_t)prs[r]->weight_bytes, 0};
+        if (fds[r] < 0 || write_all(fds[r], "O2SPMDW2", 8, 0) || write_all(fds[r], hdr, sizeof hdr, 8) ||
+            ftruncate(fds[r], (off_t)(WEIGHTS_HEADER + prs[r]->weight_bytes))) {
+            diag_add(d, "cannot write %s: %s", path, strerror(errno));
+            goto out;
+        }
+        for (int i = 0; i < prs[r]->nbufs; i++) {
+            const Buffer *b = &prs[r]->bufs[i];
+            if (b->kind != BUF_WEIGHT || !b->bytes)
+                continue;
+            if (!b->tensor->data) {
+                diag_add(d, "tensor \"%s\": has no data to store", b->tensor->name);
+                goto out;
+            }
+            if (nshards == cap) {
+                cap = cap ? 2 * cap : 256;
+                shards = realloc(shards, (size_t)cap * sizeof *shards);
+                if (!shards)
+                    abort();
+            }
+            shards[nshards++] = (Shard){b->tensor->id, r, b};
+            stage_bytes = b->bytes > stage_bytes ? b->bytes : stage_bytes;
+        }
+    }
+    /* Tensor by tensor: each source read once, its blocks written to every
+     * rank that holds one, then its pages dropped. */
+    qsort(shards, (size_t)nshards, sizeof *shards, shard_order);
+    stage = malloc((size_t)stage_bytes + 1);
+    if (!stage)
+        abort();
+    for (int i = 0; i < nshards; i++) {
+        const Shard *sh = &shards[i];
+        const Buffer *b = sh->buf;
+        if (i == 0 || shards[i - 1].tensor_id != sh->tensor_id)
+            advise_source(g, b->tensor, MADV_POPULATE_READ);
+        const unsigned char *from = block_run(b->tensor->data, b->tensor, &b->layout, prs[sh->rank]);
+        if (!from) {
+            memset(stage, 0, (size_t)b->bytes);
+            take_block(stage, b->tensor->data, b->tensor, &b->layout, prs[sh->rank]);
+            from = stage;
+        }
+        rank_hash_block(&rh[sh->rank], from, b->offset, b->bytes);
+        if (write_all(fds[sh->rank], from, (size_t)b->bytes, (off_t)(WEIGHTS_HEADER + b->offset))) {
+            diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, sh->rank, strerror(errno));
+            goto out;
+        }
+        if (i + 1 == nshards || shards[i + 1].tensor_id != sh->tensor_id)
+            advise_source(g, b->tensor, MADV_DONTNEED);
+    }
+    for (int r = 0; r < nranks; r++) {
+        uint64_t sum = 0;
+        int ordered = rh[r].ordered && rh[r].at == prs[r]->weight_bytes; /* weight_bytes: a multiple of 64 */
+        if (ordered)
+            sum = hash_finish(&rh[r].h, NULL, 0, (uint64_t)prs[r]->weight_bytes);
+        if ((!ordered && file_hash(fds[r], prs[r]->weight_bytes, &sum)) || write_all(fds[r], &sum, sizeof sum, 16)) {
+            diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, r, strerror(errno));
+            goto out;
+        }
+        sums[r] = sum;
+    }
+    rc = 0;
+out:
+    for (int r = 0; r < nranks; r++)
+        if (fds[r] >= 0 && close(fds[r]) && !rc) {
+            diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, r, strerror(errno));
+            rc = -1;
+        }
+    free(fds);
+    free(rh);
+    free(shards);
+    free(stage);
+    return rc;
 }
