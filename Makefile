@@ -35,7 +35,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 ASAN_OBJ  := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o) $(ASAN_DIR)/gen/onnx.pb-c.o $(ASAN_DIR)/gen/templates.o
 ASAN_TESTS := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-.PHONY: all deps test unit cli lint asan fuzz demo models bench clean e2e generated conformance cuda-build fuzz-plans
+.PHONY: all deps test unit cli lint asan fuzz demo models bench scale clean e2e generated conformance cuda-build fuzz-plans
 .DEFAULT_GOAL := all
 
 all: build/onnx2spmd
@@ -117,6 +117,7 @@ cli: build/onnx2spmd
 	@bash tests/cli/test_cli.sh build/onnx2spmd
 	@bash tests/cli/test_out_dir.sh build/onnx2spmd
 	@bash tests/cli/test_files.sh build/onnx2spmd
+	@$(PY) tests/cli/compile_memory.py build/onnx2spmd
 
 # ---- sanitizers ---------------------------------------------------------
 $(ASAN_DIR)/%.o: %.c build/gen/onnx.pb-c.h | deps
@@ -224,6 +225,12 @@ conformance: all
 
 generated: all
 	@bash tools/generated.sh
+
+# ---- real size: Llama-7B- and 1.1B-shaped models from configs (sparse weights),
+# compile time and memory against a plain copy and the streaming bound (long:
+# not part of make test; docs/benchmarks.md)
+scale: deps all
+	@$(PY) bench/scale.py
 
 # ---- benchmarks ---------------------------------------------------------
 bench: deps all

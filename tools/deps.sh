@@ -14,7 +14,7 @@ set -euo pipefail
 
 PKGS="protobuf-c-compiler libprotobuf-c-dev libcmocka-dev openmpi-bin libopenmpi-dev
       libopenblas-dev clang libclang-rt-14-dev pkg-config python3-venv
-      libglpk-dev libltdl-dev zlib1g-dev libgmp-dev libsuitesparse-dev coinor-cbc coinor-libcbc3"
+      libglpk-dev libltdl-dev zlib1g-dev libgmp-dev libsuitesparse-dev coinor-cbc coinor-libcbc3 time"
 PY_PINS="onnx==1.22.0 onnxruntime==1.22.1 numpy==2.2.6"
 VENV=build/venv
 
