@@ -205,11 +205,19 @@ void emit_inputs(Emitter *e)
 void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char *barrier, const char *sync)
 {
     /* The loss's printer: rank 0, or in a pipeline the last stage's first
-     * rank (which computes it); a stage without it prints nothing. */
+     * rank (which computes it); a stage without it prints nothing. It
+     * reads the loss every step: one that is not finite stops every rank
+     * (rt_die aborts the job) with the step and the value, unless fp16
+     * loss scaling is on, whose overflowing steps are skipped by design. */
     const Pipeline *pp = e->pr->plan->pipe;
     int printer = pp ? pipeline_world_rank(pp, pp->nstages - 1, 0) : 0;
     char cond[64];
     snprintf(cond, sizeof cond, loss ? "RANK == %d" : "0", printer);
+    const char *check = e->pr->g->loss_scale
+                            ? "            /* fp16 loss scaling: an overflowing step is skipped, not fatal */\n"
+                            : "            if (!isfinite(loss_now))\n"
+                              "                rt_die(\"step %ld: the loss is %g, not finite: training stopped (a learning \"\n"
+                              "                       \"rate too high, or inputs out of range?)\", (long)g_step, loss_now);\n";
     fprintf(e->f, "    double t_timed = 0; /* from the start of step 2: step 1 is the warm-up */\n"
                   "    for (long s = 1; s <= args.steps; s++) {\n"
                   "        if (s == 2) {\n"
@@ -218,8 +226,12 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "            t_timed = rt_now();\n"
                   "        }\n"
                   "        train_step();\n"
-                  "        if (%s && (g_step %% args.log_every == 0 || s == args.steps))\n"
-                  "            printf(\"step %%ld loss %%.9g\\n\", (long)g_step, %s);\n"
+                  "        if (%s) {\n"
+                  "            double loss_now = %s;\n"
+                  "%s"
+                  "            if (g_step %% args.log_every == 0 || s == args.steps)\n"
+                  "                printf(\"step %%ld loss %%.9g\\n\", (long)g_step, loss_now);\n"
+                  "        }\n"
                   "        if (args.save && ((args.save_every && g_step %% args.save_every == 0) || s == args.steps)) {\n"
                   "            /* every rank its file, then rank 0 publishes the step (rt_ckpt_write) */\n"
                   "            rt_ckpt_write(args.save, RANK, WORLD, (long)g_step, %s, WEIGHT_BYTES);\n"
@@ -237,7 +249,7 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
                   "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
                   "                   rt_peak_rss_kib() / 1024.0);\n",
-            sync, barrier, cond, loss ? loss : "0.0", blob, barrier, barrier, sync, barrier);
+            sync, barrier, cond, loss ? loss : "0.0", check, blob, barrier, barrier, sync, barrier);
     if (pp && pp->train) /* each stage holds its own weights, stashes and slots */
         fprintf(e->f, "        double mine = rt_peak_rss_kib() / 1024.0, all[WORLD];\n"
                       "        CHECK_MPI(MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));\n"

@@ -8,8 +8,9 @@
  * corrupt or mismatched file is one clear error, not wrong answers.
  *
  * The files are written for all ranks at once, tensor by tensor: each
- * weight is read from the model once, its blocks go to every rank holding
- * one, and its pages are dropped before the next. The compiler then holds
+ * weight is read from the model once (external data with pread, into one
+ * buffer reused), and its blocks go to every rank holding one before the
+ * next. The compiler then holds
  * one tensor and one block at a time, whatever the model's size (a 7B
  * model compiles in well under its own size).
  */
@@ -19,7 +20,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 enum { WEIGHTS_HEADER = 24 }; /* "O2SPMDW2", the payload's size, its hash */
@@ -113,25 +113,51 @@ static int shard_order(const void *a, const void *b)
                                         : (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* A tensor read from a file mapping (external data) has its pages read
- * in one call before its blocks are cut (MADV_POPULATE_READ: a fault per
- * page inside pwrite's copy is several times slower), and dropped after:
- * read once, they are not needed again, and they would otherwise stay in
- * the compiler's RSS until the graph is freed. Heap data (folded
- * constants, inline tensors) is left alone. */
-static void advise_source(const Graph *g, const Tensor *t, int advice)
+/* A tensor's bytes, once per tensor. One in a mapped external-data file
+ * is read with pread into `*buf` (grown to the largest tensor and reused):
+ * the mapping is never touched, so its pages never join the compiler's
+ * RSS, and a bulk read beats faulting the pages in one by one. Heap data
+ * (inline tensors, folded constants) is used where it is. */
+typedef struct {
+    unsigned char *buf;
+    int64_t cap;
+    const Mapping *open_map; /* the mapping fd reads, or NULL */
+    int fd;
+} Source;
+
+static const unsigned char *source_bytes(Source *src, const Graph *g, const Tensor *t)
 {
-    uintptr_t a = (uintptr_t)t->data, page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (const Mapping *m = g->maps; m; m = m->next) {
-        uintptr_t lo = (uintptr_t)m->addr, hi = lo + m->len;
-        if (a < lo || a >= hi)
-            continue;
-        uintptr_t from = a & ~(page - 1), to = a + (uintptr_t)t->nbytes;
-        to = to > hi ? hi : to;
-        if (to > from)
-            madvise((void *)from, to - from, advice); /* advice only: a failure costs time, not results */
-        return;
+    const Mapping *m = g->maps;
+    uintptr_t a = (uintptr_t)t->data;
+    while (m && (a < (uintptr_t)m->addr || a >= (uintptr_t)m->addr + m->len))
+        m = m->next;
+    if (!m || !m->path)
+        return t->data;
+    if (src->open_map != m) {
+        if (src->fd >= 0)
+            close(src->fd);
+        src->fd = open(m->path, O_RDONLY | O_CLOEXEC);
+        src->open_map = src->fd >= 0 ? m : NULL;
+        if (src->fd < 0)
+            return t->data; /* the mapping still reads it */
     }
+    if (t->nbytes > src->cap) {
+        free(src->buf);
+        src->cap = t->nbytes;
+        src->buf = malloc((size_t)src->cap);
+        if (!src->buf)
+            abort();
+    }
+    off_t at = (off_t)(a - (uintptr_t)m->addr);
+    for (int64_t got = 0; got < t->nbytes;) {
+        ssize_t n = pread(src->fd, src->buf + got, (size_t)(t->nbytes - got), at + (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return t->data; /* (the loader checked the file's size) */
+        got += n;
+    }
+    return src->buf;
 }
 
 static int write_all(int fd, const void *p, size_t n, off_t at)
@@ -213,6 +239,18 @@ static void rank_hash_block(RankHash *rh, const unsigned char *p, int64_t offset
     rh->at += (int64_t)whole + (rest ? 64 : 0);
 }
 
+/* Does this rank's block of t reach past a dim's end (sharding.c's
+ * padding, stored as zeros)? */
+static int block_padded(const Tensor *t, const Sharding *s, const Program *pr)
+{
+    int64_t ldims[IR_MAX_RANK];
+    sharding_local_dims(s, &pr->plan->mesh, t, ldims);
+    for (int i = 0; i < t->rank; i++)
+        if ((mesh_block_index(&pr->plan->mesh, pr->vrank, s->axes[i], s->naxes[i]) + 1) * ldims[i] > t->dims[i])
+            return 1;
+    return 0;
+}
+
 /* This rank's block of t when it is one run of the source's bytes (split
  * on the first dim alone, or not at all, and not padded): written straight
  * from the model, with no copy. NULL otherwise. */
@@ -237,6 +275,7 @@ static const unsigned char *block_run(const unsigned char *src, const Tensor *t,
 int weights_write(const Graph *g, Program *const *prs, int nranks, const char *dir, uint64_t *sums, Diag *d)
 {
     int rc = -1, nshards = 0, cap = 0;
+    Source src = {.fd = -1};
     int *fds = malloc((size_t)nranks * sizeof(int));
     RankHash *rh = calloc((size_t)nranks, sizeof *rh);
     if (!rh)
@@ -289,15 +328,17 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
     stage = malloc((size_t)stage_bytes + 1);
     if (!stage)
         abort();
+    const unsigned char *data = NULL;
     for (int i = 0; i < nshards; i++) {
         const Shard *sh = &shards[i];
         const Buffer *b = sh->buf;
         if (i == 0 || shards[i - 1].tensor_id != sh->tensor_id)
-            advise_source(g, b->tensor, MADV_POPULATE_READ);
-        const unsigned char *from = block_run(b->tensor->data, b->tensor, &b->layout, prs[sh->rank]);
+            data = source_bytes(&src, g, b->tensor);
+        const unsigned char *from = block_run(data, b->tensor, &b->layout, prs[sh->rank]);
         if (!from) {
-            memset(stage, 0, (size_t)b->bytes);
-            take_block(stage, b->tensor->data, b->tensor, &b->layout, prs[sh->rank]);
+            if (block_padded(b->tensor, &b->layout, prs[sh->rank])) /* else every byte is copied over */
+                memset(stage, 0, (size_t)b->bytes);
+            take_block(stage, data, b->tensor, &b->layout, prs[sh->rank]);
             from = stage;
         }
         rank_hash_block(&rh[sh->rank], from, b->offset, b->bytes);
@@ -305,8 +346,6 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
             diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, sh->rank, strerror(errno));
             goto out;
         }
-        if (i + 1 == nshards || shards[i + 1].tensor_id != sh->tensor_id)
-            advise_source(g, b->tensor, MADV_DONTNEED);
     }
     for (int r = 0; r < nranks; r++) {
         uint64_t sum = 0;
@@ -321,6 +360,9 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
     }
     rc = 0;
 out:
+    if (src.fd >= 0)
+        close(src.fd);
+    free(src.buf);
     for (int r = 0; r < nranks; r++)
         if (fds[r] >= 0 && close(fds[r]) && !rc) {
             diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, r, strerror(errno));

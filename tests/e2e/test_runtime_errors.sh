@@ -97,6 +97,14 @@ T=tests/models/train/mlp_mse
 fault STOP 'waited 8 s for' "$D/train" --in x=$T.input_x.npy --in target=$T.input_target.npy --steps 1000000000 \
     --log-every 1000000000
 pkill -CONT -f "^$PWD/$D/train/rank" 2>/dev/null
+# A loss that stops being finite (a learning rate of 1e6 overflows it by
+# step 3) stops every rank with the step and the value, not NaN to the end.
+"$BIN" compile $T.onnx --train --lr 1e6 --mesh dp=2 --shard 'x=[dp,_]' --shard 'target=[dp,_]' -o "$D/diverge" >/dev/null &&
+    make -s -C "$D/diverge" >/dev/null || err "the diverging training program did not compile and build"
+expect "loss not finite" 'rank 0: error: step 3: the loss is inf, not finite: training stopped' \
+    "$D/diverge/run.sh" --in x=$T.input_x.npy --in target=$T.input_target.npy --steps 50
+out=$(timeout 60 "$D/diverge/run.sh" --in x=$T.input_x.npy --in target=$T.input_target.npy --steps 50 </dev/null 2>/dev/null)
+printf '%s\n' "$out" | grep -q '^step 3 loss' && err "a step with a non-finite loss printed its loss: $out"
 cp "$D/out/weights.rank1.bin" "$D/saved.bin"
 rm "$D/out/weights.rank1.bin"
 expect "missing weight file" 'weights.rank1.bin: cannot open: No such file' "$D/out/run.sh" --in x=$GOOD
