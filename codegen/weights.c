@@ -1,18 +1,18 @@
-/* weights.c: each rank's weight shards, as one checked blob.
+/* weights.c: each rank's weight shards, as one checked file.
  *
  * A rank stores only its block of each weight (the plan's layout decides
  * which), 64-byte aligned at the offsets the program assigned. The file is
- * "O2SPMDW2", the payload size and its 64-bit hash (runtime.c's
- * rt_hash64), then the payload; the generated loader checks size and checksum against
- * constants compiled into that rank's binary, so a missing, truncated,
- * corrupt or mismatched file is one clear error, not wrong answers.
+ * "O2SPMDW2", the payload's size and its 64-bit hash (runtime.c's
+ * rt_hash64), then the payload; the generated loader checks size and hash
+ * against constants compiled into that rank's binary, so a missing,
+ * truncated, corrupt or mismatched file is one clear error, not wrong
+ * answers.
  *
  * The files are written for all ranks at once, tensor by tensor: each
  * weight is read from the model once (external data with pread, into one
  * buffer reused), and its blocks go to every rank holding one before the
- * next. The compiler then holds
- * one tensor and one block at a time, whatever the model's size (a 7B
- * model compiles in well under its own size).
+ * next. The compiler holds one tensor and one block at a time, whatever
+ * the model's size.
  */
 #include "codegen.h"
 
@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 enum { WEIGHTS_HEADER = 24 }; /* "O2SPMDW2", the payload's size, its hash */
@@ -109,8 +110,11 @@ typedef struct {
 static int shard_order(const void *a, const void *b)
 {
     const Shard *x = a, *y = b;
-    return x->tensor_id != y->tensor_id ? (x->tensor_id > y->tensor_id) - (x->tensor_id < y->tensor_id)
-                                        : (x->rank > y->rank) - (x->rank < y->rank);
+    if (x->tensor_id != y->tensor_id)
+        return (x->tensor_id > y->tensor_id) - (x->tensor_id < y->tensor_id);
+    if (x->rank != y->rank)
+        return (x->rank > y->rank) - (x->rank < y->rank);
+    return (x->buf->offset > y->buf->offset) - (x->buf->offset < y->buf->offset);
 }
 
 /* A tensor's bytes, once per tensor. One in a mapped external-data file
@@ -292,7 +296,15 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
         abort();
     for (int r = 0; r < nranks; r++)
         fds[r] = -1;
-    /* Each file: magic, payload size, checksum (filled in last), payload.
+    struct rlimit nofile; /* every rank's file is open at once: a large mesh may need more than the soft limit */
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur < (rlim_t)nranks + 64) {
+        nofile.rlim_cur = nofile.rlim_max == RLIM_INFINITY || nofile.rlim_max > (rlim_t)nranks + 64
+                              ? (rlim_t)nranks + 64
+                              : nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile); /* if it stays short, open() names the file and the reason */
+    }
+    /* Each file: magic, payload size, hash (filled in last), payload.
      * The payload starts as a hole of the right size: alignment gaps and
      * padded blocks' zeros cost no writes. */
     for (int r = 0; r < nranks; r++) {
@@ -323,7 +335,7 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
         }
     }
     /* Tensor by tensor: each source read once, its blocks written to every
-     * rank that holds one, then its pages dropped. */
+     * rank that holds one. */
     qsort(shards, (size_t)nshards, sizeof *shards, shard_order);
     stage = malloc((size_t)stage_bytes + 1);
     if (!stage)
