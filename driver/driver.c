@@ -301,6 +301,8 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
             if (a != pp_axis && !mesh.axes[a].loop)
                 moe.groups *= mesh.axes[a].size;
     }
+    if (ir_split_mean_losses(r->graph, d)) /* before autodiff, which builds the backward of the sum */
+        goto out;
     if (ir_build_moe(r->graph, &moe, d)) /* before autodiff: the backward of dispatch is a combine */
         goto out;
     if (o->train && ir_build_training(r->graph, &topt, d))

@@ -448,6 +448,14 @@ typedef struct DecodeOptions {
 } DecodeOptions;
 int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
 
+/* ---- loss_split.c ------------------------------------------------------- */
+
+/* Rewrites each SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss with
+ * reduction "mean" (no class weights) into its "sum" over the count of
+ * labels it averages, so that a split batch leaves two partial scalars
+ * instead of gathering the scores (see loss_split.c). */
+int ir_split_mean_losses(Graph *g, Diag *d);
+
 /* ---- moe.c -------------------------------------------------------------- */
 
 typedef struct MoeOptions {

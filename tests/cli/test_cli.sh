@@ -289,5 +289,13 @@ case "$out" in *"(first: inner.transformer.h.0.ln_1.weight, read by 5 LayerNorma
 out=$("$BIN" plan tests/models/train/tiny_gpt_lm.onnx --mesh dp=1 --train 2>&1 >/dev/null)
 [ -z "$out" ] || err "plan --train on tiny_gpt_lm: stderr not empty: $out"
 
+# A mean cross-entropy with ignore_index over a batch split on dp: the
+# loss's sum and its count are all-reduced as two scalars, and neither the
+# logits nor the labels are gathered (ir/loss_split.c).
+out=$("$BIN" plan tests/models/train/mlp_sce_ignore.onnx --mesh dp=2 --shard 'x=[dp,_]' --shard 'labels=[dp]' --train 2>&1)
+printf '%s\n' "$out" | grep -q ' all-gather ' && err "plan --train of a mean loss over dp gathers: $out"
+[ "$(printf '%s\n' "$out" | grep -cE ' all-reduce +xent/(sum|count) +dp +4 ')" = 2 ] ||
+    err "plan --train of a mean loss over dp: not one scalar all-reduce each of its sum and its count: $out"
+
 [ $fail -eq 0 ] && echo "cli: all passed ($BIN)"
 exit $fail

@@ -13,6 +13,7 @@ Outputs (relative to the repository root), in tests/models/train/:
                     loss = ReduceMean((y - target)^2) over all elements
   mlp_sce.onnx      x[8,64] -> Gemm -> Relu -> Gemm = logits[8,10];
                     loss = SoftmaxCrossEntropyLoss(logits, labels int64[8], mean)
+  mlp_sce_ignore.onnx  mlp_sce with ignore_index=-100 and 3 of 8 labels ignored
   tiny_gpt_lm.onnx  tests/models/tiny_gpt.onnx (read, not rebuilt, so it stays
                     the model the inference tests use) with its logits [B,S,V]
                     reshaped to [B*S,V] and fed, with labels [B,S] reshaped to
@@ -117,6 +118,19 @@ def make_mlp_sce(rng):
     return model(g), feeds
 
 
+def make_mlp_sce_ignore(rng):
+    """mlp_sce with ignore_index=-100 (transformers' padding label) and 3
+    of its 8 labels ignored, all in the first half: under dp=2 the ranks'
+    counts differ (1 and 4 counted), so a mean of per-rank means would
+    differ from the mean over the counted labels."""
+    m, feeds = make_mlp_sce(rng)
+    xent = m.graph.node[-1]
+    xent.attribute.extend([helper.make_attribute("ignore_index", -100)])
+    m.graph.name = "mlp_sce_ignore"
+    feeds["labels"][[0, 1, 3]] = -100
+    return m, feeds
+
+
 def make_tiny_gpt_lm(rng):
     """tiny_gpt with a language-model loss. The labels are an input rather
     than the tokens shifted inside the graph, so the test chooses them (here:
@@ -162,7 +176,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     # One generator per model, so adding a model never changes another's bytes.
     for seed, (name, fn) in enumerate((("mlp_mse", make_mlp_mse), ("mlp_sce", make_mlp_sce),
-                                       ("tiny_gpt_lm", make_tiny_gpt_lm))):
+                                       ("tiny_gpt_lm", make_tiny_gpt_lm), ("mlp_sce_ignore", make_mlp_sce_ignore))):
         m, feeds = fn(np.random.default_rng(2600 + seed))
         path = os.path.join(OUT, name + ".onnx")
         with open(path, "wb") as fh:

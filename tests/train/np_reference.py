@@ -198,7 +198,29 @@ def mlp_sce_loss_grads(params, feeds):
     return loss, {"W1": dh.T @ x, "b1": dh.sum(0), "W2": dlogits.T @ a, "b2": dlogits.sum(0)}
 
 
-MODEL_GRADS = {"mlp_mse": mlp_mse_loss_grads, "mlp_sce": mlp_sce_loss_grads}
+def mlp_sce_ignore_loss_grads(params, feeds):
+    """tests/models/train/mlp_sce_ignore.onnx: mlp_sce with ignore_index
+    -100: the mean over the counted labels only, ignored rows no gradient."""
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    x, labels = feeds["x"].astype(np.float64), feeds["labels"]
+    keep = labels != -100
+    rows, lab = np.arange(len(labels))[keep], labels[keep]
+    h = x @ p["W1"].T + p["b1"]
+    a = np.maximum(h, 0.0)
+    logits = a @ p["W2"].T + p["b2"]
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    loss = float(-np.mean(logp[rows, lab]))
+    dlogits = np.exp(logp)
+    dlogits[rows, lab] -= 1.0
+    dlogits[~keep] = 0.0
+    dlogits /= keep.sum()
+    dh = (dlogits @ p["W2"]) * (h > 0)
+    return loss, {"W1": dh.T @ x, "b1": dh.sum(0), "W2": dlogits.T @ a, "b2": dlogits.sum(0)}
+
+
+MODEL_GRADS = {"mlp_mse": mlp_mse_loss_grads, "mlp_sce": mlp_sce_loss_grads,
+               "mlp_sce_ignore": mlp_sce_ignore_loss_grads}
 
 
 def lr_factor(cfg, step):
