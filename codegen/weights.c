@@ -336,7 +336,8 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
     }
     /* Tensor by tensor: each source read once, its blocks written to every
      * rank that holds one. */
-    qsort(shards, (size_t)nshards, sizeof *shards, shard_order);
+    if (nshards) /* (a model without weights: shards is NULL) */
+        qsort(shards, (size_t)nshards, sizeof *shards, shard_order);
     stage = malloc((size_t)stage_bytes + 1);
     if (!stage)
         abort();

@@ -458,15 +458,7 @@ static Node *add_node(Graph *g, OpKind op, const char *base, const char *what, T
 {
     char name[320];
     snprintf(name, sizeof name, "%s/%s", base, what);
-    Node *n = graph_node_add(g, op, name);
-    n->inputs = arena_alloc(&g->arena, (size_t)nin * sizeof(Tensor *));
-    memcpy(n->inputs, in, (size_t)nin * sizeof(Tensor *));
-    n->ninputs = nin;
-    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
-    n->outputs[0] = graph_tensor_fresh(g, name);
-    n->outputs[0]->producer = n;
-    n->noutputs = 1;
-    return n;
+    return graph_node_make(g, op, name, in, nin);
 }
 
 static Tensor *op1(Graph *g, OpKind op, const char *base, const char *what, Tensor *x, const char *attr,

@@ -320,6 +320,19 @@ Node *graph_node_add(Graph *g, OpKind op, const char *name)
     return n;
 }
 
+Node *graph_node_make(Graph *g, OpKind op, const char *name, Tensor *const *in, int nin)
+{
+    Node *n = graph_node_add(g, op, name);
+    n->inputs = arena_alloc(&g->arena, (size_t)nin * sizeof(Tensor *));
+    memcpy(n->inputs, in, (size_t)nin * sizeof(Tensor *));
+    n->ninputs = nin;
+    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
+    n->outputs[0] = graph_tensor_fresh(g, n->name);
+    n->outputs[0]->producer = n;
+    n->noutputs = 1;
+    return n;
+}
+
 int64_t tensor_numel(const Tensor *t)
 {
     int64_t n = 1;

@@ -303,6 +303,8 @@ Tensor *graph_tensor_get(Graph *g, const char *name); /* find or create */
  * yet in the graph (the compiler's own values, beside the model's names). */
 Tensor *graph_tensor_fresh(Graph *g, const char *base);
 Node *graph_node_add(Graph *g, OpKind op, const char *name);
+/* A new node reading in[0..nin) with one fresh output named after it. */
+Node *graph_node_make(Graph *g, OpKind op, const char *name, Tensor *const *in, int nin);
 int64_t tensor_numel(const Tensor *t); /* after shape inference */
 /* Sorts nodes topologically (stable for already-sorted graphs); a cycle is
  * an error naming a node on it. Also rebuilds producer/consumer links. */

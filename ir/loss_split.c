@@ -26,19 +26,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static Node *add_node(Graph *g, OpKind op, const char *name, Tensor **ins, int nin)
-{
-    Node *n = graph_node_add(g, op, name);
-    n->inputs = arena_alloc(&g->arena, (size_t)nin * sizeof(Tensor *));
-    memcpy(n->inputs, ins, (size_t)nin * sizeof(Tensor *));
-    n->ninputs = nin;
-    n->outputs = arena_alloc(&g->arena, sizeof(Tensor *));
-    n->outputs[0] = graph_tensor_fresh(g, name);
-    n->outputs[0]->producer = n;
-    n->noutputs = 1;
-    return n;
-}
-
 static Tensor *scalar(Graph *g, const char *name, DType dt, const void *val)
 {
     Tensor *t = graph_tensor_fresh(g, name);
@@ -96,14 +83,14 @@ int ir_split_mean_losses(Graph *g, Diag *d)
             int32_t v32 = (int32_t)ign->i;
             Tensor *iv = scalar(g, name, lab->dtype, lab->dtype == DT_I64 ? (const void *)&v64 : (const void *)&v32);
             snprintf(name, sizeof name, "%.250s/ignored", n->name);
-            Node *eq = add_node(g, OP_EQUAL, name, (Tensor *[]){lab, iv}, 2);
+            Node *eq = graph_node_make(g, OP_EQUAL, name, (Tensor *[]){lab, iv}, 2);
             snprintf(name, sizeof name, "%.250s/counted", n->name);
-            Node *nt = add_node(g, OP_NOT, name, (Tensor *[]){eq->outputs[0]}, 1);
+            Node *nt = graph_node_make(g, OP_NOT, name, (Tensor *[]){eq->outputs[0]}, 1);
             snprintf(name, sizeof name, "%.250s/counted_float", n->name);
-            Node *ca = add_node(g, OP_CAST, name, (Tensor *[]){nt->outputs[0]}, 1);
+            Node *ca = graph_node_make(g, OP_CAST, name, (Tensor *[]){nt->outputs[0]}, 1);
             node_attr_set_int(g, ca, "to", ft);
             snprintf(name, sizeof name, "%.250s/count", n->name);
-            Node *rs = add_node(g, OP_REDUCE_SUM, name, (Tensor *[]){ca->outputs[0]}, 1);
+            Node *rs = graph_node_make(g, OP_REDUCE_SUM, name, (Tensor *[]){ca->outputs[0]}, 1);
             int64_t axes[IR_MAX_RANK];
             for (int a = 0; a < lab->rank; a++)
                 axes[a] = a;
@@ -119,7 +106,7 @@ int ir_split_mean_losses(Graph *g, Diag *d)
             int64_t numel = tensor_numel(lab);
             Tensor *nc = scalar(g, name, DT_I64, &numel);
             snprintf(name, sizeof name, "%.250s/count", n->name);
-            Node *ca = add_node(g, OP_CAST, name, (Tensor *[]){nc}, 1);
+            Node *ca = graph_node_make(g, OP_CAST, name, (Tensor *[]){nc}, 1);
             node_attr_set_int(g, ca, "to", ft);
             count = ca->outputs[0];
             touched[ntouched++] = ca;
