@@ -968,17 +968,23 @@ static int cmd_plan(int argc, char **argv, int compile)
         if (r.nzero_trials) /* --auto --train chose it */
             printf("  ZeRO stage %d: %s\n", r.zero,
                    o.prog.mem_limit ? "the first whose programs fit --mem-limit" : "no --mem-limit, the fastest");
-        for (int k = 0; k < r.nranks; k++)
+        for (int k = 0; k < r.nranks; k++) {
             if (r.plan->pipe && r.plan->pipe->train) /* the stashes and slots the schedule holds matter here */
-                printf("  rank %d: peak arena %lld bytes, weights %lld bytes, stashes, slots and inputs %lld bytes\n",
+                printf("  rank %d: peak arena %lld bytes, weights %lld bytes, stashes, slots and inputs %lld bytes",
                        k, (long long)r.arena_bytes[k], (long long)r.weight_bytes[k], (long long)r.held_bytes[k]);
             else
-                printf("  rank %d: peak arena %lld bytes, weights %lld bytes\n", k, (long long)r.arena_bytes[k],
+                printf("  rank %d: peak arena %lld bytes, weights %lld bytes", k, (long long)r.arena_bytes[k],
                        (long long)r.weight_bytes[k]);
+            if (strcmp(o.target, "c") == 0) /* what its VmHWM should read (the program prints both) */
+                printf("; %.1f MiB at its peak, with the inputs and the runtime", r.rank_bytes[k] / 1048576.0);
+            printf("\n");
+        }
     } else {
         if (driver_measure(&o, &r, &d))
             goto cleanup;
-        PlanFacts facts = {.program_bytes = r.program_bytes, .mem_limit = o.prog.mem_limit,
+        PlanFacts facts = {.program_bytes = r.program_bytes,
+                           .runtime_bytes = strcmp(o.target, "c") == 0 ? PROGRAM_RUNTIME_BYTES : 0,
+                           .mem_limit = o.prog.mem_limit,
                            .zero_trials = r.zero_trials, .nzero_trials = r.nzero_trials,
                            .zero_chosen = r.zero_chosen, .recompute = r.recompute,
                            .nrecompute = r.nrecompute, .recompute_chosen = r.recompute_chosen};

@@ -24,8 +24,11 @@ DEFAULTS = {  # GPT-2 medium, BERT-large, Llama-7B (vocabularies padded to a mul
 }
 
 
-def build(family, out, layers, batch, seq, dim, heads, ffn, vocab, dtype="float32"):
-    """dtype: float32 or float16, the weights' and the computation's."""
+def build(family, out, layers, batch, seq, dim, heads, ffn, vocab, dtype="float32", loss=False):
+    """dtype: float32 or float16, the weights' and the computation's. loss
+    (gpt2, llama): the graph ends in transformers' causal-LM loss instead of
+    the logits: labels [batch, seq] (-100: not counted), cross-entropy over
+    every position, mean over the counted ones, for --train."""
     os.makedirs(out, exist_ok=True)
     elem, esize = {"float32": (TensorProto.FLOAT, 4), "float16": (TensorProto.FLOAT16, 2)}[dtype]
     data_name = family + ".weights"
@@ -128,8 +131,18 @@ def build(family, out, layers, batch, seq, dim, heads, ffn, vocab, dtype="float3
         lnf = norm(x, "lnf")
         nodes.append(N("MatMul", [lnf, weight("lm_head", [D, V], "[_,tp]")], ["logits"], name="lm_head"))
         out_name, out_shape = "logits", [B, S, V]
-    g = helper.make_graph(nodes, family, [helper.make_tensor_value_info("tokens", TensorProto.INT64, [B, S])],
-                          [helper.make_tensor_value_info(out_name, elem, out_shape)], inits)
+    inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, [B, S])]
+    if loss:
+        inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [B, S]))
+        ann.append("labels=[dp,_]")
+        inits.append(helper.make_tensor("rows_shape", TensorProto.INT64, [2], [B * S, V]))
+        inits.append(helper.make_tensor("labels_shape", TensorProto.INT64, [1], [B * S]))
+        nodes.append(N("Reshape", ["logits", "rows_shape"], ["logit_rows"], name="loss_rows"))
+        nodes.append(N("Reshape", ["labels", "labels_shape"], ["label_rows"], name="loss_labels"))
+        nodes.append(N("SoftmaxCrossEntropyLoss", ["logit_rows", "label_rows"], ["loss"], reduction="mean",
+                       ignore_index=-100, name="loss"))
+        out_name, out_shape = "loss", []
+    g = helper.make_graph(nodes, family, inputs, [helper.make_tensor_value_info(out_name, elem, out_shape)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     m.ir_version = 10
     with open(os.path.join(out, family + ".onnx"), "wb") as f:

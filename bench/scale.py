@@ -23,10 +23,27 @@ than 1.5 x the copy, or plan's RSS passes 256 MiB. Outputs are removed
 after each row (a 7B float32 compile writes 27 GB); models are cached in
 build/scale/.
 
-Usage: build/venv/bin/python bench/scale.py [--only SUBSTRING]
+Then the ranks: GPT-2 124M's shapes (12 layers, d 768, vocabulary 50304,
+batch 4 x 128) and the 1.1B Llama (batch 2 x 128), compiled, built and
+run on 1 and 2 ranks, inference and training (AdamW for GPT-2, SGD for
+the Llama, whose AdamW state would not fit 2 ranks here; the models end
+in the causal-LM loss, labels split over dp). Per row:
+
+  rank peak      each rank's VmHWM against the figure compile printed for
+                 it (weights mapped once, arena, inputs, start-up packs,
+                 the runtime); the row fails past 5%
+  start-up       mapping and checking the rank's weight file, against
+                 reading the same file (dd to /dev/null) + 1 s
+  ms/step        time per iteration or step, and ONNX Runtime's on the same
+                 model, inputs and cores (intra-op threads = ranks) for
+                 inference; training has no peer here (PyTorch is not in
+                 build/venv)
+
+Usage: build/venv/bin/python bench/scale.py [--only SUBSTRING] [--ranks-only | --compile-only]
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +60,17 @@ OUT = os.path.join(ROOT, "build", "scale")
 MiB = 1 << 20
 LLAMA_7B = dict(layers=32, dim=4096, heads=32, ffn=11008, vocab=32000)
 LLAMA_1B = dict(layers=22, dim=2048, heads=32, ffn=5632, vocab=32000)
+GPT2_124M = dict(layers=12, dim=768, heads=12, ffn=3072, vocab=50304)
+# (label, family, config, batch, mesh, training optimizer or None)
+RANK_ROWS = [
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1", None),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1,tp=2", None),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1", "adamw"),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=2", "adamw"),
+    ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1", None),
+    ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1,tp=2", None),
+    ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1,tp=2", "sgd"),
+]
 # (label, config, dtype, mesh)
 ROWS = [
     ("Llama-7B fp32", LLAMA_7B, "float32", "dp=1,tp=8"),
@@ -98,13 +126,125 @@ def synced(f, *args):
     return time.perf_counter() - t0
 
 
+ORT_RUN = r"""
+import sys, time, numpy as np, onnxruntime as ort
+model, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
+s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+feed = {kv.split("=", 1)[0]: np.load(kv.split("=", 1)[1]) for kv in sys.argv[4:]}
+s.run(None, feed)
+t0 = time.perf_counter()
+for _ in range(iters):
+    s.run(None, feed)
+print("ms %.4f" % ((time.perf_counter() - t0) * 1e3 / iters))
+print("rss_kb %d" % int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]))
+"""
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_MCA_pml="ob1",
+           OMPI_MCA_btl="self,vader")
+
+
+def rank_model(label, family, cfg, batch, train):
+    """A cached model for the rank rows (with the loss when training), its
+    tokens and labels."""
+    import numpy as np
+    d = os.path.join(OUT, "ranks", label.replace(" ", "_").replace(".", "_") + ("_lm" if train else ""))
+    path = os.path.join(d, family + ".onnx")
+    if not os.path.exists(path):
+        make_transformer.build(family, d, cfg["layers"], batch, 128, cfg["dim"], cfg["heads"], cfg["ffn"],
+                               cfg["vocab"], loss=bool(train))
+    rng = np.random.RandomState(0)
+    feeds = [("tokens", os.path.join(d, "tokens.npy"))]
+    np.save(feeds[0][1], rng.randint(0, cfg["vocab"], (batch, 128)).astype(np.int64))
+    if train:
+        feeds.append(("labels", os.path.join(d, "labels.npy")))
+        np.save(feeds[1][1], rng.randint(0, cfg["vocab"], (batch, 128)).astype(np.int64))
+    return d, path, feeds
+
+
+def rank_rows(only):
+    """The rank table; returns its misses."""
+    rows, failed = [], []
+    for label, family, cfg, batch, mesh, opt in RANK_ROWS:
+        name = "%s %s %s" % (label, mesh, "train " + opt if opt else "infer")
+        if only not in name:
+            continue
+        d, path, feeds = rank_model(label, family, cfg, batch, opt)
+        ann = os.path.join(d, family + "_megatron.txt")
+        out = os.path.join(OUT, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        flags = ["--mesh", mesh, "--shardings", ann]
+        if opt:
+            flags += ["--train", "--optimizer", opt] + (["--frozen", "causal"] if family == "gpt2" else [])
+        t0 = time.perf_counter()
+        c = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", os.path.join(OUT, "rss.txt"), BIN, "compile", path,
+                            "-o", out] + flags, capture_output=True, text=True)
+        compile_s = time.perf_counter() - t0
+        if c.returncode:
+            sys.exit("scale: compile %s: %s" % (name, c.stderr.strip()))
+        with open(os.path.join(OUT, "rss.txt")) as f:
+            compile_rss = int(f.read().split()[-1]) * 1024
+        planned = [float(x) for x in re.findall(r"; ([\d.]+) MiB at its peak", c.stdout)]
+        subprocess.run(["make", "-s", "-C", out], check=True)
+        read_s = synced(subprocess.run, ["dd", "if=" + os.path.join(out, "weights.rank0.bin"), "of=/dev/null",
+                                         "bs=4M", "status=none"])
+        args = []
+        for k, v in feeds:
+            args += ["--in", "%s=%s" % (k, v)]
+        args += ["--steps", "3"] if opt else ["--iters", "2"]
+        r = subprocess.run([os.path.join(out, "run.sh")] + args, capture_output=True, text=True, env=ENV,
+                           stdin=subprocess.DEVNULL)
+        if r.returncode:
+            sys.exit("scale: run %s: %s" % (name, (r.stdout + r.stderr)[-800:]))
+        ms = float(re.search(r"time per (?:iteration|step): ([\d.]+) ms", r.stdout).group(1))
+        pairs = re.search(r"peak memory per rank \(MiB, VmHWM / planned\):((?: [\d.]+ / [\d.]+)+)",
+                          r.stdout).group(1).split()
+        hwm = [float(x) for x in pairs[0::3]]
+        startup = max(float(x) for x in re.search(r"weights mapped and checked per rank \(s\):((?: [\d.]+)+)",
+                                                  r.stdout).group(1).split())
+        ranks = len(hwm)
+        peer_ms = peer_mib = None
+        if not opt:
+            o = subprocess.run([sys.executable, "-c", ORT_RUN, path, str(ranks), "2"] +
+                               ["%s=%s" % kv for kv in feeds], capture_output=True, text=True, env=ENV)
+            if o.returncode:
+                sys.exit("scale: ONNX Runtime on %s: %s" % (name, o.stderr[-800:]))
+            peer_ms = float(re.search(r"ms ([\d.]+)", o.stdout).group(1))
+            peer_mib = int(re.search(r"rss_kb (\d+)", o.stdout).group(1)) / 1024
+        shutil.rmtree(out)
+        worst = max(abs(h - p) / p for h, p in zip(hwm, planned))
+        miss = []
+        if worst > 0.05:
+            miss.append("a rank's VmHWM is %.1f%% off its planned figure" % (100 * worst))
+        if startup > read_s + 1:
+            miss.append("start-up %.2f s > reading the file %.2f s + 1 s" % (startup, read_s))
+        rows.append((name, compile_s, compile_rss, hwm, planned, startup, read_s, ms, peer_ms, peer_mib, miss))
+        failed += ["%s: %s" % (name, m) for m in miss]
+        print("  %s done" % name, file=sys.stderr)
+    if not rows:
+        return failed
+    print("\n%-34s %9s %11s %-30s %9s %10s %10s %7s %10s" % (
+        "ranks", "compile s", "compile RSS", "rank peak MiB (VmHWM / plan)", "start-up", "ms/step", "ORT ms",
+        "ratio", "ORT MiB"))
+    for name, cs, crss, hwm, planned, su, rd, ms, pms, pmib, miss in rows:
+        peaks = " ".join("%.0f/%.0f" % hp for hp in zip(hwm, planned))
+        print("%-34s %9.1f %8.0fMiB %-30s %4.2f/%4.2f %10.1f %10s %7s %10s%s" % (
+            name, cs, crss / MiB, peaks, su, rd, ms, "%.1f" % pms if pms else "-",
+            "%.2f" % (ms / pms) if pms else "-", "%.0f" % pmib if pmib else "-", "  MISS" if miss else ""))
+    print("rank peak: each rank's VmHWM over the figure compile printed for it (limit 5%); start-up: mapping and "
+          "checking the weights over reading the file (limit + 1 s); ratio: ms/step over ONNX Runtime's with as "
+          "many threads as ranks")
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
+    ap.add_argument("--ranks-only", action="store_true")
+    ap.add_argument("--compile-only", action="store_true")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     rows, failed = [], []
-    for label, cfg, dtype, mesh in ROWS:
+    for label, cfg, dtype, mesh in ([] if a.ranks_only else ROWS):
         if a.only not in label + " " + mesh:
             continue
         d, params, largest = model(label, cfg, dtype)
@@ -137,15 +277,18 @@ def main():
         rows.append((label, params, mesh, model_bytes, plan_rss, compile_s, copy_s, rss, limit, miss))
         failed += ["%s %s: %s" % (label, mesh, m) for m in miss]
         print("  %s %s done" % (label, mesh), file=sys.stderr)
-    print("%-16s %7s %-15s %9s %9s %10s %7s %7s %12s %10s %8s" % (
-        "model", "params", "mesh", "weights", "plan RSS", "compile s", "copy s", "ratio", "compile RSS", "limit",
-        "RSS/wts"))
-    for label, params, mesh, wb, prss, cs, cps, rss, limit, miss in rows:
-        print("%-16s %6.2fG %-15s %7.2fGB %6.0fMiB %10.1f %7.1f %7.2f %9.0fMiB %7.0fMiB %8.3f%s" % (
-            label, params / 1e9, mesh, wb / 1e9, prss / MiB, cs, cps, cs / cps, rss / MiB, limit / MiB, rss / wb,
-            "  MISS" if miss else ""))
-    print("ratio: compile / copy (limit 1.5); limit: 2 x the largest tensor + 512 MiB; RSS/wts: compile RSS over "
-          "the model's weight bytes")
+    if rows:
+        print("%-16s %7s %-15s %9s %9s %10s %7s %7s %12s %10s %8s" % (
+            "model", "params", "mesh", "weights", "plan RSS", "compile s", "copy s", "ratio", "compile RSS", "limit",
+            "RSS/wts"))
+        for label, params, mesh, wb, prss, cs, cps, rss, limit, miss in rows:
+            print("%-16s %6.2fG %-15s %7.2fGB %6.0fMiB %10.1f %7.1f %7.2f %9.0fMiB %7.0fMiB %8.3f%s" % (
+                label, params / 1e9, mesh, wb / 1e9, prss / MiB, cs, cps, cs / cps, rss / MiB, limit / MiB, rss / wb,
+                "  MISS" if miss else ""))
+        print("ratio: compile / copy (limit 1.5); limit: 2 x the largest tensor + 512 MiB; RSS/wts: compile RSS over "
+              "the model's weight bytes")
+    if not a.compile_only:
+        failed += rank_rows(a.only)
     if failed:
         sys.exit("scale: " + "; ".join(failed))
 

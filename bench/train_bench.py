@@ -282,16 +282,16 @@ def bench_pipeline():
             if r.returncode:
                 sys.exit("train_bench: compile %s: %s" % (name, r.stderr))
             subprocess.run(["make", "-s", "-C", d], check=True)
-            program = [sum(int(x) for x in g) / 2 ** 20 for g in re.findall(
-                r"peak arena (\d+) bytes, weights (\d+) bytes, stashes, slots and inputs (\d+) bytes", r.stdout)]
+            program = [float(x) for x in re.findall(r"; ([\d.]+) MiB at its peak", r.stdout)]
             with open(os.path.join(d, "plan.json")) as fh:
                 plan_ms = json.load(fh)["pipeline"]["step_s"] * 1e3
             times, per_rank = [], None
             for _ in range(ROUNDS):
                 out = run_program(d, feeds, 2)
                 times.append(float(re.search(r"time per step: ([\d.]+) ms", out).group(1)))
-                per_rank = [float(x) for x in re.search(r"peak memory per rank \(MiB, VmHWM\):((?: [\d.]+)+)",
-                                                        out).group(1).split()]
+                pairs = re.search(r"peak memory per rank \(MiB, VmHWM / planned\):((?: [\d.]+ / [\d.]+)+)",
+                                  out).group(1).split()
+                per_rank = [float(x) for x in pairs[0::3]]
             ms = statistics.median(times)
             peak0[(sched, m)] = per_rank[0]
             print("%-11s %3d %10.1f %10.1f %7.2f   %-27s %-27s" % (
@@ -301,8 +301,8 @@ def bench_pipeline():
         print("stage 0 at M=%d: 1F1B %.1f MiB, GPipe %.1f MiB (%s)" % (
             m, peak0[("1f1b", m)], peak0[("gpipe", m)],
             "1F1B below" if peak0[("1f1b", m)] < peak0[("gpipe", m)] else "1F1B NOT below"))
-    print("(measured: VmHWM of each rank, with the MPI library and the data read; the program's figure: its arena, "
-          "weights and optimizer state, and the stashes and slots its schedule holds. The plan's time is the cost "
+    print("(measured: VmHWM of each rank; the program's figure, as compile prints it: its arena, weights and "
+          "optimizer state, the stashes, slots and inputs its schedule holds, start-up packs and the runtime. The plan's time is the cost "
           "model's run of the schedule at the CPU preset; 4 ranks share this machine's cores)")
     return "MISSED" if not peak0[("1f1b", 8)] < peak0[("gpipe", 8)] else None
 

@@ -65,6 +65,10 @@ typedef struct Buffer {
      * (region), which other chunks' passes do not touch. */
     char stash;
     char region;
+    /* A weight an inference program reads only through its GEMM panels
+     * (views.c find_packs): the weight file holds the panels alone, and
+     * this buffer has no bytes there. */
+    char packed_only;
 } Buffer;
 
 typedef enum InstKind {
@@ -161,17 +165,24 @@ typedef struct Program {
     int *tensor_buf;        /* Tensor id -> buffer of its produced layout */
     ProgramNode *nodes;     /* by node index */
     ProgramReshard *reshards; /* by the plan's reshard index */
+    /* Weights packed for the GEMM kernel, as (k x n, stored transposed or
+     * not), in bodies.h's K_PANEL panels. An inference program's are in
+     * its weight file (in_file, at offset, placed by memplan.c after the
+     * weight they pack), a training program's made at start-up and after
+     * each update. */
     struct PackedWeight {
         int buf, trans;
         int64_t k, n;
-    } *packs;               /* weights packed for the GEMM kernel, as (k x n, stored transposed or not) */
+        char in_file;
+        int64_t offset, bytes;
+    } *packs;
     int npacks;
-    int64_t packed_bytes;   /* their size at the widest panels */
+    int64_t packed_bytes;   /* the start-up packs' size (a training program's; in-file packs count as weights) */
     Inst *insts;
     int ninsts, insts_cap;
     int prefetch_used;      /* prefetch depth that fit the memory limit */
     int first_update;       /* --train: the first optimizer update's instruction (ninsts: none) */
-    int64_t arena_bytes, weight_bytes, input_bytes;
+    int64_t arena_bytes, weight_bytes, input_bytes; /* weight_bytes: the weight file's payload, packs included */
     /* A training pipeline's stash regions (Buffer.stash - 1): one copy's
      * bytes and the copies (microbatches in flight); input_bytes counts
      * every copy. nstash: chunks, plus one if values cross chunks. */
@@ -237,6 +248,15 @@ int program_plan_memory(Program *pr, Diag *d);
 /* What this program's memory holds (after program_plan_memory), split as
  * partition.h's MemorySplit says. */
 void program_memory_split(const Program *pr, MemorySplit *m);
+/* What a C rank holds at its peak, as its VmHWM reads it: the weight file
+ * (mapped; packs included), the arena, the inputs (and a pipeline's slots
+ * and stashes), GEMM panels packed at start-up, and the runtime itself
+ * (PROGRAM_RUNTIME_BYTES: the binary, OpenMPI, OpenBLAS, the GEMM
+ * kernel's block buffer and the stack; 13.0-13.3 MiB measured on a rank
+ * of a 150 KB model, 1 and 2 ranks, OpenMPI 4.1 over shared memory).
+ * --out adds the gathered outputs on rank 0 after the run. */
+#define PROGRAM_RUNTIME_BYTES ((int64_t)14 << 20)
+int64_t program_rank_bytes(const Program *pr);
 
 /* ---- emit_c.c: the rank-file driver ------------------------------------- */
 
@@ -536,6 +556,7 @@ typedef struct CompileOptions {
     int64_t *arena_bytes;    /* out, per rank (may be NULL) */
     int64_t *weight_bytes;   /* out, per rank (may be NULL) */
     int64_t *held_bytes;     /* out, per rank (may be NULL): inputs, pipeline slots and stashes */
+    int64_t *rank_bytes;     /* out, per rank (may be NULL): program_rank_bytes, the C rank's whole peak */
 } CompileOptions;
 
 /* Whether -o DIR may be written: a new path, or an earlier onnx2spmd

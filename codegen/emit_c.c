@@ -51,8 +51,8 @@ static void emit_front_matter(Emitter *e)
     fprintf(f, "\n * memory:  arena %lld bytes (liveness-planned), weights %lld bytes, %s %lld bytes\n",
             (long long)pr->arena_bytes, (long long)pr->weight_bytes,
             p->pipe ? "inputs, send/receive slots and outputs of every microbatch" : "inputs", (long long)pr->input_bytes);
-    if (pr->npacks)
-        fprintf(f, " *          and up to %lld bytes of GEMM weights packed at start-up\n", (long long)pr->packed_bytes);
+    if (pr->packed_bytes)
+        fprintf(f, " *          and %lld bytes of GEMM weights packed at start-up\n", (long long)pr->packed_bytes);
     fprintf(f, " */\n");
     fprintf(f, "#define RANK %d\n#define WORLD %d\n", pr->rank, plan_world_ranks(p));
     e->t->defines(e);
@@ -70,7 +70,11 @@ static void buf_decl(const Program *pr, const Buffer *b, FILE *f)
     char g[128], l[128], s[128], nm[ESC_NAME_CAP];
     const Tensor *t = b->tensor;
     shape_str(b->dims, b->rank, l, sizeof l);
-    if (b->kind == BUF_WEIGHT) {
+    if (b->kind == BUF_WEIGHT && b->packed_only) {
+        fprintf(f, "/* %s: %s, local %s of %s, %s: stored packed only (P%s) */\n", b->name, CMT(t->name, nm), l,
+                shape_str(t->dims, t->rank, g, sizeof g), sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s),
+                b->name + 1);
+    } else if (b->kind == BUF_WEIGHT) {
         fprintf(f, "#define %s ((%s *)(g_weights + %lld)) /* %s: local %s of %s, %s */\n", b->name,
                 emit_ctype(b->dtype), (long long)b->offset, CMT(t->name, nm), l,
                 shape_str(t->dims, t->rank, g, sizeof g), sharding_str(&b->layout, &pr->plan->mesh, s, sizeof s));
@@ -111,13 +115,19 @@ static void emit_buffers(Emitter *e)
     for (int i = 0; i < pr->nbufs; i++)
         buf_decl(pr, &pr->bufs[i], f);
     if (pr->npacks)
-        fprintf(f, "\n/* GEMM weights, packed by pack_weights() at start-up into the column panels\n"
-                   " * k_matmul_packed_f32 reads (NULL where that kernel is not built). */\n");
+        fprintf(f, "\n/* GEMM weights in the column panels k_matmul_packed_f32 reads (bodies.h K_PANEL): %s. */\n",
+                pr->packs[0].in_file ? "packed by the compiler, in the weight file"
+                                     : "packed by pack_weights() at start-up and again after each update");
     for (int q = 0; q < pr->npacks; q++) {
         const struct PackedWeight *pw = &pr->packs[q];
         const char *w = pr->bufs[pw->buf].name;
-        fprintf(f, "static float *P%s; /* %s as B, %lld x %lld%s */\n", w + 1, w, (long long)pw->k, (long long)pw->n,
-                pw->trans ? ", stored transposed" : "");
+        if (pw->in_file)
+            fprintf(f, "#define P%s ((const float *)(g_weights + %lld)) /* %s as B, %lld x %lld%s, %lld bytes */\n",
+                    w + 1, (long long)pw->offset, w, (long long)pw->k, (long long)pw->n,
+                    pw->trans ? ", stored transposed" : "", (long long)pw->bytes);
+        else
+            fprintf(f, "static float *P%s; /* %s as B, %lld x %lld%s */\n", w + 1, w, (long long)pw->k,
+                    (long long)pw->n, pw->trans ? ", stored transposed" : "");
     }
 }
 

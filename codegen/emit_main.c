@@ -250,7 +250,9 @@ void emit_train_loop(Emitter *e, const char *loss, const char *blob, const char 
                   "                   (rt_now() - t_timed) * 1e3 / (double)(args.steps - 1), args.steps - 1, WORLD,\n"
                   "                   rt_peak_rss_kib() / 1024.0);\n",
             sync, barrier, cond, loss ? loss : "0.0", check, blob, barrier, barrier, sync, barrier);
-    if (pp && pp->train) /* each stage holds its own weights, stashes and slots */
+    if (!e->pr->cuda) /* every rank's peak beside the plan's figure for it */
+        fprintf(e->f, "        rt_report_memory(PLANNED_BYTES, WORLD);\n");
+    else if (pp && pp->train) /* each stage holds its own weights, stashes and slots */
         fprintf(e->f, "        double mine = rt_peak_rss_kib() / 1024.0, all[WORLD];\n"
                       "        CHECK_MPI(MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));\n"
                       "        if (RANK == 0) {\n"

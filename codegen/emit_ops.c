@@ -368,16 +368,16 @@ static int emit_matmul_view(const EmitCtx *c)
     return 0;
 }
 
-/* A GEMM whose weight B was packed at start-up (views.c find_packs):
- * A's leading dims fold into M. acc: y already holds Gemm's beta * C. */
+/* A GEMM whose weight B is packed in panels (views.c find_packs): by the
+ * compiler into the weight file, or at start-up. A's leading dims fold
+ * into M. acc: y already holds Gemm's beta * C. */
 static void emit_packed_gemm(const EmitCtx *c, const Buffer *y, const Buffer *a, const Buffer *b, const Buffer *bias,
                              int acc)
 {
     const struct PackedWeight *pw = &c->pr->packs[c->pr->nodes[c->n->id].packed_b];
-    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, %s, P%s, %s, %lld, %lld, %lld, %d, %d); /* M, K, N, transB, accumulate */\n",
-            y->name, a->name, b->name,
-            b->name + 1, bias ? bias->name : "NULL", (long long)emit_prod(a->dims, 0, a->rank - 1), (long long)pw->k,
-            (long long)pw->n, pw->trans, acc);
+    fprintf(c->f, "    k_matmul_packed_f32(%s, %s, P%s, %s, %lld, %lld, %lld, %d); /* M, K, N, accumulate */\n",
+            y->name, a->name, b->name + 1, bias ? bias->name : "NULL", (long long)emit_prod(a->dims, 0, a->rank - 1),
+            (long long)pw->k, (long long)pw->n, acc);
 }
 
 int emit_matmul(const EmitCtx *c, Diag *d)

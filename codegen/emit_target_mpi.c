@@ -39,7 +39,9 @@ static const char *mpi_sum(DType t)
 
 static void mpi_defines(Emitter *e)
 {
-    (void)e; /* the C runtime needs none */
+    fprintf(e->f, "#define PLANNED_BYTES %lldLL /* this rank's peak, as compile planned it: weights, arena, inputs, "
+                  "start-up packs and the runtime (printed beside VmHWM after a timed run) */\n",
+            (long long)program_rank_bytes(e->pr));
 }
 
 static void mpi_reshard_decl(Emitter *e, int r)
@@ -214,7 +216,7 @@ static void mpi_main(Emitter *e)
     const Program *pr = e->pr;
     const Graph *g = pr->g;
     FILE *f = e->f;
-    if (pr->npacks) {
+    if (pr->packed_bytes) {
         fprintf(f, "static void pack_weights(void)\n{\n");
         for (int q = 0; q < pr->npacks; q++) {
             const struct PackedWeight *pw = &pr->packs[q];
@@ -231,13 +233,15 @@ static void mpi_main(Emitter *e)
                "    rt_init_mpi(&argc, &argv);\n"
                "    openblas_set_num_threads(1);\n"
                "    init_comms();\n"
-               "    g_weights = rt_load_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM);\n"
+               "    /* mapped, not copied: %s */\n"
+               "    g_weights = rt_map_weights(argv[0], \"weights.rank%d.bin\", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL, %d);\n"
                "    g_arena = rt_alloc(%lld);\n",
-            pr->rank, (long long)pr->arena_bytes);
+            program_trains(pr) ? "copy-on-write, as the optimizer updates them" : "read-only", pr->rank,
+            program_trains(pr), (long long)pr->arena_bytes);
     if (program_trains(pr))
         fprintf(f, "    if (args.resume) /* the weights and optimizer state of a checkpoint instead */\n"
                    "        g_step = rt_ckpt_read(args.resume, RANK, WORLD, g_weights, WEIGHT_BYTES);\n");
-    if (pr->npacks)
+    if (pr->packed_bytes)
         fprintf(f, "    pack_weights();\n");
     if (pr->plan->pipe)
         fprintf(f, "    pipe_init();\n");
@@ -269,6 +273,7 @@ static void mpi_main(Emitter *e)
                "            printf(\"time per iteration: %%.3f ms (%%d iterations after 1 warm-up, %%d ranks)\\n\"\n"
                "                   \"peak memory: %%.1f MiB (rank 0, VmHWM)\\n\",\n"
                "                   (t1 - t0) * 1e3 / args.iters, args.iters, WORLD, rt_peak_rss_kib() / 1024.0);\n"
+               "        rt_report_memory(PLANNED_BYTES, WORLD);\n"
                "    } else {\n        forward();\n    }\n"
                "    rt_trace_write();\n");
     emit_moe_stats(e);

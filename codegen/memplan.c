@@ -283,11 +283,22 @@ int program_plan_memory(Program *pr, Diag *d)
             return -1;
         }
         if (b->kind == BUF_WEIGHT) {
+            /* Each weight, then the GEMM panels the compiler packed from
+             * it (an inference program's), if any; one stored packed only
+             * has no bytes of its own. */
             b->offset = woff;
-            if (round64(b->bytes, &sz) || ck_add_i64(woff, sz, &woff)) {
+            if (!b->packed_only && (round64(b->bytes, &sz) || ck_add_i64(woff, sz, &woff))) {
                 diag_add(d, "rank %d: the weights outgrow 64-bit offsets at %s", pr->rank, b->name);
                 return -1;
             }
+            for (int q = 0; q < pr->npacks; q++)
+                if (pr->packs[q].buf == i && pr->packs[q].in_file) {
+                    pr->packs[q].offset = woff;
+                    if (round64(pr->packs[q].bytes, &sz) || ck_add_i64(woff, sz, &woff)) {
+                        diag_add(d, "rank %d: the weights outgrow 64-bit offsets at %s's panels", pr->rank, b->name);
+                        return -1;
+                    }
+                }
         } else if ((b->kind == BUF_INPUT || b->kind == BUF_RECV) &&
                    ck_add_i64(pr->input_bytes, b->bytes, &pr->input_bytes)) {
             diag_add(d, "rank %d: the inputs' total size overflows 64 bits at %s", pr->rank, b->name);
@@ -433,8 +444,11 @@ void program_memory_split(const Program *pr, MemorySplit *m)
         if (b->kind == BUF_WEIGHT) {
             if (is_optimizer_state(b->tensor))
                 m->state += sz;
-            else
+            else if (!b->packed_only)
                 m->weights += sz;
+            for (int q = 0; q < pr->npacks; q++) /* its GEMM panels: in the weight file, or made at start-up */
+                if (pr->packs[q].buf == i && !round64(pr->packs[q].bytes, &sz))
+                    m->weights += sz;
         } else if (b->kind >= BUF_VALUE && b->last >= 0 && b->alias_of < 0) {
             int end = b->last + 1 < n ? b->last + 1 : n;
             delta[b->first] += sz;
@@ -466,8 +480,13 @@ void program_memory_split(const Program *pr, MemorySplit *m)
     }
     m->arena = pr->arena_bytes;
     m->activations = pr->arena_bytes - m->grads + pr->input_bytes;
-    m->total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+    m->total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes;
     free(delta);
     free(fwd);
     free(grad);
+}
+
+int64_t program_rank_bytes(const Program *pr)
+{
+    return pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes + PROGRAM_RUNTIME_BYTES;
 }

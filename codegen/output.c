@@ -201,6 +201,8 @@ static int write_rank(const Program *pr, int rank, const CompileOptions *opt, co
         opt->weight_bytes[rank] = pr->weight_bytes;
     if (opt->held_bytes)
         opt->held_bytes[rank] = pr->input_bytes;
+    if (opt->rank_bytes)
+        opt->rank_bytes[rank] = program_rank_bytes(pr);
     *families |= headers_families(pr);
     int cuda = strcmp(opt->target, "cuda") == 0;
     snprintf(name, sizeof name, "rank%d.%s", rank, cuda ? "cu" : "c");

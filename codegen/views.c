@@ -12,6 +12,8 @@
  */
 #include "codegen.h"
 
+#include "templates/bodies.h" /* K_PANEL, k_panels_bytes: the packed layout */
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,9 +148,43 @@ static void find_views(Program *pr)
  * 1) whose B is a float32 weight matrix of this rank, A float32 with at
  * least K_PACK_MIN_ROWS rows (fewer fill too little of the kernel's row
  * block). A weight is packed once; a second GEMM that reads it the other
- * way round (transB) reads it unpacked. */
+ * way round (transB) reads it unpacked. An inference program's packs are
+ * made by the compiler, into the weight file; then a weight read by
+ * nothing but its packed GEMMs is stored packed only (packed_only), so
+ * the rank holds each weight once. */
 #define K_PACK_MIN_ROWS 8
-#define K_PACK_MAX_PANEL 32 /* columns per panel with AVX-512 (templates/kernels.c K_NR) */
+
+/* Is buffer bi read by anything but the packed GEMMs of pack q (operand
+ * 1): another node, a reshard, an alias, a graph output? */
+static int read_unpacked(const Program *pr, int bi, int q)
+{
+    const Graph *g = pr->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (!program_runs(pr, n))
+            continue;
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] && program_operand_buf(pr, n, k) == bi && (k != 1 || pr->nodes[i].packed_b != q))
+                return 1;
+    }
+    for (int r = 0; r < pr->plan->nreshards; r++) {
+        const ProgramReshard *pk = &pr->reshards[r];
+        if (!pk->here)
+            continue;
+        if (pk->buf == bi || pr->tensor_buf[pr->plan->reshards[r].tensor->id] == bi)
+            return 1;
+        for (int s = 0; s < RESHARD_MAX_STEPS; s++)
+            if (pk->steps[s].in == bi || pk->steps[s].out == bi)
+                return 1;
+    }
+    for (int i = 0; i < pr->nbufs; i++)
+        if (pr->bufs[i].alias_of == bi)
+            return 1;
+    for (int i = 0; i < g->noutputs; i++)
+        if (program_holds_output(pr, g->outputs[i]) && program_output_buf(pr, i) == bi)
+            return 1;
+    return 0;
+}
 
 static void find_packs(Program *pr, int packs)
 {
@@ -192,9 +228,11 @@ static void find_packs(Program *pr, int packs)
         }
         if (!pr->packs)
             pr->packs = arena_alloc(&pr->arena, (size_t)(g->nnodes + 1) * sizeof(*pr->packs));
-        pr->packs[pr->npacks] = (struct PackedWeight){bi, tb, k, cols};
+        int in_file = !program_trains(pr);
+        pr->packs[pr->npacks] = (struct PackedWeight){bi, tb, k, cols, (char)in_file, 0, k_panels_bytes(k, cols)};
         pr->nodes[i].packed_b = pr->npacks++;
-        pr->packed_bytes += (cols + K_PACK_MAX_PANEL - 1) / K_PACK_MAX_PANEL * K_PACK_MAX_PANEL * k * 4;
+        if (!in_file)
+            pr->packed_bytes += k_panels_bytes(k, cols);
     }
 }
 
@@ -326,4 +364,8 @@ void program_fold_views(Program *pr, int packs)
 void program_fold_aliases(Program *pr)
 {
     find_aliases(pr);
+    /* (after the aliases: a view of a weight reads it unpacked) */
+    for (int q = 0; q < pr->npacks; q++)
+        if (pr->packs[q].in_file && !pr->g->decode_slots)
+            pr->bufs[pr->packs[q].buf].packed_only = !read_unpacked(pr, pr->packs[q].buf, q);
 }

@@ -1,20 +1,25 @@
 /* weights.c: each rank's weight shards, as one checked file.
  *
  * A rank stores only its block of each weight (the plan's layout decides
- * which), 64-byte aligned at the offsets the program assigned. The file is
- * "O2SPMDW2", the payload's size and its 64-bit hash (runtime.c's
- * rt_hash64), then the payload; the generated loader checks size and hash
- * against constants compiled into that rank's binary, so a missing,
- * truncated, corrupt or mismatched file is one clear error, not wrong
- * answers.
+ * which), 64-byte aligned at the offsets the program assigned, and, for
+ * an inference program, each GEMM weight packed into the kernel's column
+ * panels (templates/bodies.h k_pack_panels_f32, the body the programs
+ * use), in place of the plain block where nothing else reads it. The file
+ * is a 4096-byte header ("O2SPMDW3", the payload's size, its 64-bit hash
+ * (runtime.c's rt_hash64), the panel width), then the payload, so the
+ * program maps it page-aligned and reads the weights where they lie. The
+ * generated loader checks size, panel width and hash against constants
+ * compiled into that rank's binary, so a missing, truncated, corrupt or
+ * mismatched file is one clear error, not wrong answers.
  *
  * The files are written for all ranks at once, tensor by tensor: each
  * weight is read from the model once (external data with pread, into one
  * buffer reused), and its blocks go to every rank holding one before the
- * next. The compiler holds one tensor and one block at a time, whatever
- * the model's size.
+ * next. The compiler holds one tensor, one block and one packed block at
+ * a time, whatever the model's size.
  */
 #include "codegen.h"
+#include "templates/bodies.h" /* k_pack_panels_f32, K_PANEL */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +28,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-enum { WEIGHTS_HEADER = 24 }; /* "O2SPMDW2", the payload's size, its hash */
+enum { WEIGHTS_HEADER = 4096 }; /* "O2SPMDW3", the payload's size, its hash, K_PANEL; zeros to a page */
 
 /* The weight files' hash, templates/runtime.c's rt_hash64 computed in
  * pieces: 64-byte blocks into 8 lanes, then the tail, the lanes and the
@@ -289,8 +294,8 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
         rh[r].ordered = 1;
     }
     Shard *shards = NULL;
-    unsigned char *stage = NULL;
-    int64_t stage_bytes = 0;
+    unsigned char *stage = NULL, *panels = NULL;
+    int64_t stage_bytes = 0, panel_bytes = 0;
     char path[8300];
     if (!fds)
         abort();
@@ -310,8 +315,8 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
     for (int r = 0; r < nranks; r++) {
         snprintf(path, sizeof path, "%s/weights.rank%d.bin", dir, r);
         fds[r] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        uint64_t hdr[2] = {(uint64_t)prs[r]->weight_bytes, 0};
-        if (fds[r] < 0 || write_all(fds[r], "O2SPMDW2", 8, 0) || write_all(fds[r], hdr, sizeof hdr, 8) ||
+        uint64_t hdr[3] = {(uint64_t)prs[r]->weight_bytes, 0, K_PANEL};
+        if (fds[r] < 0 || write_all(fds[r], "O2SPMDW3", 8, 0) || write_all(fds[r], hdr, sizeof hdr, 8) ||
             ftruncate(fds[r], (off_t)(WEIGHTS_HEADER + prs[r]->weight_bytes))) {
             diag_add(d, "cannot write %s: %s", path, strerror(errno));
             goto out;
@@ -332,6 +337,9 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
             }
             shards[nshards++] = (Shard){b->tensor->id, r, b};
             stage_bytes = b->bytes > stage_bytes ? b->bytes : stage_bytes;
+            for (int q = 0; q < prs[r]->npacks; q++)
+                if (prs[r]->packs[q].buf == i && prs[r]->packs[q].in_file && prs[r]->packs[q].bytes > panel_bytes)
+                    panel_bytes = prs[r]->packs[q].bytes;
         }
     }
     /* Tensor by tensor: each source read once, its blocks written to every
@@ -339,7 +347,8 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
     if (nshards) /* (a model without weights: shards is NULL) */
         qsort(shards, (size_t)nshards, sizeof *shards, shard_order);
     stage = malloc((size_t)stage_bytes + 1);
-    if (!stage)
+    panels = malloc((size_t)panel_bytes + 1);
+    if (!stage || !panels)
         abort();
     const unsigned char *data = NULL;
     for (int i = 0; i < nshards; i++) {
@@ -354,11 +363,32 @@ int weights_write(const Graph *g, Program *const *prs, int nranks, const char *d
             take_block(stage, data, b->tensor, &b->layout, prs[sh->rank]);
             from = stage;
         }
-        rank_hash_block(&rh[sh->rank], from, b->offset, b->bytes);
-        if (write_all(fds[sh->rank], from, (size_t)b->bytes, (off_t)(WEIGHTS_HEADER + b->offset))) {
-            diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, sh->rank, strerror(errno));
-            goto out;
+        if (!b->packed_only) {
+            rank_hash_block(&rh[sh->rank], from, b->offset, b->bytes);
+            if (write_all(fds[sh->rank], from, (size_t)b->bytes, (off_t)(WEIGHTS_HEADER + b->offset)))
+                goto write_failed;
         }
+        /* Its GEMM panels, where the program reads them (after it, in the
+         * order memplan.c placed them). */
+        const Program *pr = prs[sh->rank];
+        for (int q = 0; q < pr->npacks; q++) {
+            const struct PackedWeight *pw = &pr->packs[q];
+            if (&pr->bufs[pw->buf] != b || !pw->in_file)
+                continue;
+            if ((uintptr_t)from % _Alignof(float)) { /* an inline tensor's bytes, where the protobuf left them */
+                memmove(stage, from, (size_t)b->bytes);
+                from = stage;
+            }
+            float *bp = (float *)(void *)panels;
+            k_pack_panels_f32(bp, (const float *)(const void *)from, pw->k, pw->n, pw->trans);
+            rank_hash_block(&rh[sh->rank], panels, pw->offset, pw->bytes);
+            if (write_all(fds[sh->rank], panels, (size_t)pw->bytes, (off_t)(WEIGHTS_HEADER + pw->offset)))
+                goto write_failed;
+        }
+        continue;
+    write_failed:
+        diag_add(d, "cannot write %s/weights.rank%d.bin: %s", dir, sh->rank, strerror(errno));
+        goto out;
     }
     for (int r = 0; r < nranks; r++) {
         uint64_t sum = 0;
@@ -385,5 +415,6 @@ out:
     free(rh);
     free(shards);
     free(stage);
+    free(panels);
     return rc;
 }

@@ -21,19 +21,31 @@ int driver_check_output(const DriverOptions *o, Driven *r, Diag *d)
     return codegen_check_out_dir(r->out_dir, o->model, d);
 }
 
-/* The most any rank's program holds (arena + weights + inputs), from the
+/* The most any rank's program holds (arena + weights + inputs + GEMM
+ * panels packed at start-up), from the
  * programs' own memory plan, and that rank's split (split may be NULL);
  * -1 with a diagnostic if one cannot be built. */
-static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, MemorySplit *split, Diag *d)
+static int64_t program_bytes_max(const Plan *p, const ProgramOptions *popt, int fitted, MemorySplit *split, Diag *d)
 {
     ProgramOptions po = *popt;
     po.mem_limit = 0;
     int64_t most = 0;
     for (int r = 0; r < plan_world_ranks(p); r++) {
-        Program *pr = program_build(p, r, &po, d);
+        /* fitted: as compile builds it, under --mem-limit with a shallower
+         * prefetch or GEMM weights left unpacked where that fits; else (or
+         * when nothing fits) the program as built without a limit. */
+        Program *pr = NULL;
+        if (fitted && popt->mem_limit) {
+            Diag over;
+            diag_init(&over, NULL);
+            pr = program_build(p, r, popt, &over);
+            diag_free(&over);
+        }
+        if (!pr)
+            pr = program_build(p, r, &po, d);
         if (!pr)
             return -1;
-        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes;
+        int64_t total = pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes;
         if (total > most || r == 0) {
             most = total;
             if (split)
@@ -65,7 +77,7 @@ static Plan *auto_plan_fitted(const Graph *g, const Mesh *m, const AnnotationLis
 {
     Plan *p = auto_plan(g, m, ann, &aopt, shard_weights, d);
     for (int round = 0; p && aopt.mem_limit > 0 && round < 4; round++) {
-        int64_t most = program_bytes_max(p, popt, NULL, d);
+        int64_t most = program_bytes_max(p, popt, 1, NULL, d);
         if (most < 0) {
             plan_free(p);
             return NULL;
@@ -139,7 +151,9 @@ static Plan *auto_plan_zero(const DriverOptions *o, Driven *r, const Graph *g, c
                     continue;
             }
             ZeroTrial t = {.stage = stage};
-            if (program_bytes_max(p, po, &t.mem, d) < 0) {
+            /* (whole: a stage fits with its GEMM weights packed, so one
+             * byte under a stage's total takes the next) */
+            if (program_bytes_max(p, po, 0, &t.mem, d) < 0) {
                 plan_free(p);
                 plan_free(taken);
                 return NULL;
@@ -403,7 +417,7 @@ static void recompute_trials(const DriverOptions *o, Driven *r)
 int driver_measure(const DriverOptions *o, Driven *r, Diag *d)
 {
     ProgramOptions po = program_options(o);
-    r->program_bytes = program_bytes_max(r->plan, &po, &r->split, d);
+    r->program_bytes = program_bytes_max(r->plan, &po, 1, &r->split, d);
     if (r->program_bytes < 0)
         return -1;
     if (o->train && o->report_trials)
@@ -416,10 +430,11 @@ int driver_emit(const DriverOptions *o, Driven *r, Diag *d)
     r->arena_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
     r->weight_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
     r->held_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
+    r->rank_bytes = arena_alloc(&r->arena, (size_t)r->nranks * sizeof(int64_t));
     CompileOptions co = {.prog = program_options(o), .out_dir = r->out_dir, .target = o->target,
                          .tf32 = o->tf32, .cuda_arch = o->cuda_arch, .command_line = o->command_line,
                          .model = o->model, .arena_bytes = r->arena_bytes, .weight_bytes = r->weight_bytes,
-                         .held_bytes = r->held_bytes};
+                         .held_bytes = r->held_bytes, .rank_bytes = r->rank_bytes};
     const char *ctx = d->context;
     d->context = o->model;
     int rc = codegen_compile(r->plan, &co, d);

@@ -78,6 +78,7 @@ typedef struct Driven {
     int64_t *arena_bytes;          /* driver_emit: per rank */
     int64_t *weight_bytes;         /* driver_emit: per rank */
     int64_t *held_bytes;           /* driver_emit: per rank, inputs, pipeline slots and stashes */
+    int64_t *rank_bytes;           /* driver_emit: per rank, all a C rank holds at its peak */
     Arena arena;                   /* annotations and small strings */
     AnnotationList ann;
 } Driven;

@@ -388,7 +388,7 @@ static Tensor *state_like(Graph *g, const Tensor *w, const char *what)
     t->rank = w->rank;
     memcpy(t->dims, w->dims, sizeof t->dims);
     t->nbytes = tensor_numel(w) * 4;
-    t->data = arena_alloc(&g->arena, (size_t)(t->nbytes ? t->nbytes : 1));
+    t->data = graph_zeros(g, (size_t)t->nbytes);
     t->is_initializer = 1;
     return t;
 }

@@ -211,6 +211,21 @@ Graph *graph_new(const char *path)
     return g;
 }
 
+void *graph_zeros(Graph *g, size_t bytes)
+{
+    if (bytes < ((size_t)1 << 20))
+        return arena_alloc(&g->arena, bytes ? bytes : 1);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "onnx2spmd: out of memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    Mapping *m = arena_alloc(&g->arena, sizeof(Mapping));
+    *m = (Mapping){NULL, p, bytes, g->maps};
+    g->maps = m;
+    return p;
+}
+
 void graph_free(Graph *g)
 {
     if (!g)

@@ -294,6 +294,12 @@ typedef struct Mapping {
 
 Graph *graph_new(const char *path);
 void graph_free(Graph *g);
+/* bytes of zeros that live as long as g: an anonymous mapping (in
+ * g->maps, with no path) for a large block, whose pages never join the
+ * compiler's memory unless written, or the arena for a small one.
+ * Optimizer state starts as this: the weight writer reads it (the kernel's
+ * shared zero page) and stores zeros. */
+void *graph_zeros(Graph *g, size_t bytes);
 Tensor *graph_tensor_find(const Graph *g, const char *name);
 /* last[t]: the index of the last node reading tensor t, g->nnodes for a
  * graph output (live to the end), -1 for a tensor nothing reads. */

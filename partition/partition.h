@@ -660,7 +660,8 @@ typedef struct RecomputeTrial {
  * driver's measure). Either may be absent (NULL, 0); so may the whole. */
 typedef struct PlanFacts {
     const PlanSchedule *sched;
-    int64_t program_bytes;
+    int64_t program_bytes;            /* the most a rank's program holds: arena, weights, inputs, start-up packs */
+    int64_t runtime_bytes;            /* what the C runtime adds to it (a rank's VmHWM), or 0: another target */
     int64_t mem_limit;                /* --mem-limit, or 0 */
     const ZeroTrial *zero_trials;     /* the stages tried, in order, or NULL */
     int nzero_trials, zero_chosen;    /* zero_chosen: index into zero_trials */

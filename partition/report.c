@@ -712,6 +712,9 @@ void plan_print_text(const Plan *p, const PlanFacts *x, FILE *f)
     if (program_bytes > 0)
         fprintf(f, "  programs      %lld bytes per rank at most (arena + weights + inputs, from their memory plan)\n",
                 (long long)program_bytes);
+    if (program_bytes > 0 && x->runtime_bytes)
+        fprintf(f, "  rank peak     %.1f MiB at most, with the runtime: what a rank's VmHWM reads (compile and the "
+                   "program print it per rank)\n", (double)(program_bytes + x->runtime_bytes) / 1048576.0);
     plan_print_precision(p, f);
     plan_print_train_memory(x, f);
     if (p->pipe)

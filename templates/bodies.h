@@ -84,3 +84,35 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
             r *= b;
     return (int64_t)r;
 }
+
+/* ---- packed GEMM weights ----
+ * The one layout a float32 GEMM weight B (k x n) is packed in, whatever
+ * CPU the program is built for: column panels of K_PANEL, panel p holding
+ * columns [p K_PANEL, (p + 1) K_PANEL) row after row (k rows of K_PANEL
+ * floats), zero past n. The compiler packs inference weights into the
+ * rank's weight file (codegen/weights.c, with this body), and a training
+ * program packs its weights at start-up and after each update
+ * (k_repack_b_f32): the AVX-512 kernel reads a panel as its 32-column
+ * tile, the AVX2 kernel as two 16-column halves, and a build with neither
+ * runs k_gemm_panels_f32's plain loops over it. k_panels_bytes: its size. */
+#define K_PANEL 32
+
+O2S_HD static inline int64_t k_panels_bytes(int64_t k, int64_t n)
+{
+    return (n + K_PANEL - 1) / K_PANEL * K_PANEL * k * (int64_t)sizeof(float);
+}
+
+/* bp (k_panels_bytes(k, n), zeroed by the caller or written whole here)
+ * = b (k x n; stored n x k when tb) in panels. */
+O2S_HD static inline void k_pack_panels_f32(float *bp, const float *b, int64_t k, int64_t n, int tb)
+{
+    int64_t panels = (n + K_PANEL - 1) / K_PANEL;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k; q++) {
+            float *row = bp + (p * k + q) * K_PANEL;
+            for (int64_t j = 0; j < K_PANEL; j++) {
+                int64_t col = p * K_PANEL + j;
+                row[j] = col >= n ? 0.0f : tb ? b[col * k + q] : b[q * n + col];
+            }
+        }
+}

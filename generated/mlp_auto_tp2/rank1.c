@@ -108,7 +108,8 @@ int main(int argc, char **argv)
     rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
     init_comms();
-    g_weights = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
+    /* mapped, not copied: read-only */
+    g_weights = rt_map_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL, 0);
     g_arena = rt_alloc(20480);
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
         static const int64_t gdims[] = {8, 64}, blocks[] = {8, 64}, index[] = {0, 0};

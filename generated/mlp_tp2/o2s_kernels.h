@@ -91,6 +91,38 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
     return (int64_t)r;
 }
 
+/* ---- packed GEMM weights ----
+ * The one layout a float32 GEMM weight B (k x n) is packed in, whatever
+ * CPU the program is built for: column panels of K_PANEL, panel p holding
+ * columns [p K_PANEL, (p + 1) K_PANEL) row after row (k rows of K_PANEL
+ * floats), zero past n. The compiler packs inference weights into the
+ * rank's weight file (codegen/weights.c, with this body), and a training
+ * program packs its weights at start-up and after each update
+ * (k_repack_b_f32): the AVX-512 kernel reads a panel as its 32-column
+ * tile, the AVX2 kernel as two 16-column halves, and a build with neither
+ * runs k_gemm_panels_f32's plain loops over it. k_panels_bytes: its size. */
+#define K_PANEL 32
+
+O2S_HD static inline int64_t k_panels_bytes(int64_t k, int64_t n)
+{
+    return (n + K_PANEL - 1) / K_PANEL * K_PANEL * k * (int64_t)sizeof(float);
+}
+
+/* bp (k_panels_bytes(k, n), zeroed by the caller or written whole here)
+ * = b (k x n; stored n x k when tb) in panels. */
+O2S_HD static inline void k_pack_panels_f32(float *bp, const float *b, int64_t k, int64_t n, int tb)
+{
+    int64_t panels = (n + K_PANEL - 1) / K_PANEL;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k; q++) {
+            float *row = bp + (p * k + q) * K_PANEL;
+            for (int64_t j = 0; j < K_PANEL; j++) {
+                int64_t col = p * K_PANEL + j;
+                row[j] = col >= n ? 0.0f : tb ? b[col * k + q] : b[q * n + col];
+            }
+        }
+}
+
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------
  * Plain C kernels for the core op set, on this rank's local blocks. Shapes
  * arrive as constants from the generated call sites; GEMMs go through
@@ -112,19 +144,23 @@ O2S_HD static inline int64_t k_ipow(int64_t x, int64_t z)
 #define K_POLL_ELEMS 65536
 
 /* ---- GEMM on prepacked weights ------------------------------------------
- * A weight is a constant, so each GEMM weight (B, k x n) is packed once at
- * start-up (k_pack_b_f32) into column panels of K_NR: panel p holds
- * columns [p K_NR, (p+1) K_NR) row after row, zero-padded, so the kernel
- * reads it as one contiguous stream and CBLAS's packing of B on every call
- * is gone (ONNX Runtime prepacks its weights the same way). Each K_MR x
- * K_NR block of y is K_MR x (K_NR / K_VW) vector accumulators held in
- * registers over a K_KC-deep slice of k: the K_MR rows of A are packed
- * k-major into a small buffer (one broadcast per element, read in order),
- * the panel slice streams from L2. Blocks: K_KC deep, K_NC columns (one
- * K_KC x K_NC slice of B stays in L2 while every row block passes over
- * it). Built with AVX-512F (16 lanes, 8 rows) or AVX2 + FMA (8 lanes,
- * 6 rows); elsewhere k_pack_b_f32 returns NULL and the call goes to
- * CBLAS on the unpacked weight. */
+ * A weight is a constant, so each GEMM weight (B, k x n) is packed once,
+ * into bodies.h's column panels of K_PANEL (32) columns: panel p holds
+ * columns [p K_PANEL, (p+1) K_PANEL) row after row, zero-padded, so the
+ * kernel reads it as one contiguous stream and CBLAS's packing of B on
+ * every call is gone (ONNX Runtime prepacks its weights the same way).
+ * An inference program's packs are made by the compiler and mapped from
+ * the weight file; a training program's at start-up (k_pack_b_f32) and
+ * after each update (k_repack_b_f32). Each K_MR x K_NR block of y is K_MR
+ * x (K_NR / K_VW) vector accumulators held in registers over a K_KC-deep
+ * slice of k: the K_MR rows of A are packed k-major into a small buffer
+ * (one broadcast per element, read in order), the panel slice streams
+ * from L2. Blocks: K_KC deep, K_NC columns (one K_KC x K_NC slice of B
+ * stays in L2 while every row block passes over it). Built with AVX-512F
+ * (16 lanes, 8 rows: a tile is one whole panel) or AVX2 + FMA (8 lanes,
+ * 6 rows: a tile is half a panel, its rows K_PANEL apart); elsewhere
+ * k_matmul_packed_f32 runs plain loops over the panels and other GEMMs
+ * go to CBLAS. */
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #define K_PACKED_GEMM 1
@@ -153,11 +189,13 @@ typedef __m256 k_vec;
 #define K_KC 512
 #define K_NC 512
 
-/* y[K_MR x K_NR] (ldy) = ap[kc x K_MR] (k-major) @ bp[kc x K_NR], plus y
+/* y[K_MR x K_NR] (ldy) = ap[kc x K_MR] (k-major) @ bp[kc x K_NR] (rows
+ * ldbp apart), plus y
  * itself when acc, else plus the row bias[K_NR] on every row (bias NULL:
  * none). */
 static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const float *ap, const float *bp,
-                                                               float *y, int64_t ldy, int acc, const float *bias)
+                                                               int64_t ldbp, float *y, int64_t ldy, int acc,
+                                                               const float *bias)
 {
     k_vec c0[K_MR], c1[K_MR];
     for (int i = 0; i < K_MR; i++) {
@@ -165,7 +203,7 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
         c1[i] = acc ? K_VLOAD(y + i * ldy + K_VW) : bias ? K_VLOAD(bias + K_VW) : K_VZERO();
     }
     for (int64_t p = 0; p < kc; p++) {
-        k_vec b0 = K_VLOAD(bp + p * K_NR), b1 = K_VLOAD(bp + p * K_NR + K_VW);
+        k_vec b0 = K_VLOAD(bp + p * ldbp), b1 = K_VLOAD(bp + p * ldbp + K_VW);
 #pragma GCC unroll 8
         for (int i = 0; i < K_MR; i++) {
             k_vec ai = K_VSET1(ap[p * K_MR + i]);
@@ -181,8 +219,8 @@ static inline __attribute__((always_inline)) void k_gemm_tile(int64_t kc, const 
 
 /* y (m x n, ldy) = alpha op(a) @ op(B), plus y itself when acc, else plus
  * the row bias[n] (a bias Add folded in: NULL, none). op(a) is m x k: a
- * itself (lda) or, when ta, a stored k x m. B is either bp, packed once
- * by k_pack_b_f32, or b (ldb; stored n x k when tb), which is packed here
+ * itself (lda) or, when ta, a stored k x m. B is either bp, in K_PANEL
+ * panels (bodies.h), or b (ldb; stored n x k when tb), which is packed here
  * one K_KC x K_NC block at a time into a buffer of this function's, just
  * before every row block passes over it: the packing reads each element
  * of b once per block, against the K_MR-row passes' 2 m / K_MR flops per
@@ -232,12 +270,15 @@ static inline void k_gemm_blocked_f32(int64_t m, int64_t n, int64_t k, float alp
                             ap[q * K_MR + i] = i < mr ? alpha * as[i * lda + q] : 0.0f;
                 }
                 for (int64_t p = p0; p < p1; p++) {
-                    const float *bs = bp ? bp + (p * k + k0) * K_NR : bblock + (p - p0) * kc * K_NR;
+                    /* a tile of a packed B: its panel's columns from (p K_NR) mod K_PANEL */
+                    const float *bs = bp ? bp + (p * K_NR / K_PANEL * k + k0) * K_PANEL + p * K_NR % K_PANEL
+                                         : bblock + (p - p0) * kc * K_NR;
+                    int64_t ldbp = bp ? K_PANEL : K_NR;
                     const float *bb = bias && !tile_acc ? bias + p * K_NR : NULL;
                     float *ys = y + i0 * ldy + p * K_NR;
                     int64_t nr = n - p * K_NR < K_NR ? n - p * K_NR : K_NR;
                     if (mr == K_MR && nr == K_NR) {
-                        k_gemm_tile(kc, ap, bs, ys, ldy, tile_acc, bb);
+                        k_gemm_tile(kc, ap, bs, ldbp, ys, ldy, tile_acc, bb);
                         continue;
                     }
                     memset(edge, 0, sizeof edge);
@@ -248,7 +289,7 @@ static inline void k_gemm_blocked_f32(int64_t m, int64_t n, int64_t k, float alp
                         memcpy(bedge, bb, (size_t)nr * sizeof(float));
                         bb = bedge;
                     }
-                    k_gemm_tile(kc, ap, bs, edge, K_NR, tile_acc, bb);
+                    k_gemm_tile(kc, ap, bs, ldbp, edge, K_NR, tile_acc, bb);
                     for (int64_t i = 0; i < mr; i++)
                         memcpy(ys + i * ldy, edge + i * K_NR, (size_t)nr * sizeof(float));
                 }
@@ -263,7 +304,7 @@ static inline void k_gemm_blocked_f32(int64_t m, int64_t n, int64_t k, float alp
 }
 
 /* y (m x n, ldy) = a (m x k, lda) @ B, plus y itself when acc, else plus
- * the row bias[n]; bp is B packed by k_pack_b_f32. */
+ * the row bias[n]; bp is B in K_PANEL panels. */
 static inline void k_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                      const float *bp, float *y, int64_t ldy, int acc, const float *bias)
 {
@@ -322,65 +363,50 @@ static inline void k_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 }
 
 
-/* B (k x n; stored n x k when tb) packed for k_gemm_packed_f32, in memory
- * of its own; NULL where that kernel is not built (the caller then uses
- * B as it is). */
+/* B (k x n; stored n x k when tb) in K_PANEL panels (bodies.h), in memory
+ * of its own: a training program's weights, packed at start-up. */
+static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
+{
+    float *bp = rt_alloc((size_t)k_panels_bytes(k, n));
+    k_pack_panels_f32(bp, b, k, n, tb);
+    return bp;
+}
+
 /* Packs b into bp (from k_pack_b_f32) again: a weight that trains,
  * after each update (codegen/emit_train.c). */
 static inline void k_repack_b_f32(float *bp, const float *b, int64_t k, int64_t n, int tb)
 {
-    if (!bp)
-        return;
-#if K_PACKED_GEMM
-    int64_t panels = (n + K_NR - 1) / K_NR;
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t q = 0; q < k; q++)
-            for (int64_t j = 0; j < K_NR && p * K_NR + j < n; j++) {
-                int64_t col = p * K_NR + j;
-                bp[(p * k + q) * K_NR + j] = tb ? b[col * k + q] : b[q * n + col];
-            }
-#else
-    (void)b, (void)k, (void)n, (void)tb;
-#endif
-}
-
-static inline float *k_pack_b_f32(const float *b, int64_t k, int64_t n, int tb)
-{
-#if K_PACKED_GEMM
-    int64_t panels = (n + K_NR - 1) / K_NR;
-    float *bp = rt_alloc((size_t)(panels * K_NR * k) * sizeof(float));
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t q = 0; q < k; q++)
-            for (int64_t j = 0; j < K_NR && p * K_NR + j < n; j++) {
-                int64_t col = p * K_NR + j;
-                bp[(p * k + q) * K_NR + j] = tb ? b[col * k + q] : b[q * n + col];
-            }
-    return bp;
-#else
-    (void)b, (void)k, (void)n, (void)tb;
-    return NULL;
-#endif
+    k_pack_panels_f32(bp, b, k, n, tb);
 }
 
 /* y (m x n) = a (m x k) @ B, plus y when acc (a Gemm's C, written first),
- * else plus the row bias[n] when there is one (a bias Add folded in);
- * B is bp packed, or b itself (tb: stored transposed) when bp is NULL. */
-static inline void k_matmul_packed_f32(float *y, const float *a, const float *b, const float *bp,
-                                       const float *bias, int64_t m, int64_t k, int64_t n, int tb, int acc)
+ * else plus the row bias[n] when there is one (a bias Add folded in); bp
+ * is B in K_PANEL panels. Without the vector kernel: plain loops, a row
+ * of y against one panel at a time (the compiler vectorises the K_PANEL
+ * columns). */
+static inline void k_matmul_packed_f32(float *y, const float *a, const float *bp, const float *bias, int64_t m,
+                                       int64_t k, int64_t n, int acc)
 {
 #if K_PACKED_GEMM
-    if (bp) {
-        k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc, bias);
-        return;
+    k_gemm_packed_f32(m, n, k, a, k, bp, y, n, acc, bias);
+#else
+    int64_t panels = (n + K_PANEL - 1) / K_PANEL;
+    for (int64_t i = 0; i < m; i++) {
+        if (rt_nfly && i % 8 == 0)
+            rt_poll();
+        for (int64_t p = 0; p < panels; p++) {
+            int64_t c0 = p * K_PANEL, nr = n - c0 < K_PANEL ? n - c0 : K_PANEL;
+            float acc_row[K_PANEL];
+            for (int64_t j = 0; j < K_PANEL; j++)
+                acc_row[j] = j >= nr ? 0.0f : acc ? y[i * n + c0 + j] : bias ? bias[c0 + j] : 0.0f;
+            const float *ai = a + i * k, *panel = bp + p * k * K_PANEL;
+            for (int64_t q = 0; q < k; q++)
+                for (int64_t j = 0; j < K_PANEL; j++)
+                    acc_row[j] += ai[q] * panel[q * K_PANEL + j];
+            memcpy(y + i * n + c0, acc_row, (size_t)nr * sizeof(float));
+        }
     }
 #endif
-    (void)bp;
-    if (bias && !acc) {
-        for (int64_t i = 0; i < m; i++)
-            memcpy(y + i * n, bias, (size_t)n * sizeof(float));
-        acc = 1;
-    }
-    k_sgemm(0, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, acc ? 1.0f : 0.0f, y, n);
 }
 
 /* Rows of `cols` elements a loop may run between tests of the collectives

@@ -2,8 +2,7 @@
  * command: onnx2spmd compile --mesh tp=2 --shard W1=[_,tp] -o build/generated/mlp_tp2 tests/models/mlp.onnx
  * model:   tests/models/mlp.onnx
  * mesh:    tp=2 (2 ranks); this is rank 1 at tp=1
- * memory:  arena 8192 bytes (liveness-planned), weights 65792 bytes, inputs 2048 bytes
- *          and up to 65536 bytes of GEMM weights packed at start-up
+ * memory:  arena 8192 bytes (liveness-planned), weights 98560 bytes, inputs 2048 bytes
  */
 #define RANK 1
 #define WORLD 2
@@ -15,8 +14,8 @@
 
 static unsigned char *g_arena, *g_weights;
 #define W_W1 ((float *)(g_weights + 0)) /* W1: local [64, 128] of [64, 256], [_,tp] */
-#define W_W2 ((float *)(g_weights + 32768)) /* W2: local [128, 64] of [256, 64], [tp,_] */
-#define W_b2 ((float *)(g_weights + 65536)) /* b2: local [64] of [64], [_] */
+/* W_W2: W2, local [128, 64] of [256, 64], [tp,_]: stored packed only (P_W2) */
+#define W_b2 ((float *)(g_weights + 98304)) /* b2: local [64] of [64], [_] */
 static float *I_x; /* graph input x: local [8, 64] of [8, 64], [_,_] */
 #define B_h ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 1]: h local [8, 128], [_,tp] */
 #define B_a ((float *)(g_arena + 4096)) /* 4096 bytes, live [1, 2]: a local [8, 128], [_,tp] */
@@ -24,10 +23,9 @@ static float *I_x; /* graph input x: local [8, 64] of [8, 64], [_,_] */
 #define B_y ((float *)(g_arena + 0)) /* 2048 bytes, live [5, 6]: y local [8, 64], [_,_] */
 #define B_o_r0_s0 ((float *)(g_arena + 2048)) /* 2048 bytes, live [3, 5]: o local [8, 64], [_,_] */
 
-/* GEMM weights, packed by pack_weights() at start-up into the column panels
- * k_matmul_packed_f32 reads (NULL where that kernel is not built). */
-static float *P_W1; /* W_W1 as B, 64 x 128 */
-static float *P_W2; /* W_W2 as B, 128 x 64 */
+/* GEMM weights in the column panels k_matmul_packed_f32 reads (bodies.h K_PANEL): packed by the compiler, in the weight file. */
+#define P_W1 ((const float *)(g_weights + 32768)) /* W_W1 as B, 64 x 128, 32768 bytes */
+#define P_W2 ((const float *)(g_weights + 65536)) /* W_W2 as B, 128 x 64, 32768 bytes */
 
 /* ---- communicators and requests ---- */
 
@@ -61,7 +59,7 @@ static void forward(void)
     /* node "fc1" (MatMul)
      *   h: local [8, 128] of [8, 256], [_,tp] */
     rt_enter(0);
-    k_matmul_packed_f32(B_h, I_x, W_W1, P_W1, NULL, 8, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_h, I_x, P_W1, NULL, 8, 64, 128, 0); /* M, K, N, accumulate */
 
     /* node "gelu" (Gelu)
      *   a: local [8, 128] of [8, 256], [_,tp] */
@@ -71,7 +69,7 @@ static void forward(void)
     /* node "fc2" (MatMul)
      *   o: local [8, 64] of [8, 64], [_,_] partial(tp) */
     rt_enter(2);
-    k_matmul_packed_f32(B_o, B_a, W_W2, P_W2, NULL, 8, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_o, B_a, P_W2, NULL, 8, 128, 64, 0); /* M, K, N, accumulate */
 
     /* start reshard 0 of o: partial sum feeds Add "bias2", which is not linear in it; reduce first */
     rt_node = "fc2";
@@ -95,18 +93,12 @@ static void forward(void)
 
 /* ---- main ---- */
 
-#define WEIGHT_BYTES 65792ULL
-#define WEIGHT_CHECKSUM 0xa40bba7e73ca72e0ULL
+#define WEIGHT_BYTES 98560ULL
+#define WEIGHT_CHECKSUM 0x2799a75a5b6b5e2cULL
 
 /* The model's input and output names, exactly, for --in and --out. */
 static const char *const model_inputs[] = {"x", NULL};
 static const char *const model_outputs[] = {"y", NULL};
-
-static void pack_weights(void)
-{
-    P_W1 = k_pack_b_f32(W_W1, 64, 128, 0);
-    P_W2 = k_pack_b_f32(W_W2, 128, 64, 0);
-}
 
 int main(int argc, char **argv)
 {
@@ -115,9 +107,9 @@ int main(int argc, char **argv)
     rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
     init_comms();
-    g_weights = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
+    /* mapped, not copied: read-only */
+    g_weights = rt_map_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL, 0);
     g_arena = rt_alloc(8192);
-    pack_weights();
     { /* graph input x: float32 [8, 64]; this rank reads its block [_,_] */
         static const int64_t gdims[] = {8, 64}, blocks[] = {8, 64}, index[] = {0, 0};
         static const char name[] = "x", label[] = "x";

@@ -1456,7 +1456,7 @@ int main(int argc, char **argv)
     CHECK_CUBLAS(cublasSetMathMode(g_blas, O2S_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
     init_comms();
     {
-        unsigned char *host = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
+        unsigned char *host = rt_load_weights(argv[0], "weights.rank1.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL);
         CHECK_CUDA(cudaMalloc((void **)&g_weights, WEIGHT_BYTES + 64));
         CHECK_CUDA(cudaMemcpy(g_weights, host, WEIGHT_BYTES, cudaMemcpyHostToDevice));
         free(host);

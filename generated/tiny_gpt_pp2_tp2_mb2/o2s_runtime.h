@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1388,35 +1389,86 @@ static inline uint64_t rt_hash64(const unsigned char *p, size_t n)
     return (h ^ (uint64_t)n) * prime;
 }
 
-/* The weight file sits next to the binary, wherever it is run from. */
-static inline unsigned char *rt_load_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum)
+/* A rank's weight file (codegen/weights.c): a 4096-byte header ("O2SPMDW3",
+ * the payload's size, its hash, the GEMM panel width its packed weights
+ * were written in), then the payload, page-aligned. It sits next to the
+ * binary, wherever that is run from. Opens it and checks the header
+ * against what this binary was compiled for; the payload's hash is
+ * checked by the caller, over the bytes it will use. */
+enum { RT_WEIGHTS_HEADER = 4096 };
+
+static inline int rt_open_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum,
+                                  uint64_t panel, char *path, size_t cap)
 {
-    char path[4096];
     const char *slash = strrchr(argv0, '/');
     if (slash)
-        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - argv0), argv0, name);
+        snprintf(path, cap, "%.*s/%s", (int)(slash - argv0), argv0, name);
     else
-        snprintf(path, sizeof path, "%s", name);
+        snprintf(path, cap, "%s", name);
     size_t size;
     int fd = rt_open_regular(path, "weight file ", &size);
-    unsigned char hdr[24];
-    if (size < 24)
+    unsigned char hdr[32];
+    if (size < RT_WEIGHTS_HEADER)
         rt_die("weight file %s: not an onnx2spmd weight file", path);
-    rt_read_all(fd, hdr, 24, "weight file ", path);
-    if (memcmp(hdr, "O2SPMDW2", 8) != 0)
-        rt_die("weight file %s: not an onnx2spmd weight file", path);
-    uint64_t bytes, sum;
+    rt_read_all(fd, hdr, sizeof hdr, "weight file ", path);
+    if (memcmp(hdr, "O2SPMDW3", 8) != 0)
+        rt_die("weight file %s: not an onnx2spmd weight file of this version (compile again)", path);
+    uint64_t bytes, sum, file_panel;
     memcpy(&bytes, hdr + 8, 8);
     memcpy(&sum, hdr + 16, 8);
+    memcpy(&file_panel, hdr + 24, 8);
     if (bytes != want_bytes)
         rt_die("weight file %s: holds %llu bytes, this rank needs %zu", path, (unsigned long long)bytes, want_bytes);
-    if (size - 24 != want_bytes)
+    if (size - RT_WEIGHTS_HEADER != want_bytes)
         rt_die("weight file %s: holds %zu bytes after its header, this rank needs %zu (truncated or padded)", path,
-               size - 24, want_bytes);
+               size - RT_WEIGHTS_HEADER, want_bytes);
+    if (file_panel != panel)
+        rt_die("weight file %s: GEMM weights packed in panels of %llu columns, this binary reads panels of %llu "
+               "(kernels from another onnx2spmd: compile again)", path, (unsigned long long)file_panel,
+               (unsigned long long)panel);
+    if (sum != want_sum)
+        rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
+    return fd;
+}
+
+/* The weights mapped where they lie in the file, not copied: read-only for
+ * an inference program (the rank holds them once, as page cache that every
+ * process mapping the file shares), copy-on-write for one that trains (a
+ * page is copied when first updated). The hash is checked over the mapping. */
+static inline unsigned char *rt_map_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum,
+                                            uint64_t panel, int writable)
+{
+    static unsigned char none[64] __attribute__((aligned(64)));
+    char path[4096];
+    int fd = rt_open_weights(argv0, name, want_bytes, want_sum, panel, path, sizeof path);
+    if (!want_bytes) {
+        close(fd);
+        return none;
+    }
+    void *m = mmap(NULL, RT_WEIGHTS_HEADER + want_bytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED)
+        rt_die("weight file %s: cannot map its %zu bytes: %s", path, want_bytes, strerror(errno));
+    close(fd);
+    unsigned char *w = (unsigned char *)m + RT_WEIGHTS_HEADER;
+    madvise(m, RT_WEIGHTS_HEADER + want_bytes, MADV_WILLNEED); /* read ahead while the hash runs */
+    if (rt_hash64(w, want_bytes) != want_sum)
+        rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
+    return w;
+}
+
+/* The weights read into memory of their own (the CUDA target's host copy,
+ * which goes to the device and is freed). */
+static inline unsigned char *rt_load_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum,
+                                             uint64_t panel)
+{
+    char path[4096];
+    int fd = rt_open_weights(argv0, name, want_bytes, want_sum, panel, path, sizeof path);
     unsigned char *w = (unsigned char *)rt_alloc(want_bytes);
+    if (lseek(fd, RT_WEIGHTS_HEADER, SEEK_SET) != RT_WEIGHTS_HEADER)
+        rt_die("weight file %s: cannot seek past its header: %s", path, strerror(errno));
     rt_read_all(fd, w, want_bytes, "weight file ", path);
     close(fd);
-    if (sum != want_sum || rt_hash64(w, want_bytes) != want_sum)
+    if (rt_hash64(w, want_bytes) != want_sum)
         rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
     return w;
 }

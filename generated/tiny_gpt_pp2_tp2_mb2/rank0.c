@@ -3,7 +3,6 @@
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    pp=2,dp=1,tp=2 (4 ranks): pipeline stage 0 of 2 over pp; each stage's plan on mb=2,dp=1,tp=2, this rank at dp=0 tp=0
  * memory:  arena 28672 bytes (liveness-planned), weights 170880 bytes, inputs, send/receive slots and outputs of every microbatch 8448 bytes
- *          and up to 98304 bytes of GEMM weights packed at start-up
  */
 #define RANK 0
 #define WORLD 4
@@ -23,18 +22,18 @@ static unsigned char *g_arena, *g_weights;
 #define W_l0_ln1_b ((float *)(g_weights + 70336)) /* l0_ln1_b: local [64] of [64], [_] */
 #define W_l0_ln2_g ((float *)(g_weights + 70592)) /* l0_ln2_g: local [64] of [64], [_] */
 #define W_l0_ln2_b ((float *)(g_weights + 70848)) /* l0_ln2_b: local [64] of [64], [_] */
-#define W_l0_Wq ((float *)(g_weights + 71104)) /* l0_Wq: local [64, 32] of [64, 64], [_,tp] */
+/* W_l0_Wq: l0_Wq, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l0_Wq) */
 #define W_l0_bq ((float *)(g_weights + 79296)) /* l0_bq: local [32] of [64], [tp] */
-#define W_l0_Wk ((float *)(g_weights + 79424)) /* l0_Wk: local [64, 32] of [64, 64], [_,tp] */
+/* W_l0_Wk: l0_Wk, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l0_Wk) */
 #define W_l0_bk ((float *)(g_weights + 87616)) /* l0_bk: local [32] of [64], [tp] */
-#define W_l0_Wv ((float *)(g_weights + 87744)) /* l0_Wv: local [64, 32] of [64, 64], [_,tp] */
+/* W_l0_Wv: l0_Wv, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l0_Wv) */
 #define W_l0_bv ((float *)(g_weights + 95936)) /* l0_bv: local [32] of [64], [tp] */
 #define W_l0_scale ((float *)(g_weights + 96064)) /* l0_scale: local [1] of [1], [_] */
-#define W_l0_Wo ((float *)(g_weights + 96128)) /* l0_Wo: local [32, 64] of [64, 64], [tp,_] */
+/* W_l0_Wo: l0_Wo, local [32, 64] of [64, 64], [tp,_]: stored packed only (P_l0_Wo) */
 #define W_l0_bo ((float *)(g_weights + 104320)) /* l0_bo: local [64] of [64], [_] */
-#define W_l0_W1 ((float *)(g_weights + 104576)) /* l0_W1: local [64, 128] of [64, 256], [_,tp] */
+/* W_l0_W1: l0_W1, local [64, 128] of [64, 256], [_,tp]: stored packed only (P_l0_W1) */
 #define W_l0_b1 ((float *)(g_weights + 137344)) /* l0_b1: local [128] of [256], [tp] */
-#define W_l0_W2 ((float *)(g_weights + 137856)) /* l0_W2: local [128, 64] of [256, 64], [tp,_] */
+/* W_l0_W2: l0_W2, local [128, 64] of [256, 64], [tp,_]: stored packed only (P_l0_W2) */
 #define W_l0_b2 ((float *)(g_weights + 170624)) /* l0_b2: local [64] of [64], [_] */
 static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [mb,_] */
 #define B_tok ((float *)(g_arena + 0)) /* 4096 bytes, live [0, 2]: tok local [1, 16, 64], [mb,_,_] */
@@ -70,14 +69,13 @@ static int64_t *I_tokens; /* graph input tokens: local [1, 16] of [2, 16], [mb,_
 #define B_l0_o_mm_r0_s0 ((float *)(g_arena + 4096)) /* 4096 bytes, live [21, 23]: l0_o_mm local [1, 16, 64], [mb,_,_] */
 #define B_l0_fc2_r1_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [28, 30]: l0_fc2 local [1, 16, 64], [mb,_,_] */
 
-/* GEMM weights, packed by pack_weights() at start-up into the column panels
- * k_matmul_packed_f32 reads (NULL where that kernel is not built). */
-static float *P_l0_Wq; /* W_l0_Wq as B, 64 x 32 */
-static float *P_l0_Wk; /* W_l0_Wk as B, 64 x 32 */
-static float *P_l0_Wv; /* W_l0_Wv as B, 64 x 32 */
-static float *P_l0_Wo; /* W_l0_Wo as B, 32 x 64 */
-static float *P_l0_W1; /* W_l0_W1 as B, 64 x 128 */
-static float *P_l0_W2; /* W_l0_W2 as B, 128 x 64 */
+/* GEMM weights in the column panels k_matmul_packed_f32 reads (bodies.h K_PANEL): packed by the compiler, in the weight file. */
+#define P_l0_Wq ((const float *)(g_weights + 71104)) /* W_l0_Wq as B, 64 x 32, 8192 bytes */
+#define P_l0_Wk ((const float *)(g_weights + 79424)) /* W_l0_Wk as B, 64 x 32, 8192 bytes */
+#define P_l0_Wv ((const float *)(g_weights + 87744)) /* W_l0_Wv as B, 64 x 32, 8192 bytes */
+#define P_l0_Wo ((const float *)(g_weights + 96128)) /* W_l0_Wo as B, 32 x 64, 8192 bytes */
+#define P_l0_W1 ((const float *)(g_weights + 104576)) /* W_l0_W1 as B, 64 x 128, 32768 bytes */
+#define P_l0_W2 ((const float *)(g_weights + 137856)) /* W_l0_W2 as B, 128 x 64, 32768 bytes */
 
 /* ---- communicators and requests ---- */
 
@@ -179,7 +177,7 @@ static void step(int mb, int slot)
      *   l0_q_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(4);
     /* with node "l0_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, W_l0_Wq, P_l0_Wq, W_l0_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_q_mm, B_l0_ln1, P_l0_Wq, W_l0_bq, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l0_q_bias" (Add)
      *   l0_q: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -195,7 +193,7 @@ static void step(int mb, int slot)
      *   l0_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(7);
     /* with node "l0_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, W_l0_Wk, P_l0_Wk, W_l0_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_k_mm, B_l0_ln1, P_l0_Wk, W_l0_bk, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l0_k_bias" (Add)
      *   l0_k: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -211,7 +209,7 @@ static void step(int mb, int slot)
      *   l0_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(10);
     /* with node "l0_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, W_l0_Wv, P_l0_Wv, W_l0_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_v_mm, B_l0_ln1, P_l0_Wv, W_l0_bv, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l0_v_bias" (Add)
      *   l0_v: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -286,7 +284,7 @@ static void step(int mb, int slot)
     /* node "l0_o_proj" (MatMul)
      *   l0_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(20);
-    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, W_l0_Wo, P_l0_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_o_mm, B_l0_ctx_m, P_l0_Wo, NULL, 16, 32, 64, 0); /* M, K, N, accumulate */
 
     /* start reshard 0 of l0_o_mm: partial sum feeds Add "l0_o_bias", which is not linear in it; reduce first */
     rt_node = "l0_o_proj";
@@ -315,7 +313,7 @@ static void step(int mb, int slot)
     /* node "l0_fc1" (MatMul)
      *   l0_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(23);
-    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, W_l0_W1, P_l0_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_fc1, B_l0_ln2, P_l0_W1, NULL, 16, 64, 128, 0); /* M, K, N, accumulate */
 
     /* node "l0_gelu" (Gelu)
      *   l0_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
@@ -326,7 +324,7 @@ static void step(int mb, int slot)
     /* node "l0_fc2" (MatMul)
      *   l0_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(25);
-    k_matmul_packed_f32(B_l0_fc2, B_l0_act, W_l0_W2, P_l0_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l0_fc2, B_l0_act, P_l0_W2, NULL, 16, 128, 64, 0); /* M, K, N, accumulate */
 
     /* start reshard 1 of l0_fc2: partial sum feeds Add "l0_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l0_fc2";
@@ -373,21 +371,11 @@ static void forward(void)
 /* ---- main ---- */
 
 #define WEIGHT_BYTES 170880ULL
-#define WEIGHT_CHECKSUM 0xc4efbfda85df9155ULL
+#define WEIGHT_CHECKSUM 0x90c0c007b59f85d9ULL
 
 /* The model's input and output names, exactly, for --in and --out. */
 static const char *const model_inputs[] = {"tokens", NULL};
 static const char *const model_outputs[] = {"logits", NULL};
-
-static void pack_weights(void)
-{
-    P_l0_Wq = k_pack_b_f32(W_l0_Wq, 64, 32, 0);
-    P_l0_Wk = k_pack_b_f32(W_l0_Wk, 64, 32, 0);
-    P_l0_Wv = k_pack_b_f32(W_l0_Wv, 64, 32, 0);
-    P_l0_Wo = k_pack_b_f32(W_l0_Wo, 32, 64, 0);
-    P_l0_W1 = k_pack_b_f32(W_l0_W1, 64, 128, 0);
-    P_l0_W2 = k_pack_b_f32(W_l0_W2, 128, 64, 0);
-}
 
 int main(int argc, char **argv)
 {
@@ -396,9 +384,9 @@ int main(int argc, char **argv)
     rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
     init_comms();
-    g_weights = rt_load_weights(argv[0], "weights.rank0.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
+    /* mapped, not copied: read-only */
+    g_weights = rt_map_weights(argv[0], "weights.rank0.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL, 0);
     g_arena = rt_alloc(28672);
-    pack_weights();
     pipe_init();
     { /* graph input tokens: int64 [2, 16]; this rank reads its block [mb,_] of every microbatch */
         static const int64_t gdims[] = {2, 16}, blocks[] = {1, 16};

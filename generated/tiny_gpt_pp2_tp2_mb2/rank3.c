@@ -3,7 +3,6 @@
  * model:   tests/models/tiny_gpt.onnx
  * mesh:    pp=2,dp=1,tp=2 (4 ranks): pipeline stage 1 of 2 over pp; each stage's plan on mb=2,dp=1,tp=2, this rank at dp=0 tp=1
  * memory:  arena 28672 bytes (liveness-planned), weights 167168 bytes, inputs, send/receive slots and outputs of every microbatch 40960 bytes
- *          and up to 163840 bytes of GEMM weights packed at start-up
  */
 #define RANK 3
 #define WORLD 4
@@ -20,22 +19,22 @@ static unsigned char *g_arena, *g_weights;
 #define W_l1_ln1_b ((float *)(g_weights + 576)) /* l1_ln1_b: local [64] of [64], [_] */
 #define W_l1_ln2_g ((float *)(g_weights + 832)) /* l1_ln2_g: local [64] of [64], [_] */
 #define W_l1_ln2_b ((float *)(g_weights + 1088)) /* l1_ln2_b: local [64] of [64], [_] */
-#define W_l1_Wq ((float *)(g_weights + 1344)) /* l1_Wq: local [64, 32] of [64, 64], [_,tp] */
+/* W_l1_Wq: l1_Wq, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l1_Wq) */
 #define W_l1_bq ((float *)(g_weights + 9536)) /* l1_bq: local [32] of [64], [tp] */
-#define W_l1_Wk ((float *)(g_weights + 9664)) /* l1_Wk: local [64, 32] of [64, 64], [_,tp] */
+/* W_l1_Wk: l1_Wk, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l1_Wk) */
 #define W_l1_bk ((float *)(g_weights + 17856)) /* l1_bk: local [32] of [64], [tp] */
-#define W_l1_Wv ((float *)(g_weights + 17984)) /* l1_Wv: local [64, 32] of [64, 64], [_,tp] */
+/* W_l1_Wv: l1_Wv, local [64, 32] of [64, 64], [_,tp]: stored packed only (P_l1_Wv) */
 #define W_l1_bv ((float *)(g_weights + 26176)) /* l1_bv: local [32] of [64], [tp] */
 #define W_l1_scale ((float *)(g_weights + 26304)) /* l1_scale: local [1] of [1], [_] */
-#define W_l1_Wo ((float *)(g_weights + 26368)) /* l1_Wo: local [32, 64] of [64, 64], [tp,_] */
+/* W_l1_Wo: l1_Wo, local [32, 64] of [64, 64], [tp,_]: stored packed only (P_l1_Wo) */
 #define W_l1_bo ((float *)(g_weights + 34560)) /* l1_bo: local [64] of [64], [_] */
-#define W_l1_W1 ((float *)(g_weights + 34816)) /* l1_W1: local [64, 128] of [64, 256], [_,tp] */
+/* W_l1_W1: l1_W1, local [64, 128] of [64, 256], [_,tp]: stored packed only (P_l1_W1) */
 #define W_l1_b1 ((float *)(g_weights + 67584)) /* l1_b1: local [128] of [256], [tp] */
-#define W_l1_W2 ((float *)(g_weights + 68096)) /* l1_W2: local [128, 64] of [256, 64], [tp,_] */
+/* W_l1_W2: l1_W2, local [128, 64] of [256, 64], [tp,_]: stored packed only (P_l1_W2) */
 #define W_l1_b2 ((float *)(g_weights + 100864)) /* l1_b2: local [64] of [64], [_] */
 #define W_lnf_g ((float *)(g_weights + 101120)) /* lnf_g: local [64] of [64], [_] */
 #define W_lnf_b ((float *)(g_weights + 101376)) /* lnf_b: local [64] of [64], [_] */
-#define W_lm_head ((float *)(g_weights + 101632)) /* lm_head: local [64, 256] of [64, 256], [_,_] */
+/* W_lm_head: lm_head, local [64, 256] of [64, 256], [_,_]: stored packed only (P_lm_head) */
 static float *R_l0_out; /* from stage 0: local [1, 16, 64] of [2, 16, 64], [mb,_,_], in its receive slot */
 #define B_l1_ln1 ((float *)(g_arena + 4096)) /* 4096 bytes, live [0, 7]: l1_ln1 local [1, 16, 64], [mb,_,_] */
 #define B_l1_q_mm ((float *)(g_arena + 8192)) /* 2048 bytes, live [1, 10]: l1_q_mm local [1, 16, 32], [mb,_,tp] */
@@ -69,15 +68,14 @@ static float *R_l0_out; /* from stage 0: local [1, 16, 64] of [2, 16, 64], [mb,_
 #define B_l1_o_mm_r2_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [18, 20]: l1_o_mm local [1, 16, 64], [mb,_,_] */
 #define B_l1_fc2_r3_s0 ((float *)(g_arena + 8192)) /* 4096 bytes, live [25, 27]: l1_fc2 local [1, 16, 64], [mb,_,_] */
 
-/* GEMM weights, packed by pack_weights() at start-up into the column panels
- * k_matmul_packed_f32 reads (NULL where that kernel is not built). */
-static float *P_l1_Wq; /* W_l1_Wq as B, 64 x 32 */
-static float *P_l1_Wk; /* W_l1_Wk as B, 64 x 32 */
-static float *P_l1_Wv; /* W_l1_Wv as B, 64 x 32 */
-static float *P_l1_Wo; /* W_l1_Wo as B, 32 x 64 */
-static float *P_l1_W1; /* W_l1_W1 as B, 64 x 128 */
-static float *P_l1_W2; /* W_l1_W2 as B, 128 x 64 */
-static float *P_lm_head; /* W_lm_head as B, 64 x 256 */
+/* GEMM weights in the column panels k_matmul_packed_f32 reads (bodies.h K_PANEL): packed by the compiler, in the weight file. */
+#define P_l1_Wq ((const float *)(g_weights + 1344)) /* W_l1_Wq as B, 64 x 32, 8192 bytes */
+#define P_l1_Wk ((const float *)(g_weights + 9664)) /* W_l1_Wk as B, 64 x 32, 8192 bytes */
+#define P_l1_Wv ((const float *)(g_weights + 17984)) /* W_l1_Wv as B, 64 x 32, 8192 bytes */
+#define P_l1_Wo ((const float *)(g_weights + 26368)) /* W_l1_Wo as B, 32 x 64, 8192 bytes */
+#define P_l1_W1 ((const float *)(g_weights + 34816)) /* W_l1_W1 as B, 64 x 128, 32768 bytes */
+#define P_l1_W2 ((const float *)(g_weights + 68096)) /* W_l1_W2 as B, 128 x 64, 32768 bytes */
+#define P_lm_head ((const float *)(g_weights + 101632)) /* W_lm_head as B, 64 x 256, 65536 bytes */
 
 /* ---- communicators and requests ---- */
 
@@ -162,7 +160,7 @@ static void step(int mb, int slot)
      *   l1_q_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(1);
     /* with node "l1_q_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, W_l1_Wq, P_l1_Wq, W_l1_bq, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_q_mm, B_l1_ln1, P_l1_Wq, W_l1_bq, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l1_q_bias" (Add)
      *   l1_q: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -178,7 +176,7 @@ static void step(int mb, int slot)
      *   l1_k_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(4);
     /* with node "l1_k_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, W_l1_Wk, P_l1_Wk, W_l1_bk, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_k_mm, B_l1_ln1, P_l1_Wk, W_l1_bk, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l1_k_bias" (Add)
      *   l1_k: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -194,7 +192,7 @@ static void step(int mb, int slot)
      *   l1_v_mm: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
     rt_enter(7);
     /* with node "l1_v_bias" (Add) folded in: the GEMM starts from its bias */
-    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, W_l1_Wv, P_l1_Wv, W_l1_bv, 16, 64, 32, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_v_mm, B_l1_ln1, P_l1_Wv, W_l1_bv, 16, 64, 32, 0); /* M, K, N, accumulate */
 
     /* node "l1_v_bias" (Add)
      *   l1_v: local [1, 16, 32] of [2, 16, 64], [mb,_,tp] */
@@ -269,7 +267,7 @@ static void step(int mb, int slot)
     /* node "l1_o_proj" (MatMul)
      *   l1_o_mm: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(17);
-    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, W_l1_Wo, P_l1_Wo, NULL, 16, 32, 64, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_o_mm, B_l1_ctx_m, P_l1_Wo, NULL, 16, 32, 64, 0); /* M, K, N, accumulate */
 
     /* start reshard 2 of l1_o_mm: partial sum feeds Add "l1_o_bias", which is not linear in it; reduce first */
     rt_node = "l1_o_proj";
@@ -298,7 +296,7 @@ static void step(int mb, int slot)
     /* node "l1_fc1" (MatMul)
      *   l1_fc1: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
     rt_enter(20);
-    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, W_l1_W1, P_l1_W1, NULL, 16, 64, 128, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_fc1, B_l1_ln2, P_l1_W1, NULL, 16, 64, 128, 0); /* M, K, N, accumulate */
 
     /* node "l1_gelu" (Gelu)
      *   l1_act: local [1, 16, 128] of [2, 16, 256], [mb,_,tp] */
@@ -309,7 +307,7 @@ static void step(int mb, int slot)
     /* node "l1_fc2" (MatMul)
      *   l1_fc2: local [1, 16, 64] of [2, 16, 64], [mb,_,_] partial(tp) */
     rt_enter(22);
-    k_matmul_packed_f32(B_l1_fc2, B_l1_act, W_l1_W2, P_l1_W2, NULL, 16, 128, 64, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_l1_fc2, B_l1_act, P_l1_W2, NULL, 16, 128, 64, 0); /* M, K, N, accumulate */
 
     /* start reshard 3 of l1_fc2: partial sum feeds Add "l1_fc2_bias", which is not linear in it; reduce first */
     rt_node = "l1_fc2";
@@ -338,7 +336,7 @@ static void step(int mb, int slot)
     /* node "lm_head" (MatMul)
      *   logits: local [1, 16, 256] of [2, 16, 256], [mb,_,_] */
     rt_enter(25);
-    k_matmul_packed_f32(B_logits, B_lnf, W_lm_head, P_lm_head, NULL, 16, 64, 256, 0, 0); /* M, K, N, transB, accumulate */
+    k_matmul_packed_f32(B_logits, B_lnf, P_lm_head, NULL, 16, 64, 256, 0); /* M, K, N, accumulate */
 
     /* keep this microbatch's block of every graph output */
     memcpy(out0 + (size_t)mb * 16384, B_logits, 16384);
@@ -369,22 +367,11 @@ static void forward(void)
 /* ---- main ---- */
 
 #define WEIGHT_BYTES 167168ULL
-#define WEIGHT_CHECKSUM 0xb6d7cc7cbce8bcb4ULL
+#define WEIGHT_CHECKSUM 0x5031ca2aa6f8b8b0ULL
 
 /* The model's input and output names, exactly, for --in and --out. */
 static const char *const model_inputs[] = {"tokens", NULL};
 static const char *const model_outputs[] = {"logits", NULL};
-
-static void pack_weights(void)
-{
-    P_l1_Wq = k_pack_b_f32(W_l1_Wq, 64, 32, 0);
-    P_l1_Wk = k_pack_b_f32(W_l1_Wk, 64, 32, 0);
-    P_l1_Wv = k_pack_b_f32(W_l1_Wv, 64, 32, 0);
-    P_l1_Wo = k_pack_b_f32(W_l1_Wo, 32, 64, 0);
-    P_l1_W1 = k_pack_b_f32(W_l1_W1, 64, 128, 0);
-    P_l1_W2 = k_pack_b_f32(W_l1_W2, 128, 64, 0);
-    P_lm_head = k_pack_b_f32(W_lm_head, 64, 256, 0);
-}
 
 int main(int argc, char **argv)
 {
@@ -393,9 +380,9 @@ int main(int argc, char **argv)
     rt_init_mpi(&argc, &argv);
     openblas_set_num_threads(1);
     init_comms();
-    g_weights = rt_load_weights(argv[0], "weights.rank3.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM);
+    /* mapped, not copied: read-only */
+    g_weights = rt_map_weights(argv[0], "weights.rank3.bin", WEIGHT_BYTES, WEIGHT_CHECKSUM, K_PANEL, 0);
     g_arena = rt_alloc(28672);
-    pack_weights();
     pipe_init();
     rt_trace_init(args.trace, rt_nodes, rt_comms, "stage 1 dp=0 tp=1"); /* --trace FILE: record from here */
     if (args.iters > 0) {

@@ -64,8 +64,8 @@ def main():
         fail.append("compile did not report both ranks' weights: %s" % out)
     for r, b in said.items():
         size = os.path.getsize(os.path.join(out_dir, "weights.rank%d.bin" % r))
-        if size != b + 24:
-            fail.append("weights.rank%d.bin holds %d bytes, not the %d reported + its 24-byte header" % (r, size, b))
+        if size != b + 4096:
+            fail.append("weights.rank%d.bin holds %d bytes, not the %d reported + its 4096-byte header" % (r, size, b))
     shutil.rmtree(work)
     for f in fail:
         print("FAIL " + f)

@@ -96,8 +96,9 @@ BUILD_CFLAGS = os.environ.get("FUZZ_CFLAGS", "-O1 -std=c11" + (" -fuse-ld=gold" 
 OUT = os.path.join(ROOT, "build", "fuzz_plans")
 
 # The instruction set a case's kernels are built for, drawn per case: the
-# packed-weight GEMM (and the bias Adds folded into it) exists only in an
-# AVX2 + FMA or AVX-512F build, CBLAS serves the rest, and random shapes
+# packed-weight GEMM (and the bias Adds folded into it) reads the same
+# panels as an AVX-512F tile, two AVX2 + FMA tiles or plain loops (a
+# generic build), CBLAS serves the other GEMMs, and random shapes
 # (n below one register tile, rows not a multiple of the kernel's) are what
 # its edges need. name: (compiler flags, /proc/cpuinfo flags it needs).
 ISAS = {"generic": ("", set()), "avx2": ("-mavx2 -mfma", {"avx2", "fma"}),
@@ -2412,10 +2413,7 @@ def plan_stats(work):
 
 def packed_stats(case, work):
     """(packed-weight GEMM calls, those that start from a bias: a folded Add
-    or a Gemm's row C) over a compiled case's rank files, or None where its
-    build has no packed kernel (CBLAS runs every GEMM)."""
-    if built_isa(case.isa) == "generic":
-        return None
+    or a Gemm's row C) over a compiled case's rank files."""
     calls = folds = 0
     out = os.path.join(work, "out")
     for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
@@ -2424,7 +2422,7 @@ def packed_stats(case, work):
                 src = fh.read()
             for args in re.findall(r"^\s*k_matmul_packed_f32\(([^;]*)\);", src, re.M):
                 calls += 1
-                folds += args.split(",")[4].strip() != "NULL"  # y, a, b, pack, bias, ...
+                folds += args.split(",")[3].strip() != "NULL"  # y, a, pack, bias, ...
     return calls, folds
 
 

@@ -109,7 +109,7 @@ cp "$D/out/weights.rank1.bin" "$D/saved.bin"
 rm "$D/out/weights.rank1.bin"
 expect "missing weight file" 'weights.rank1.bin: cannot open: No such file' "$D/out/run.sh" --in x=$GOOD
 cp "$D/saved.bin" "$D/out/weights.rank1.bin"
-printf '\x01' | dd of="$D/out/weights.rank1.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+printf '\x01' | dd of="$D/out/weights.rank1.bin" bs=1 seek=4100 conv=notrunc 2>/dev/null
 expect "corrupt weight file" 'checksum mismatch' "$D/out/run.sh" --in x=$GOOD
 head -c 50 "$D/saved.bin" > "$D/out/weights.rank1.bin"
 expect "truncated weight file" 'weights.rank1.bin' "$D/out/run.sh" --in x=$GOOD
