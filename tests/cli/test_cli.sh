@@ -267,6 +267,20 @@ a=$("$BIN" plan tests/models/train/gpt2_ts_lm.onnx --mesh tp=2 --train --shard '
 b=$("$BIN" plan tests/models/train/gpt2_ts_lm.onnx --mesh tp=2 --train --shard 'inner.transformer.h.0.mlp.c_fc.weight=[_,tp]' \
     --shard 'inner.transformer.h.1.mlp.c_fc.weight=[_,tp]' 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || err "plan --train --shard '*/c_fc/Gemm*:1': the pattern caught a backward node"
+# Names from the model reach the terminal escaped: a node named with an
+# escape code, a newline and a bidi override, matched by a pattern.
+"$PY" - <<'PYEOF'
+import numpy as np
+from onnx import helper, numpy_helper, TensorProto, save
+w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w\x1b[2J")
+n = helper.make_node("MatMul", ["x", w.name], ["y"], name="evil\x1b[31m\nnode\u202e")
+g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "build/cli_hostile_node.onnx")
+PYEOF
+plan_err 'node "evil\x1b[31m\x0anode\xe2\x80\xae" (MatMul) has no input 2' build/cli_hostile_node.onnx --mesh tp=2 --shard 'evil*:2=[_,tp]'
+"$BIN" inspect --weights build/cli_hostile_node.onnx | grep -qF 'evil\x1b[31m\x0anode\xe2\x80\xae:1' ||
+    err "inspect --weights: the reader's name is not escaped"
 # inspect --weights: every initializer with its readers as NODE:INPUT.
 "$BIN" inspect --weights $LT | grep -qE '^onnx::MatMul_591 +float32 +\[64, 64\] +16384 +/inner/model/layers.0/self_attn/q_proj/MatMul:1$' ||
     err "inspect --weights: no line for onnx::MatMul_591 with its reader"
