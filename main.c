@@ -1,6 +1,6 @@
 /* main.c: the onnx2spmd command line.
  *
- *   onnx2spmd inspect MODEL [--nodes] [--json] [--dim NAME=VALUE]...
+ *   onnx2spmd inspect MODEL [--nodes] [--weights] [--json] [--dim NAME=VALUE]...
  *   onnx2spmd plan MODEL --mesh dp=2,tp=4 [--shard NAME=SPEC]... [--json]
  *   onnx2spmd compile MODEL --mesh ... [--shard ...] --target c -o DIR
  *
@@ -39,6 +39,8 @@ static const char usage_text[] =
     "\n"
     "inspect options:\n"
     "  --nodes           also list every node with its output shapes\n"
+    "  --weights         also list every initializer with its shape, dtype, bytes\n"
+    "                    and the nodes that read it, as NODE:INPUT (for --shard)\n"
     "  --json            print JSON instead of text\n"
     "  --dim NAME=VALUE  bind the symbolic input dim NAME (repeatable)\n"
     "  --const NAME=FILE fix graph input NAME to the value in FILE (.npy or a\n"
@@ -50,7 +52,9 @@ static const char usage_text[] =
     "                    (comma-separated; default nvlink, shm with --device cpu)\n"
     "  --device NAME     device preset for the cost model: H100, H200, A100, cpu\n"
     "  --shard N=SPEC    annotate tensor N, e.g. W1=[_,tp], x=[dp,_], y=[dp+tp,_]\n"
-    "                    (repeatable)\n"
+    "                    (repeatable); N may also be NODE:INPUT, the tensor read at\n"
+    "                    that input by every node NODE matches (a glob, '*' crossing\n"
+    "                    '/'), e.g. '*/q_proj/MatMul:1=[_,tp]'; an exact tensor name wins\n"
     "  --shardings FILE  annotations, one NAME=SPEC per line, # comments\n"
     "  --json            print the plan as JSON\n"
     "  --explain TENSOR  print the chain of decisions behind one tensor\n"
@@ -276,6 +280,34 @@ static void inspect_text(const Graph *g, int nodes)
     }
 }
 
+/* inspect --weights: every initializer with what --shard needs to name
+ * it by structure rather than by an exporter's name (onnx::MatMul_5091):
+ * the nodes and inputs that read it. */
+static void inspect_weights_text(const Graph *g)
+{
+    char buf[256];
+    printf("\n%-32s %-8s %-16s %12s  %s\n", "weight", "dtype", "shape", "bytes", "read by (NODE:INPUT)");
+    for (int i = 0; i < g->ntensors; i++) {
+        const Tensor *t = g->tensors[i];
+        if (!t->is_initializer || t->folded) /* folded: computed here from shapes, not the model's */
+            continue;
+        printf("%-32s %-8s %-16s %12lld ", t->label, dtype_name(t->dtype),
+               shape_str(t->dims, t->rank, buf, sizeof buf), (long long)t->nbytes);
+        /* Each (node, input) that reads t, in node order (consumers
+         * lists a node once); a node reading it twice (x * x) shows both. */
+        int first = 1;
+        for (int j = 0; j < t->nconsumers; j++)
+            for (int k = 0; k < t->consumers[j]->ninputs; k++)
+                if (t->consumers[j]->inputs[k] == t) {
+                    printf("%s%s:%d", first ? " " : ", ", t->consumers[j]->label, k);
+                    first = 0;
+                }
+        if (first)
+            printf(" -");
+        printf("\n");
+    }
+}
+
 static void json_values(FILE *f, const char *key, Tensor *const *ts, int n)
 {
     fprintf(f, "  \"%s\": [", key);
@@ -289,7 +321,7 @@ static void json_values(FILE *f, const char *key, Tensor *const *ts, int n)
     fprintf(f, "\n  ],\n");
 }
 
-static void inspect_json(const Graph *g, int nodes)
+static void inspect_json(const Graph *g, int nodes, int weights)
 {
     Summary s;
     summarize(g, &s);
@@ -347,12 +379,35 @@ static void inspect_json(const Graph *g, int nodes)
         }
         printf("\n  ]");
     }
+    if (weights) {
+        printf(",\n  \"weights\": [");
+        for (int i = 0, nw = 0; i < g->ntensors; i++) {
+            const Tensor *t = g->tensors[i];
+            if (!t->is_initializer || t->folded)
+                continue;
+            printf("%s\n    {\"name\": ", nw++ ? "," : "");
+            json_write_str(stdout, t->name);
+            printf(", \"dtype\": \"%s\", \"shape\": ", dtype_name(t->dtype));
+            json_write_dims(stdout, t->dims, t->rank);
+            printf(", \"bytes\": %lld, \"readers\": [", (long long)t->nbytes);
+            for (int j = 0, first = 1; j < t->nconsumers; j++)
+                for (int k = 0; k < t->consumers[j]->ninputs; k++)
+                    if (t->consumers[j]->inputs[k] == t) {
+                        printf("%s{\"node\": ", first ? "" : ", ");
+                        json_write_str(stdout, t->consumers[j]->name);
+                        printf(", \"input\": %d}", k);
+                        first = 0;
+                    }
+            printf("]}");
+        }
+        printf("\n  ]");
+    }
     printf("\n}\n");
 }
 
 /* ---- flags -------------------------------------------------------------- */
 
-enum { OPT_NODES = 256, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
+enum { OPT_NODES = 256, OPT_WEIGHTS, OPT_JSON, OPT_DIM, OPT_CONST, OPT_MESH, OPT_LINK, OPT_DEVICE, OPT_SHARD,
        OPT_SHARDINGS, OPT_EXPLAIN, OPT_DOT, OPT_TARGET, OPT_SHARD_WEIGHTS, OPT_PREFETCH, OPT_MEM_LIMIT,
        OPT_FUSE_BYTES, OPT_TF32, OPT_CUDA_ARCH, OPT_AUTO, OPT_AUTO_TIME, OPT_AUTO_MPS,
        OPT_AUTO_SOLVER, OPT_AUTO_TIE, OPT_PIPELINE_AXIS, OPT_MICROBATCHES, OPT_STAGE_BOUNDARIES, OPT_SCHEDULE, OPT_VIRTUAL_STAGES,
@@ -423,13 +478,14 @@ static int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"nodes", no_argument, 0, OPT_NODES},
+        {"weights", no_argument, 0, OPT_WEIGHTS},
         {"json", no_argument, 0, OPT_JSON},
         {"dim", required_argument, 0, OPT_DIM},
         {"const", required_argument, 0, OPT_CONST},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    int nodes = 0, json = 0, rc = EXIT_BAD_INPUT, c;
+    int nodes = 0, weights = 0, json = 0, rc = EXIT_BAD_INPUT, c;
     DimBinding dims[64];
     ConstBinding consts[64];
     FrontendOptions opt = {.dims = dims, .ndims = 0, .consts = consts, .nconsts = 0};
@@ -437,6 +493,7 @@ static int cmd_inspect(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_NODES: nodes = 1; break;
+        case OPT_WEIGHTS: weights = 1; break;
         case OPT_JSON: json = 1; break;
         case OPT_DIM:
             if (add_dim(&opt, dims, optarg))
@@ -459,9 +516,12 @@ static int cmd_inspect(int argc, char **argv)
     opt.allow_unsupported = 1; /* show the summary, unsupported ops marked */
     if (frontend_load_file(path, &opt, &g, &d) == 0) {
         if (json)
-            inspect_json(g, nodes);
-        else
+            inspect_json(g, nodes, weights);
+        else {
             inspect_text(g, nodes);
+            if (weights)
+                inspect_weights_text(g);
+        }
         rc = EXIT_OK;
     }
     print_diags(&d);

@@ -13,39 +13,60 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const char *name,
-               const char *spec, Origin origin, const char *what, Diag *d)
+/* The tensor an annotation lands on, and how errors call it: a tensor the
+ * user named is its name; one a node pattern found also names the node
+ * and input it was read at, so that an error points at the model's
+ * structure the user wrote, not only at an exporter's opaque name. */
+typedef struct Target {
+    const Tensor *t;
+    const Node *reader; /* NULL: named directly */
+    int slot;
+} Target;
+
+static const char *target_str(const Target *tg, char *buf, size_t cap)
 {
-    const Tensor *t = graph_tensor_find(g, name);
-    if (!t || t->rank < 0) {
-        diag_add(d, "%s %s=%s: no tensor named \"%s\" in the model", what, name, spec, name);
-        return -1;
-    }
+    if (tg->reader)
+        snprintf(buf, cap, "tensor \"%s\" (input %d of node \"%s\")", tg->t->name, tg->slot,
+                 tg->reader->name);
+    else
+        snprintf(buf, cap, "tensor \"%s\"", tg->t->name);
+    return buf;
+}
+
+/* lhs is what the user wrote left of '=' (a name or NODE:SLOT), for error
+ * lines; what says where ("--shard", "FILE:LINE:"). */
+static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const Target *tg,
+               const char *lhs, const char *spec, Origin origin, const char *what, Diag *d)
+{
+    const Tensor *t = tg->t;
+    char subject[512];
+    target_str(tg, subject, sizeof subject);
     Sharding s;
     char err[160];
     if (sharding_parse(spec, m, &s, err, sizeof err)) {
-        diag_add(d, "%s %s=%s: %s", what, name, spec, err);
+        diag_add(d, "%s %s=%s: %s", what, lhs, spec, err);
         return -1;
     }
     if (s.rank != t->rank) {
-        diag_add(d, "%s %s=%s: spec has %d dims but tensor \"%s\" has rank %d", what, name, spec,
-                 s.rank, name, t->rank);
+        diag_add(d, "%s %s=%s: spec has %d dims but %s has rank %d", what, lhs, spec, s.rank, subject,
+                 t->rank);
         return -1;
     }
     if (s.partial) {
-        diag_add(d, "%s %s=%s: annotations cannot be partial", what, name, spec);
+        diag_add(d, "%s %s=%s: annotations cannot be partial", what, lhs, spec);
         return -1;
     }
     Diag sub;
     diag_init(&sub, NULL);
     if (sharding_check(&s, m, t, &sub)) {
-        diag_add(d, "%s %s=%s: %s", what, name, spec, diag_first(&sub));
+        diag_add(d, "%s %s=%s: %s", what, lhs, spec, diag_first(&sub));
         diag_free(&sub);
         return -1;
     }
@@ -68,12 +89,15 @@ static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const
         l->by_tensor = idx;
         l->by_n = g->ntensors;
     }
+    /* The same layout twice is one annotation (a pattern matching every
+     * reader of a shared weight, or a line repeated); a different one is a
+     * contradiction, and naming both sources is what lets it be fixed. */
     int seen = l->by_tensor[t->id] - 1;
     if (seen >= 0) {
         if (sharding_equal(&l->items[seen].sharding, &s))
             return 0;
-        diag_add(d, "%s %s=%s: tensor \"%s\" is already annotated as %s", what, name, spec, name,
-                 l->items[seen].spec);
+        diag_add(d, "%s %s=%s: %s is already annotated as %s by %s", what, lhs, spec, subject,
+                 l->items[seen].spec, l->items[seen].from);
         return -1;
     }
     l->by_tensor[t->id] = l->n + 1;
@@ -84,12 +108,82 @@ static int add(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const
             abort();
     }
     Annotation *an = &l->items[l->n++];
-    an->tensor = arena_strdup(a, name);
+    an->tensor = arena_strdup(a, t->name);
     char buf[160];
     an->spec = arena_strdup(a, sharding_str(&s, m, buf, sizeof buf));
+    size_t len = strlen(what) + strlen(lhs) + 2;
+    char *from = arena_alloc(a, len);
+    snprintf(from, len, "%s %s", what, lhs);
+    an->from = from;
     an->sharding = s;
     an->origin = origin;
     return 0;
+}
+
+/* The input slot of a NODE:SLOT left-hand side: the digits after its last
+ * ':', or -1 when it has none (then it can only be a tensor's name). */
+static int lhs_slot(const char *lhs, size_t *node_len)
+{
+    const char *colon = strrchr(lhs, ':');
+    if (!colon || colon == lhs || !colon[1] || strlen(colon + 1) > 6)
+        return -1;
+    int slot = 0;
+    for (const char *q = colon + 1; *q; q++) {
+        if (!isdigit((unsigned char)*q))
+            return -1;
+        slot = slot * 10 + (*q - '0');
+    }
+    *node_len = (size_t)(colon - lhs);
+    return slot;
+}
+
+/* Nodes the model has: the backward, recomputed and once-per-step nodes
+ * --train adds (some named after their forward node) must not catch a
+ * pattern written for the model's own structure. */
+static int model_node(const Node *n)
+{
+    return !n->grad && !n->recomputed && !n->per_step && !n->folded;
+}
+
+/* NODE:SLOT: every model node whose name matches NODE gives the tensor it
+ * reads at input SLOT. A pattern (one of "*?[") goes through fnmatch(3)
+ * without FNM_PATHNAME, so '*' crosses the '/' of exporters' module
+ * paths; a plain NODE is compared exactly (a '\' in a node name stays
+ * literal). Every node matched must have that input: a pattern that
+ * catches a node it was not meant for is better refused than obeyed. */
+static int add_by_node(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m, const char *lhs,
+                       const char *pattern, int slot, const char *spec, const char *what, Diag *d)
+{
+    int glob = strpbrk(pattern, "*?[") != NULL, matched = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        /* A node's exact name matches itself even when it holds "[": a
+         * path copied from inspect must never miss its own node. */
+        if (!model_node(n) || (strcmp(pattern, n->name) != 0 && (!glob || fnmatch(pattern, n->name, 0) != 0)))
+            continue;
+        matched++;
+        if (slot >= n->ninputs || !n->inputs[slot]) {
+            if (slot < n->ninputs)
+                diag_add(d, "%s %s=%s: node \"%s\" (%s) has no input %d (the model omits it)", what, lhs,
+                         spec, n->name, node_op_name(n), slot);
+            else
+                diag_add(d, "%s %s=%s: node \"%s\" (%s) has no input %d (it has %d input%s)", what, lhs,
+                         spec, n->name, node_op_name(n), slot, n->ninputs, n->ninputs == 1 ? "" : "s");
+            return -1;
+        }
+        Target tg = {n->inputs[slot], n, slot};
+        if (add(l, a, g, m, &tg, lhs, spec, ORIGIN_USER, what, d))
+            return -1;
+    }
+    if (matched)
+        return 0;
+    if (glob)
+        diag_add(d, "%s %s=%s: pattern \"%s\" matches no node in the model (inspect --nodes lists them)",
+                 what, lhs, spec, pattern);
+    else
+        diag_add(d, "%s %s=%s: no tensor named \"%s\" and no node named \"%s\" in the model", what, lhs,
+                 spec, lhs, pattern);
+    return -1;
 }
 
 int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
@@ -106,7 +200,32 @@ int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m
         return -1;
     }
     char *name = strndup(arg, (size_t)(eq - arg));
-    int rc = add(l, a, g, m, name, eq + 1, ORIGIN_USER, what, d);
+    if (!name)
+        abort();
+    const char *spec = eq + 1;
+    int rc = -1;
+    /* A tensor's exact name always means that tensor, as it did before
+     * patterns existed, whatever it holds (onnx::MatMul_5091, a
+     * tf2onnx "dense/MatMul:0", even '*'). Only a name no tensor has is
+     * read as NODE:SLOT. */
+    const Tensor *t = graph_tensor_find(g, name);
+    size_t node_len = 0;
+    int slot = -1;
+    if (t && t->rank >= 0) {
+        Target tg = {t, NULL, 0};
+        rc = add(l, a, g, m, &tg, name, spec, ORIGIN_USER, what, d);
+    } else if ((slot = lhs_slot(name, &node_len)) >= 0) {
+        char *pattern = strndup(name, node_len);
+        if (!pattern)
+            abort();
+        rc = add_by_node(l, a, g, m, name, pattern, slot, spec, what, d);
+        free(pattern);
+    } else if (strpbrk(name, "*?[")) {
+        diag_add(d, "%s %s=%s: no tensor named \"%s\"; a node pattern needs the input it annotates, "
+                 "e.g. %s:1 for the tensor matched nodes read at input 1", what, name, spec, name, name);
+    } else {
+        diag_add(d, "%s %s=%s: no tensor named \"%s\" in the model", what, name, spec, name);
+    }
     free(name);
     return rc;
 }
@@ -261,7 +380,8 @@ int annotate_add_model(AnnotationList *l, Arena *a, const Graph *g, const Mesh *
             return -1;
         sharding_str(&s, m, spec, sizeof spec);
         snprintf(what, sizeof what, "node \"%s\" sharding spec", g->shard_specs[i].node);
-        if (add(l, a, g, m, g->shard_specs[i].tensor, spec, ORIGIN_MODEL, what, d))
+        Target tg = {graph_tensor_find(g, g->shard_specs[i].tensor), NULL, 0};
+        if (add(l, a, g, m, &tg, g->shard_specs[i].tensor, spec, ORIGIN_MODEL, what, d))
             return -1;
     }
     return 0;

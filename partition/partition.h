@@ -284,6 +284,9 @@ typedef struct NodePlan {
 typedef struct Annotation {
     const char *tensor;
     const char *spec;      /* text, for reports */
+    /* where it was written ("--shard NAME", "FILE:LINE: PATTERN:SLOT"), so
+     * that a conflicting annotation can name both sources */
+    const char *from;
     Sharding sharding;
     Origin origin;
 } Annotation;
@@ -362,10 +365,14 @@ typedef struct AnnotationList {
     const char *zero_axis;
 } AnnotationList;
 
-/* "NAME=SPEC" from --shard. */
+/* "NAME=SPEC" from --shard. NAME is a tensor's exact name, or, when no
+ * tensor has that name, NODE:SLOT: the tensor read at input SLOT by every
+ * model node whose name matches the fnmatch(3) pattern NODE ('*' crosses
+ * '/'), e.g. "*q_proj/MatMul:1" for every layer's Q weight. */
 int annotate_add_flag(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
                       const char *arg, const char *what, Diag *d);
-/* A --shardings file: one NAME=SPEC per line, # comments. */
+/* A --shardings file: one NAME=SPEC per line (NAME as for --shard), #
+ * comments. */
 int annotate_add_file(AnnotationList *l, Arena *a, const Graph *g, const Mesh *m,
                       const char *path, Diag *d);
 /* The model's own ONNX sharding specs (NodeProto.device_configurations). */

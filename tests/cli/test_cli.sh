@@ -228,6 +228,71 @@ plan_err 'match no axis of the mesh' tests/models/mlp_sharded.onnx --mesh tp=4
 printf 'W1=[_,tp]\nbogus line\n' > build/bad_shardings.txt
 plan_err 'build/bad_shardings.txt:2:' $M --mesh tp=2 --shardings build/bad_shardings.txt
 
+# Annotations by node path: NODE:INPUT is the tensor the nodes that NODE
+# matches (fnmatch, '*' crossing '/') read at INPUT. Megatron on the Llama
+# export by module path (7 lines) plans byte for byte as the exporter's 14
+# onnx::MatMul_N weight names do, as text and as JSON; each mistake is one
+# line naming the pattern, the node or both sources.
+LT=tests/models/exports/llama_ts.onnx
+for fmt in "" --json; do
+    a=$("$BIN" plan $LT --mesh dp=2,tp=2 --shard 'input_ids=[dp,_]' --shardings tests/e2e/exports/llama_ts_tp.txt $fmt)
+    b=$("$BIN" plan $LT --mesh dp=2,tp=2 --shard 'input_ids=[dp,_]' --shardings tests/e2e/exports/llama_ts_tp_glob.txt $fmt)
+    [ -n "$a" ] && [ "$a" = "$b" ] || err "plan $fmt: the node-path shardings do not plan as the weight names do"
+done
+case "$a" in *'"name": "onnx::MatMul_667"'*'"sharding": "[tp,_]"'*) ;; *) err "plan --json: the down projection is not [tp,_]";; esac
+# On the command line, one bracket pattern for Q, K and V; an exact node
+# path (no wildcard) is a pattern that matches itself.
+a=$("$BIN" plan $LT --mesh tp=2 --shard 'onnx::MatMul_591=[_,tp]' --shard 'onnx::MatMul_607=[_,tp]' --shard 'onnx::MatMul_608=[_,tp]' \
+    --shard 'onnx::MatMul_668=[_,tp]' --shard 'onnx::MatMul_684=[_,tp]' --shard 'onnx::MatMul_685=[_,tp]' --shard 'onnx::MatMul_664=[tp,_]')
+b=$("$BIN" plan $LT --mesh tp=2 --shard '*/self_attn/[qkv]_proj/MatMul:1=[_,tp]' --shard '/inner/model/layers.0/self_attn/o_proj/MatMul:1=[tp,_]')
+[ -n "$a" ] && [ "$a" = "$b" ] || err "plan --shard '*/[qkv]_proj/MatMul:1': not the plan of the weight names"
+plan_err '--shard */q_prj/MatMul:1=[_,tp]: pattern "*/q_prj/MatMul" matches no node in the model' $LT --mesh tp=2 --shard '*/q_prj/MatMul:1=[_,tp]'
+plan_err 'node "/inner/model/layers.0/self_attn/q_proj/MatMul" (MatMul) has no input 2 (it has 2 inputs)' $LT --mesh tp=2 --shard '*/q_proj/MatMul:2=[_,tp]'
+plan_err 'node "/inner/model/layers.0/self_attn/Reshape" (Reshape) has no input 1' $LT --mesh tp=2 --shard '*/self_attn/*:1=[_,tp]'
+plan_err 'spec has 3 dims but tensor "onnx::MatMul_591" (input 1 of node "/inner/model/layers.0/self_attn/q_proj/MatMul") has rank 2' \
+    $LT --mesh tp=2 --shard '*/q_proj/MatMul:1=[_,tp,_]'
+plan_err 'no tensor named "*/q_proj/MatMul"; a node pattern needs the input it annotates' $LT --mesh tp=2 --shard '*/q_proj/MatMul=[_,tp]'
+plan_err 'no tensor named "fc9:1" and no node named "fc9" in the model' $M --mesh tp=2 --shard 'fc9:1=[_,tp]'
+printf '*/q_proj/MatMul:1=[_,tp]\n*/self_attn/*_proj/MatMul:1=[tp,_]\n' > build/conflict_shardings.txt
+plan_err 'build/conflict_shardings.txt:2: */self_attn/*_proj/MatMul:1=[tp,_]: tensor "onnx::MatMul_591" (input 1 of node "/inner/model/layers.0/self_attn/q_proj/MatMul") is already annotated as [_,tp] by build/conflict_shardings.txt:1: */q_proj/MatMul:1' \
+    $LT --mesh tp=2 --shardings build/conflict_shardings.txt
+plan_err '--shard onnx::MatMul_591=[tp,_]: tensor "onnx::MatMul_591" is already annotated as [_,tp] by --shard */q_proj/MatMul:1' \
+    $LT --mesh tp=2 --shard '*/q_proj/MatMul:1=[_,tp]' --shard 'onnx::MatMul_591=[tp,_]'
+# The same layout from two sources is one annotation.
+"$BIN" plan $LT --mesh tp=2 --shard '*/q_proj/MatMul:1=[_,tp]' --shard 'onnx::MatMul_591=[_,tp]' >/dev/null ||
+    err "plan: a pattern and a name agreeing on one weight must plan"
+# --train: the backward nodes named after a forward one (".../c_fc/Gemm/grad2")
+# are not the model's, so "Gemm*" still means the two forward Gemms.
+a=$("$BIN" plan tests/models/train/gpt2_ts_lm.onnx --mesh tp=2 --train --shard '*/mlp/c_fc/Gemm*:1=[_,tp]' 2>/dev/null)
+b=$("$BIN" plan tests/models/train/gpt2_ts_lm.onnx --mesh tp=2 --train --shard 'inner.transformer.h.0.mlp.c_fc.weight=[_,tp]' \
+    --shard 'inner.transformer.h.1.mlp.c_fc.weight=[_,tp]' 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] || err "plan --train --shard '*/c_fc/Gemm*:1': the pattern caught a backward node"
+# Names from the model reach the terminal escaped: a node named with an
+# escape code, a newline and a bidi override, matched by a pattern.
+"$PY" - <<'PYEOF'
+import numpy as np
+from onnx import helper, numpy_helper, TensorProto, save
+w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w\x1b[2J")
+n = helper.make_node("MatMul", ["x", w.name], ["y"], name="evil\x1b[31m\nnode\u202e")
+g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "build/cli_hostile_node.onnx")
+PYEOF
+plan_err 'node "evil\x1b[31m\x0anode\xe2\x80\xae" (MatMul) has no input 2' build/cli_hostile_node.onnx --mesh tp=2 --shard 'evil*:2=[_,tp]'
+"$BIN" inspect --weights build/cli_hostile_node.onnx | grep -qF 'evil\x1b[31m\x0anode\xe2\x80\xae:1' ||
+    err "inspect --weights: the reader's name is not escaped"
+# inspect --weights: every initializer with its readers as NODE:INPUT.
+"$BIN" inspect --weights $LT | grep -qE '^onnx::MatMul_591 +float32 +\[64, 64\] +16384 +/inner/model/layers.0/self_attn/q_proj/MatMul:1$' ||
+    err "inspect --weights: no line for onnx::MatMul_591 with its reader"
+"$BIN" inspect --weights tests/models/mlp.onnx | grep -qE '^b2 +float32 +\[64\] +256 +bias2:1$' || err "inspect --weights: mlp's b2"
+"$BIN" inspect --weights --json $LT | "$PY" -c '
+import json, sys
+w = {x["name"]: x for x in json.load(sys.stdin)["weights"]}
+q = w["onnx::MatMul_591"]
+assert q["shape"] == [64, 64] and q["dtype"] == "float32" and q["bytes"] == 16384, q
+assert q["readers"] == [{"node": "/inner/model/layers.0/self_attn/q_proj/MatMul", "input": 1}], q
+assert len(w) == 17 and all(x["readers"] for x in w.values()), sorted(w)' || err "inspect --weights --json"
+
 # plan: outputs users and tools read.
 "$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' | grep -q 'all-reduce .* o .*for bias2 (Add)' || err "plan mlp all-reduce line"
 "$BIN" plan $M --mesh tp=2 --shard 'W1=[_,tp]' --json | "$PY" -m json.tool >/dev/null || err "plan --json does not parse"

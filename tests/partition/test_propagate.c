@@ -412,6 +412,58 @@ static void test_annotate_axis_twice(void **st) { (void)st; expect_flag_error("d
 static void test_mesh_axis_size_zero(void **st) { (void)st; expect_flag_error("dp=2,tp=0", NULL, "--mesh dp=2,tp=0", "axis \"tp\" has size 0"); }
 static void test_annotate_wrong_rank(void **st) { (void)st; expect_flag_error("tp=2", "W1=[_,tp,_]", "W1=[_,tp,_]", "spec has 3 dims but tensor \"W1\" has rank 2"); }
 
+/* NODE:INPUT annotates the tensor that the nodes NODE matches read there:
+ * "fc?:1" is fc1's W1 and fc2's W2; an exact node name is itself. */
+static void test_annotate_node_pattern(void **st)
+{
+    (void)st;
+    Setup s;
+    char buf[128];
+    const char *const shards[] = {"fc?:1=[_,tp]", "bias2:1=[tp]", NULL};
+    plan_ok(&s, "tests/models/mlp.onnx", "tp=2", NULL, shards, -1);
+    assert_string_equal(layout(&s, "W1", buf), "[_,tp]");
+    assert_string_equal(layout(&s, "W2", buf), "[_,tp]");
+    assert_string_equal(layout(&s, "b2", buf), "[tp]");
+    assert_int_equal(s.ann.n, 3);
+    assert_string_equal(s.ann.items[0].from, "--shard fc?:1");
+    setup_free(&s);
+}
+
+static void test_annotate_pattern_no_match(void **st)
+{
+    (void)st;
+    expect_flag_error("tp=2", "*/q_proj/MatMul:1=[_,tp]", "--shard */q_proj/MatMul:1=[_,tp]",
+                      "pattern \"*/q_proj/MatMul\" matches no node");
+}
+static void test_annotate_pattern_bad_slot(void **st) { (void)st; expect_flag_error("tp=2", "fc*:2=[_,tp]", "fc*:2=[_,tp]", "node \"fc1\" (MatMul) has no input 2 (it has 2 inputs)"); }
+static void test_annotate_pattern_rank(void **st) { (void)st; expect_flag_error("tp=2", "*2:1=[_,tp]", "*2:1=[_,tp]", "spec has 2 dims but tensor \"b2\" (input 1 of node \"bias2\") has rank 1"); }
+static void test_annotate_pattern_no_slot(void **st) { (void)st; expect_flag_error("tp=2", "fc*=[_,tp]", "no tensor named \"fc*\"", "needs the input it annotates"); }
+static void test_annotate_node_unknown(void **st) { (void)st; expect_flag_error("tp=2", "fc9:1=[_,tp]", "no tensor named \"fc9:1\"", "no node named \"fc9\""); }
+
+/* Two sources for one tensor: the same layout is one annotation, a
+ * different one an error naming both. */
+static void test_annotate_pattern_conflict(void **st)
+{
+    (void)st;
+    Graph *g = load_ok("tests/models/mlp.onnx");
+    Mesh m;
+    Diag d;
+    Arena a = {0};
+    AnnotationList l = {0};
+    diag_init(&d, NULL);
+    assert_int_equal(mesh_parse("tp=2", &m, &d), 0);
+    assert_int_equal(annotate_add_flag(&l, &a, g, &m, "fc?:1=[_,tp]", "--shard", &d), 0);
+    assert_int_equal(annotate_add_flag(&l, &a, g, &m, "W2=[_,tp]", "f.txt:3:", &d), 0);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(annotate_add_flag(&l, &a, g, &m, "W2=[tp,_]", "f.txt:4:", &d), -1);
+    assert_int_equal(d.n, 1);
+    assert_mentions(d.msgs[0], "f.txt:4: W2=[tp,_]: tensor \"W2\" is already annotated as [_,tp] by --shard fc?:1", NULL);
+    diag_free(&d);
+    free(l.items);
+    arena_free(&a);
+    graph_free(g);
+}
+
 static void test_annotate_uneven(void **st)
 {
     (void)st;
@@ -509,6 +561,13 @@ int main(void)
         cmocka_unit_test(test_annotate_axis_twice),
         cmocka_unit_test(test_mesh_axis_size_zero),
         cmocka_unit_test(test_annotate_wrong_rank),
+        cmocka_unit_test(test_annotate_node_pattern),
+        cmocka_unit_test(test_annotate_pattern_no_match),
+        cmocka_unit_test(test_annotate_pattern_bad_slot),
+        cmocka_unit_test(test_annotate_pattern_rank),
+        cmocka_unit_test(test_annotate_pattern_no_slot),
+        cmocka_unit_test(test_annotate_node_unknown),
+        cmocka_unit_test(test_annotate_pattern_conflict),
         cmocka_unit_test(test_annotate_uneven),
         cmocka_unit_test(test_split_units),
     };
