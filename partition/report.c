@@ -811,9 +811,10 @@ void plan_print_json(const Plan *p, const PlanFacts *x, FILE *f)
             (long long)t.activation_bytes, (long long)t.output_gather_bytes);
     fprintf(f, "  \"estimate\": {\"device\": \"%s\", \"compute_s\": %.9g, \"communication_s\": %.9g, "
                "\"exposed_s\": %.9g, \"overlapped_s\": %.9g, \"step_s\": %.9g, \"memory_bytes\": %lld, "
-               "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld",
+               "\"peak_activation_bytes\": %lld, \"program_bytes\": %lld, \"rank_peak_bytes\": %lld",
             p->mesh.device->name, e.compute_s, e.comm_s, e.exposed_s, e.overlapped_s, e.step_s,
-            (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)program_bytes);
+            (long long)e.memory_bytes, (long long)e.peak_activation_bytes, (long long)program_bytes,
+            (long long)(program_bytes > 0 && x && x->runtime_bytes ? program_bytes + x->runtime_bytes : 0));
     if (sched)
         fprintf(f, ",\n    \"as_scheduled\": {\"compute_s\": %.9g, \"communication_s\": %.9g, \"exposed_s\": %.9g, "
                    "\"overlapped_s\": %.9g, \"step_s\": %.9g}",

@@ -108,19 +108,29 @@ O2S_HD static inline int64_t k_panels_bytes(int64_t k, int64_t n)
     return (n + K_PANEL - 1) / K_PANEL * K_PANEL * k * (int64_t)sizeof(float);
 }
 
-/* bp (k_panels_bytes(k, n), zeroed by the caller or written whole here)
- * = b (k x n; stored n x k when tb) in panels. */
+/* bp (k_panels_bytes(k, n), written whole) = b (k x n; stored n x k when
+ * tb) in panels. Each panel is built in the order its source is read
+ * (a row's run of K_PANEL columns at a time, or a stored-transposed
+ * column's k values at a time), so packing runs near memory speed: the
+ * compiler packs every inference weight this way. */
 O2S_HD static inline void k_pack_panels_f32(float *bp, const float *b, int64_t k, int64_t n, int tb)
 {
     int64_t panels = (n + K_PANEL - 1) / K_PANEL;
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t q = 0; q < k; q++) {
-            float *row = bp + (p * k + q) * K_PANEL;
-            for (int64_t j = 0; j < K_PANEL; j++) {
-                int64_t col = p * K_PANEL + j;
-                row[j] = col >= n ? 0.0f : tb ? b[col * k + q] : b[q * n + col];
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t c0 = p * K_PANEL, nr = n - c0 < K_PANEL ? n - c0 : K_PANEL;
+        float *panel = bp + p * k * K_PANEL;
+        if (tb) {
+            for (int64_t j = 0; j < K_PANEL; j++)
+                for (int64_t q = 0; q < k; q++)
+                    panel[q * K_PANEL + j] = j < nr ? b[(c0 + j) * k + q] : 0.0f;
+        } else {
+            for (int64_t q = 0; q < k; q++) {
+                memcpy(panel + q * K_PANEL, b + q * n + c0, (size_t)nr * sizeof(float));
+                for (int64_t j = nr; j < K_PANEL; j++)
+                    panel[q * K_PANEL + j] = 0.0f;
             }
         }
+    }
 }
 
 /* ---- onnx2spmd kernels (templates/kernels.c) ------------------------------

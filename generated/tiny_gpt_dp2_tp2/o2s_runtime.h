@@ -1435,10 +1435,13 @@ static inline int rt_open_weights(const char *argv0, const char *name, size_t wa
  * an inference program (the rank holds them once, as page cache that every
  * process mapping the file shares), copy-on-write for one that trains (a
  * page is copied when first updated). The hash is checked over the mapping. */
+static double rt_weights_s; /* how long mapping and checking them took (start-up) */
+
 static inline unsigned char *rt_map_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum,
                                             uint64_t panel, int writable)
 {
     static unsigned char none[64] __attribute__((aligned(64)));
+    double t0 = rt_now();
     char path[4096];
     int fd = rt_open_weights(argv0, name, want_bytes, want_sum, panel, path, sizeof path);
     if (!want_bytes) {
@@ -1453,6 +1456,7 @@ static inline unsigned char *rt_map_weights(const char *argv0, const char *name,
     madvise(m, RT_WEIGHTS_HEADER + want_bytes, MADV_WILLNEED); /* read ahead while the hash runs */
     if (rt_hash64(w, want_bytes) != want_sum)
         rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
+    rt_weights_s = rt_now() - t0;
     return w;
 }
 
@@ -1488,6 +1492,29 @@ static inline long rt_peak_rss_kib(void)
 }
 
 #if !defined(O2S_CUDA)
+/* After a timed run: every rank's peak (VmHWM) beside what the plan said it
+ * would hold (PLANNED_BYTES, from compile), and its start-up's weight
+ * mapping and check, printed by rank 0. */
+static inline void rt_report_memory(long long planned_bytes, int world)
+{
+    double mine[3] = {rt_peak_rss_kib() / 1024.0, (double)planned_bytes / (1 << 20), rt_weights_s}, *all = NULL;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+        all = (double *)rt_alloc(sizeof(double) * 3 * (size_t)world);
+    CHECK_MPI(MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    if (rank != 0)
+        return;
+    printf("peak memory per rank (MiB, VmHWM / planned):");
+    for (int r = 0; r < world; r++)
+        printf(" %.1f / %.1f", all[3 * r], all[3 * r + 1]);
+    printf("\nweights mapped and checked per rank (s):");
+    for (int r = 0; r < world; r++)
+        printf(" %.3f", all[3 * r + 2]);
+    printf("\n");
+    free(all);
+}
+
 /* MPI has no 16-bit float types: float16 and bfloat16 travel as 2-byte
  * elements, and partial sums of them are added in float32 and rounded
  * once per pairwise reduction step (as NCCL does for ncclHalf/ncclBfloat16). */

@@ -8,12 +8,19 @@ must read no weight bytes (peak RSS under a quarter of the weights), and
 `compile` must hold at most 2 x the largest tensor + 512 MiB (569 MiB),
 less than the model itself: it reads each tensor once and writes every
 rank's blocks of it before the next (codegen/weights.c). Each weight file
-must hold the bytes compile reported. `make scale` runs the same at 7B.
+must hold the bytes compile reported.
+
+The two rank programs are then built and run once: each maps its weight
+file (its GEMM weights stored as the kernel's panels alone) instead of
+reading and repacking it, so its peak (VmHWM) must be within 5% of the
+figure compile printed for it; a rank that copied its weights would hold
+them twice. `make scale` runs the same at 124M, 1.1B and 7B.
 
 Usage: build/venv/bin/python tests/cli/compile_memory.py BIN
 """
 import os
 import re
+import numpy as np
 import shutil
 import subprocess
 import sys
@@ -66,11 +73,33 @@ def main():
         size = os.path.getsize(os.path.join(out_dir, "weights.rank%d.bin" % r))
         if size != b + 4096:
             fail.append("weights.rank%d.bin holds %d bytes, not the %d reported + its 4096-byte header" % (r, size, b))
+    planned = [float(x) for x in re.findall(r"; ([\d.]+) MiB at its peak", out)]
+    hwm = []
+    b = subprocess.run(["make", "-s", "-C", out_dir, "CFLAGS=-O1 -march=native -std=c11"], capture_output=True,
+                       text=True)
+    if b.returncode:
+        fail.append("building the rank programs: %s" % b.stderr[-600:])
+    else:
+        tokens = os.path.join(work, "tokens.npy")
+        np.save(tokens, np.arange(16, dtype=np.int64).reshape(1, 16))
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader")
+        r = subprocess.run([os.path.join(out_dir, "run.sh"), "--in", "tokens=" + tokens, "--iters", "1"],
+                           capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+        m = re.search(r"peak memory per rank \(MiB, VmHWM / planned\):((?: [\d.]+ / [\d.]+)+)", r.stdout)
+        if r.returncode or not m:
+            fail.append("running the rank programs: %s" % (r.stdout + r.stderr)[-600:])
+        else:
+            hwm = [float(x) for x in m.group(1).split()[0::3]]
+            for k, (h, p) in enumerate(zip(hwm, planned)):
+                if abs(h - p) > 0.05 * p:
+                    fail.append("rank %d: VmHWM %.1f MiB, not within 5%% of the %.1f MiB compile planned" % (k, h, p))
     shutil.rmtree(work)
     for f in fail:
         print("FAIL " + f)
-    print("compile_memory: %d nodes, %.0f MiB of weights: plan peak %.0f MiB, compile peak %.0f MiB (limit %.0f)%s"
-          % (nodes, weights / MiB, plan_rss / MiB, rss / MiB, limit / MiB, "" if not fail else ": FAILED"))
+    print("compile_memory: %d nodes, %.0f MiB of weights: plan peak %.0f MiB, compile peak %.0f MiB (limit %.0f); "
+          "ranks' VmHWM / planned: %s MiB%s"
+          % (nodes, weights / MiB, plan_rss / MiB, rss / MiB, limit / MiB,
+             ", ".join("%.1f / %.1f" % hp for hp in zip(hwm, planned)) or "-", "" if not fail else ": FAILED"))
     return 1 if fail else 0
 
 
