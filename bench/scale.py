@@ -63,11 +63,11 @@ LLAMA_1B = dict(layers=22, dim=2048, heads=32, ffn=5632, vocab=32000)
 GPT2_124M = dict(layers=12, dim=768, heads=12, ffn=3072, vocab=50304)
 # (label, family, config, batch, mesh, training optimizer or None)
 RANK_ROWS = [
-    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1", None),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1,tp=1", None),
     ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1,tp=2", None),
-    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1", "adamw"),
-    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=2", "adamw"),
-    ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1", None),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=1,tp=1", "adamw"),
+    ("GPT-2 124M", "gpt2", GPT2_124M, 4, "dp=2,tp=1", "adamw"),
+    ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1,tp=1", None),
     ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1,tp=2", None),
     ("Llama-1.1B", "llama", LLAMA_1B, 2, "dp=1,tp=2", "sgd"),
 ]

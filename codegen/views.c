@@ -318,17 +318,19 @@ static void find_aliases(Program *pr)
                 pr->bufs[yb].alias_of = xb;
                 continue;
             }
-            /* ZeRO: the update runs on this rank's block of dim 0 of its
-             * local weight (the zero axis minor to dim 0's other axes):
-             * the block's place in the weight's own storage. */
+            /* ZeRO: the update runs on this rank's block of its local
+             * weight (plan_zero_shard's: the outermost dim the zero axis
+             * divides, every dim before it of local extent 1, so the
+             * block is contiguous): the block's place in the weight's own
+             * storage. */
             int wb = pr->tensor_buf[n->inputs[j]->id], ax = p->zero_axis;
             if (yb < 0 || wb < 0 || ax < 0 || pr->bufs[wb].kind != BUF_WEIGHT)
                 continue;
             Sharding z = pr->bufs[wb].layout;
             if (z.rank < 1 || (sharding_used_axes(&z) & (1u << ax)))
                 continue;
-            z.axes[0][z.naxes[0]++] = (unsigned char)ax;
-            if (!sharding_equal(&z, &pr->bufs[yb].layout))
+            plan_zero_shard(p, n->inputs[j], &z);
+            if (sharding_equal(&z, &pr->bufs[wb].layout) || !sharding_equal(&z, &pr->bufs[yb].layout))
                 continue;
             pr->bufs[yb].alias_of = wb;
             pr->bufs[yb].alias_offset = mesh_coord(&p->mesh, pr->vrank, ax) * pr->bufs[yb].bytes;

@@ -737,22 +737,34 @@ static void annotation_conflict(const Plan *p, const Node *n, const FactorRule *
  * nothing to read in slices (lower_node's reshard to the split layout is
  * a local slice), so slicing a pinned weight and reducing a small result
  * competes fairly with gathering a large activation. */
-/* ZeRO-1/2: an optimizer update runs on the zero axis's block of its
- * weight: dim 0 split over that axis as well, minor to any axis that
- * splits it already, so the block is contiguous in the rank's local
- * copy of the weight and the updated blocks all-gather back in place.
- * Only when dim 0 divides evenly and the weight is not split over that
- * axis already. */
+/* ZeRO: an optimizer update runs on the zero axis's block of its weight:
+ * the outermost dim that axis divides evenly split over it as well, minor
+ * to any axis that splits it already, when the weight is not split over
+ * that axis already. ZeRO-1/2 take it only where the block stays
+ * contiguous in the rank's local copy of the weight (every dim before it
+ * of local extent 1: dim 0, or the 16 of a [1, 16, 64] position table),
+ * so the updated blocks all-gather back in place. ZeRO-3 takes the dim
+ * fsdp.c stores the weight split on (the same outermost dim), so the
+ * update runs on the stored block whatever the dims before it. */
 void plan_zero_shard(const Plan *p, const Tensor *w, Sharding *s)
 {
     const Mesh *m = &p->mesh;
     int ax = p->zero_axis;
     if (ax < 0 || w->rank < 1 || (sharding_used_axes(s) & (1u << ax)) || s->partial)
         return;
-    Sharding z = *s;
-    z.axes[0][z.naxes[0]++] = (unsigned char)ax;
-    if (w->dims[0] % sharding_dim_shards(&z, m, 0) == 0 && !sharding_dim_uneven(&z, m, w, 0))
-        *s = z;
+    int64_t local[IR_MAX_RANK];
+    sharding_local_dims(s, m, w, local);
+    for (int k = 0; k < w->rank; k++) {
+        Sharding z = *s;
+        z.axes[k][z.naxes[k]++] = (unsigned char)ax;
+        if (w->dims[k] % sharding_dim_shards(&z, m, k) == 0 && !sharding_dim_uneven(&z, m, w, k) &&
+            !sharding_dim_uneven(s, m, w, k)) {
+            *s = z;
+            return;
+        }
+        if (p->zero < 3 && local[k] != 1)
+            return; /* a split further in would not be one contiguous block */
+    }
 }
 
 static int lower_choose(Plan *p, const Node *n, char *taken, Diag *d)
