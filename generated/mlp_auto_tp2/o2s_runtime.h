@@ -1339,6 +1339,105 @@ static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const ch
 /* (the CUDA target's is in cuda_kernels.cu, over NCCL) */
 static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what);
 
+/* ---- mixture of experts: all-to-alls of the filled columns (C/MPI) ----
+ *
+ * The dispatch buffer [G, E, D, C] is sized for the worst case (C = Ng:
+ * every token of a group on one expert), but a (group, expert) block
+ * fills only its first n columns, n known from the dispatch's slots (the
+ * counts). The two all-to-alls of an MoE layer (tokens to their experts,
+ * expert outputs back) send each block's n filled columns, packed, after
+ * a small all-to-all of the counts, as MegaBlocks and Tutel do; the
+ * receiver puts them back in the worst-case layout with the unfilled
+ * columns zeroed, which is what the fixed-size path leaves there (the
+ * dispatch writes zeros; the combine reads only filled columns).
+ *
+ * Blocks are counted and packed in the order (peer q, group g, local
+ * expert x): q's part is contiguous, as MPI_Alltoallv needs. The token
+ * side's buffer is [gl, p * el, D, C] (its groups, every expert), the
+ * expert side's [p * gl, el, D, C] (every peer's groups, its experts). */
+#define RT_MOE_MAX_PEERS 256
+
+/* One counts-based all-to-all's MPI_Alltoallv counts and displacements
+ * (in elements), kept until its wait: MPI reads them until then. */
+typedef struct RtMoeMove {
+    int send[RT_MOE_MAX_PEERS], sdispl[RT_MOE_MAX_PEERS], recv[RT_MOE_MAX_PEERS], rdispl[RT_MOE_MAX_PEERS];
+} RtMoeMove;
+
+#if !defined(O2S_CUDA)
+/* counts[(q * gl + g) * el + x]: the filled columns of expert q * el + x
+ * in this rank's group g, from the dispatch's slots [gl, pairs] (a kept
+ * pair's slot is expert * cap + column, a dropped one's -1). */
+static inline void rt_moe_count(int *counts, const int64_t *slots, int64_t gl, int64_t pairs, int p, int64_t el,
+                                int64_t cap)
+{
+    memset(counts, 0, (size_t)(gl * p * el) * sizeof *counts);
+    for (int64_t g = 0; g < gl; g++)
+        for (int64_t i = 0; i < pairs; i++) {
+            int64_t s = slots[g * pairs + i];
+            if (s >= 0)
+                counts[((s / cap / el) * gl + g) * el + (s / cap) % el]++;
+        }
+}
+
+/* Block (q, g, x)'s first element in a buffer of either side. */
+static inline int64_t rt_moe_block(int token_side, int64_t q, int64_t g, int64_t x, int p, int64_t gl, int64_t el,
+                                   int64_t d, int64_t cap)
+{
+    return (token_side ? (g * p + q) * el + x : (q * gl + g) * el + x) * d * cap;
+}
+
+/* Each peer's element count and displacement for the blocks of counts. */
+static inline void rt_moe_sizes(const int *counts, int p, int64_t gl, int64_t el, int64_t d, int *n, int *displ)
+{
+    int64_t off = 0;
+    for (int q = 0; q < p; q++) {
+        int64_t c = 0;
+        for (int64_t b = 0; b < gl * el; b++)
+            c += counts[q * gl * el + b];
+        n[q] = (int)(c * d);
+        displ[q] = (int)off;
+        off += c * d;
+    }
+}
+
+/* Packs each block's filled columns, row by row, into send; moved[0]
+ * gets the bytes packed, moved[2] those for peers other than `me` (this
+ * rank's place in the group), for --stats. */
+static inline void rt_moe_pack(float *send, const float *in, const int *counts, int token_side, int p, int64_t gl,
+                               int64_t el, int64_t d, int64_t cap, int me, int64_t *moved)
+{
+    int64_t pos = 0, mine = 0;
+    for (int q = 0; q < p; q++)
+        for (int64_t g = 0; g < gl; g++)
+            for (int64_t x = 0; x < el; x++) {
+                int64_t n = counts[(q * gl + g) * el + x];
+                const float *blk = in + rt_moe_block(token_side, q, g, x, p, gl, el, d, cap);
+                for (int64_t di = 0; di < d && n; di++, pos += n)
+                    memcpy(send + pos, blk + di * cap, (size_t)n * sizeof *send);
+                mine += q == me ? n * d : 0;
+            }
+    moved[0] = pos * (int64_t)sizeof *send;
+    moved[2] = (pos - mine) * (int64_t)sizeof *send;
+}
+
+/* The inverse: each block's filled columns from recv, the rest zeroed. */
+static inline void rt_moe_unpack(float *out, const float *recv, const int *counts, int token_side, int p, int64_t gl,
+                                 int64_t el, int64_t d, int64_t cap)
+{
+    int64_t pos = 0;
+    for (int q = 0; q < p; q++)
+        for (int64_t g = 0; g < gl; g++)
+            for (int64_t x = 0; x < el; x++) {
+                int64_t n = counts[(q * gl + g) * el + x];
+                float *blk = out + rt_moe_block(token_side, q, g, x, p, gl, el, d, cap);
+                for (int64_t di = 0; di < d; di++, pos += n) {
+                    memcpy(blk + di * cap, recv + pos, (size_t)n * sizeof *out);
+                    memset(blk + di * cap + n, 0, (size_t)(cap - n) * sizeof *out);
+                }
+            }
+}
+#endif
+
 /* One mixture-of-experts layer, for --stats. */
 typedef struct RtMoeInfo {
     const char *name; /* its dispatch node */
@@ -1347,16 +1446,23 @@ typedef struct RtMoeInfo {
 
 /* --stats: rank 0 prints each MoE layer's dropped pairs in the last
  * forward(), summed over the ranks that counted them. */
-static inline void rt_moe_stats(const RtMoeInfo *info, const int64_t *counters, int n)
+static inline void rt_moe_stats(const RtMoeInfo *info, const int64_t *counters, const int64_t *moved, int n)
 {
-    int64_t sum[64];
+    int64_t sum[64], bytes[256];
     for (int base = 0; base < n; base += 64) {
         int m = n - base < 64 ? n - base : 64;
         rt_sum_counters(counters + base, sum, m, "the MoE counters (--stats)");
-        for (int i = 0; i < m && RANK == 0; i++)
+        rt_sum_counters(moved + 4 * base, bytes, 4 * m, "the MoE byte counters (--stats)");
+        for (int i = 0; i < m && RANK == 0; i++) {
             printf("moe %s: dropped %lld of %lld (token, expert) pairs; capacity %lld per expert in each of %lld "
                    "groups\n", info[base + i].name, (long long)sum[i], info[base + i].pairs,
                    info[base + i].capacity, info[base + i].groups);
+            const int64_t *b = bytes + 4 * i; /* to the experts, back; the same between ranks */
+            if (b[0] || b[1]) /* a counts-based all-to-all ran (C/MPI, experts split) */
+                printf("moe %s: the all-to-alls moved %lld bytes to the experts and %lld back, all ranks "
+                       "together (filled columns only; %lld and %lld of them between ranks)\n", info[base + i].name,
+                       (long long)b[0], (long long)b[1], (long long)b[2], (long long)b[3]);
+        }
     }
 }
 
@@ -1435,10 +1541,13 @@ static inline int rt_open_weights(const char *argv0, const char *name, size_t wa
  * an inference program (the rank holds them once, as page cache that every
  * process mapping the file shares), copy-on-write for one that trains (a
  * page is copied when first updated). The hash is checked over the mapping. */
+static double rt_weights_s; /* how long mapping and checking them took (start-up) */
+
 static inline unsigned char *rt_map_weights(const char *argv0, const char *name, size_t want_bytes, uint64_t want_sum,
                                             uint64_t panel, int writable)
 {
     static unsigned char none[64] __attribute__((aligned(64)));
+    double t0 = rt_now();
     char path[4096];
     int fd = rt_open_weights(argv0, name, want_bytes, want_sum, panel, path, sizeof path);
     if (!want_bytes) {
@@ -1453,6 +1562,7 @@ static inline unsigned char *rt_map_weights(const char *argv0, const char *name,
     madvise(m, RT_WEIGHTS_HEADER + want_bytes, MADV_WILLNEED); /* read ahead while the hash runs */
     if (rt_hash64(w, want_bytes) != want_sum)
         rt_die("weight file %s: checksum mismatch (corrupt or from another compile)", path);
+    rt_weights_s = rt_now() - t0;
     return w;
 }
 
@@ -1488,6 +1598,29 @@ static inline long rt_peak_rss_kib(void)
 }
 
 #if !defined(O2S_CUDA)
+/* After a timed run: every rank's peak (VmHWM) beside what the plan said it
+ * would hold (PLANNED_BYTES, from compile), and its start-up's weight
+ * mapping and check, printed by rank 0. */
+static inline void rt_report_memory(long long planned_bytes, int world)
+{
+    double mine[3] = {rt_peak_rss_kib() / 1024.0, (double)planned_bytes / (1 << 20), rt_weights_s}, *all = NULL;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+        all = (double *)rt_alloc(sizeof(double) * 3 * (size_t)world);
+    CHECK_MPI(MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    if (rank != 0)
+        return;
+    printf("peak memory per rank (MiB, VmHWM / planned):");
+    for (int r = 0; r < world; r++)
+        printf(" %.1f / %.1f", all[3 * r], all[3 * r + 1]);
+    printf("\nweights mapped and checked per rank (s):");
+    for (int r = 0; r < world; r++)
+        printf(" %.3f", all[3 * r + 2]);
+    printf("\n");
+    free(all);
+}
+
 /* MPI has no 16-bit float types: float16 and bfloat16 travel as 2-byte
  * elements, and partial sums of them are added in float32 and rounded
  * once per pairwise reduction step (as NCCL does for ncclHalf/ncclBfloat16). */
