@@ -12,7 +12,10 @@ by default (dropless) as many tokens per group as the group has, so no
 pair is ever dropped; with --capacity-factor F_cap, GShard's
 ceil(F_cap * k * tokens / E), where 1.25 may drop pairs (the --stats count
 is printed). Printed: ms per forward, tokens/s and the all-to-all bytes
-each rank sends per forward (the plan's) for
+each rank sends per forward: the plan's worst case (the buffers' size) and
+what the run moved (--stats: on the C/MPI target only each (group,
+expert) block's filled columns travel, after a small all-to-all of the
+counts, and the expert GEMMs run over those columns only) for
 
   ORT, 1 intra-op thread       the reference (dense: every pair gathers its weights)
   1 rank (--mesh ep=1)         dropless and F_cap 1.25, vs ORT with 1 thread
@@ -21,6 +24,8 @@ each rank sends per forward (the plan's) for
                                tokens too (x=[ep,_]): the dispatched tokens go
                                to their experts by all-to-all; vs ORT with 2
                                threads, and ep=2 / 1 rank at the same F_cap
+  ep=2, experts replicated     the dense peer: tokens split, every rank holds
+                               every expert (no all-to-all), dropless
 
 (ratios below 1: ours is faster). The compiled programs run --iters ITERS
 (time per iteration after a warm-up), in ROUNDS alternating rounds
@@ -53,10 +58,13 @@ ITERS, ORT_REPS = 20, 3
 ROUNDS = int(os.environ.get("MOE_BENCH_ROUNDS", "5"))
 TOL = 1e-4
 STATS = re.compile(r"dropped (\d+) of (\d+) \(token, expert\) pairs; capacity (\d+) per expert in each of (\d+) groups")
+MOVED = re.compile(r"the all-to-alls moved (\d+) bytes to the experts and (\d+) back, all ranks together "
+                   r"\(filled columns only; (\d+) and (\d+) of them between ranks\)")
 EP2 = ["--shard", "experts=ep", "--shard", "x=[ep,_]"]
 # (label, mesh, flags, capacity factor; None: the default, dropless)
 PROGRAMS = [("1 rank", "ep=1", [], None), ("1 rank", "ep=1", [], 1.25),
-            ("ep=2", "ep=2", EP2, None), ("ep=2", "ep=2", EP2, 1.25)]
+            ("ep=2", "ep=2", EP2, None), ("ep=2", "ep=2", EP2, 1.25),
+            ("ep=2, experts replicated", "ep=2", ["--shard", "x=[ep,_]"], None)]
 A2A = re.compile(r"^\s+\d+\s+all-to-all\s+\S+\s+\S+\s+(\d+)", re.M)
 
 
@@ -89,7 +97,8 @@ def build(model, name, mesh, flags, cf):
 
 
 def run_ours(d, name, xpath):
-    """y, seconds per forward, pairs dropped, capacity per expert and group."""
+    """y, seconds per forward, pairs dropped, capacity per expert and group,
+    all-to-all bytes moved per rank (both ways)."""
     ypath = os.path.join(d, "y.npy")
     r = mpi_isolated.run([os.path.join(d, "run.sh"), "--in", "x=" + xpath, "--out", "y=" + ypath,
                           "--iters", str(ITERS), "--stats"], capture_output=True, text=True, env=ENV, timeout=600,
@@ -98,7 +107,8 @@ def run_ours(d, name, xpath):
         sys.exit("moe_bench: %s failed: %s" % (name, (r.stderr + r.stdout)[-400:]))
     ms = float(re.search(r"time per iteration: ([\d.]+) ms", r.stdout).group(1))
     dropped, _, cap, _ = (int(v) for v in STATS.search(r.stdout).groups())
-    return np.load(ypath), ms / 1e3, dropped, cap
+    moved = MOVED.search(r.stdout)  # all ranks together (2 ranks); between ranks, as the plan counts
+    return np.load(ypath), ms / 1e3, dropped, cap, (int(moved.group(3)) + int(moved.group(4))) // 2 if moved else 0
 
 
 def main():
@@ -108,8 +118,9 @@ def main():
     x = np.random.default_rng(0).standard_normal((N, D)).astype(np.float32)
     xpath = os.path.join(OUT, "x.npy")
     np.save(xpath, x)
-    dirs = [build(model, "%s_%s" % (mesh.replace("=", ""), "dropless" if cf is None else "f%g" % cf), mesh, flags, cf)
-            for _, mesh, flags, cf in PROGRAMS]
+    dirs = [build(model, "%s_%s%s" % (mesh.replace("=", ""), "dropless" if cf is None else "f%g" % cf,
+                                       "_replicated" if "replicated" in label else ""), mesh, flags, cf)
+            for label, mesh, flags, cf in PROGRAMS]
     a2a = [sum(int(b) for b in A2A.findall(open(os.path.join(d, "plan.txt")).read())) for d in dirs]
     sessions = {t: ort_session(model, t) for t in (1, 2)}
     ort_s, ours = {1: None, 2: None}, [None] * len(PROGRAMS)
@@ -120,7 +131,7 @@ def main():
             ref = y if ref is None else ref
             ort_s[t] = s if ort_s[t] is None else min(ort_s[t], s)
         for i, ((label, _, _, cf), d) in enumerate(zip(PROGRAMS, dirs)):
-            y, s, dropped, cap = run_ours(d, label, xpath)
+            y, s, dropped, cap, moved = run_ours(d, label, xpath)
             if dropped == 0:
                 err = float(np.max(np.abs(y.astype(np.float64) - ref))) / float(np.max(np.abs(ref)))
                 if err > TOL:
@@ -129,30 +140,33 @@ def main():
             elif cf is None or cf >= E / K:
                 sys.exit("moe_bench: %s, F_cap %s dropped %d pairs" % (label, cf, dropped))
             best = s if ours[i] is None else min(ours[i][0], s)
-            ours[i] = (best, dropped, cap)
+            ours[i] = (best, dropped, cap, moved)
 
     print("MoE block: %d tokens, D=%d, F=%d, %d experts, top-%d; ms per forward, best of %d rounds"
           % (N, D, F, E, K, ROUNDS))
-    print("%-22s %8s %8s %9s %10s %11s %11s %8s %10s" % ("program", "F_cap", "capacity", "dropped", "ms/fwd",
-                                                         "tokens/s", "a2a bytes", "vs ORT", "vs 1 rank"))
+    print("%-36s %8s %8s %9s %10s %11s %11s %11s %8s %10s" % ("program", "F_cap", "capacity", "dropped", "ms/fwd",
+                                                                "tokens/s", "a2a plan", "a2a moved", "vs ORT",
+                                                                "vs 1 rank"))
 
-    def row(name, cf, cap, dropped, s, moved, peer, base):
+    def row(name, cf, cap, dropped, s, plan, moved, peer, base):
         fmt = lambda v, f: f % v if v is not None else "-"  # noqa: E731
-        print("%-22s %8s %8s %9s %10.3f %11.0f %11s %8s %10s" % (name, cf, fmt(cap, "%d"), fmt(dropped, "%d"),
-                                                                 s * 1e3, N / s, fmt(moved, "%d"),
-                                                                 fmt(peer and s / peer, "%.3f"),
-                                                                 fmt(base and s / base, "%.2f")))
+        print("%-36s %8s %8s %9s %10.3f %11.0f %11s %11s %8s %10s" % (name, cf, fmt(cap, "%d"), fmt(dropped, "%d"),
+                                                                      s * 1e3, N / s, fmt(plan, "%d"),
+                                                                      fmt(moved, "%d"), fmt(peer and s / peer, "%.3f"),
+                                                                      fmt(base and s / base, "%.2f")))
 
     fcap = lambda cf: "dropless" if cf is None else "%.2f" % cf  # noqa: E731
-    row("ORT 1 thread (dense)", "-", None, None, ort_s[1], None, None, None)
+    row("ORT 1 thread (dense)", "-", None, None, ort_s[1], None, None, None, None)
     for i, (label, _, _, cf) in enumerate(PROGRAMS[:2]):
-        row(label, fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ort_s[1], None)
-    row("ORT 2 threads (dense)", "-", None, None, ort_s[2], None, None, ort_s[1])
+        row(label, fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ours[i][3], ort_s[1], None)
+    row("ORT 2 threads (dense)", "-", None, None, ort_s[2], None, None, None, ort_s[1])
     for i, (label, _, _, cf) in enumerate(PROGRAMS[2:], 2):
-        row(label + " (2 ranks)", fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ort_s[2], ours[i - 2][0])
+        row(label + " (2 ranks)", fcap(cf), ours[i][2], ours[i][1], ours[i][0], a2a[i], ours[i][3], ort_s[2],
+            ours[0 if cf is None else 1][0])
     print("vs ORT: ours / ORT with as many threads as ranks; vs 1 rank: ep=2 / 1 rank at the same F_cap "
-          "(ORT's row: 2 threads / 1); capacity: per expert in each token group (ep=2: 2 groups); a2a bytes: "
-          "sent per rank per forward, both ways, the plan's")
+          "(ORT's row: 2 threads / 1); capacity: per expert in each token group (ep=2: 2 groups); a2a plan: "
+          "bytes sent per rank per forward, both ways, the plan's worst case; a2a moved: what the run sent per "
+          "rank to other ranks (--stats: filled columns only; the counts, gl * el ints per peer, not included)")
 
 
 if __name__ == "__main__":

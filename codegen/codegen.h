@@ -262,6 +262,7 @@ int64_t program_rank_bytes(const Program *pr);
 
 /* A target's table (emit_target_mpi.c, emit_target_cuda.c), below. */
 typedef struct EmitTarget EmitTarget;
+typedef struct MoeMove MoeMove; /* emit_moe.c */
 extern const EmitTarget emit_target_mpi;   /* rank<k>.c: C kernels, MPI */
 extern const EmitTarget emit_target_cuda;  /* rank<k>.cu: CUDA kernels, NCCL, cuBLAS */
 
@@ -370,6 +371,10 @@ struct EmitTarget {
     int (*reshard_check)(Emitter *e, int r);
     void (*collective)(Emitter *e, const CollCall *c);
     void (*wait)(Emitter *e, int r, int comm_id, int blocking);
+    /* NULL (the fixed-size all-to-all), or an MoE layer's counts-based
+     * all-to-all (emit_moe_move) of step 0 of reshard r: its start (counts,
+     * pack, call) and its finish (wait, unpack) */
+    void (*moe_move)(Emitter *e, int r, const MoeMove *m, int comm_id, int finish);
     /* pipeline: a link's slot declarations and pipe_init() part, an
      * output's buffer; a microbatch's receives; waiting for one; a send
      * (after its comment); a slot read; the last sends; keeping an output */
@@ -460,6 +465,24 @@ int emit_output_whole(Emitter *e, int i, const char *data, const char *indent);
 void emit_decode_state(Emitter *e, FILE *f);
 /* emit_moe.c: mixture-of-experts counters and --stats. */
 void emit_moe_state(Emitter *e, FILE *f);
+/* An MoE layer's all-to-all that moves only filled columns (runtime.c's
+ * rt_moe_*): the dispatch buffer to the experts, or their outputs back. */
+struct MoeMove {
+    int to_experts;         /* 1: dispatch buffer to the experts; 0: expert outputs back */
+    int layer;              /* its index in g_moe_moved (two entries a layer) */
+    int counts_r;           /* the layer's dispatch reshard: moe_counts_r<counts_r> */
+    int p;                  /* the group's size */
+    int64_t gl, el, d, cap; /* groups per token-side rank, experts per rank, rows, columns */
+    int64_t pairs;          /* (token, expert) pairs per group */
+    const char *slots;      /* the dispatch's slots buffer */
+};
+/* 1 (filling *m) when reshard r is one, on a target that runs them
+ * (the C one: EmitTarget.moe_move); else 0 and the fixed-size all-to-all. */
+int emit_moe_move(const Program *pr, int r, MoeMove *m);
+/* An MoE layer's expert GEMM (n: MatMul) that may run over the filled
+ * columns only (moe_counts_r<the result>[1]): the layer's dispatch
+ * reshard, *m its move; else -1. */
+int emit_moe_gemm(const Program *pr, const Node *n, MoeMove *m);
 void emit_moe_init(Emitter *e);
 void emit_moe_stats(Emitter *e);
 void emit_decode_helpers(Emitter *e);

@@ -386,6 +386,19 @@ int emit_matmul(const EmitCtx *c, Diag *d)
     if (c->pr->nodes[c->n->id].mm_view[0] >= 0 || c->pr->nodes[c->n->id].mm_view[1] >= 0)
         return emit_matmul_view(c);
     const Buffer *a = emit_in(c, 0), *b = emit_in(c, 1), *y = emit_out(c, 0);
+    MoeMove mv;
+    int counts_r = emit_moe_gemm(c->pr, c->n, &mv);
+    if (counts_r >= 0) { /* (emit_moe_gemm checked the shapes) */
+        int64_t m = a->dims[1], k = a->dims[2], n = b->dims[3];
+        fprintf(c->f, "    /* MoE expert GEMM: batch bi is an (expert-side group, expert) block, computed over its filled\n"
+                      "     * columns only (counted at the dispatch's all-to-all), zeros in the rest */\n"
+                      "    for (int64_t bi = 0; bi < %lld; bi++)\n"
+                      "        k_matmul_cols_f32(%s + bi * %lld, %s + (bi %% %lld) * %lld, %s + bi * %lld, %lld, %lld, %lld, "
+                      "moe_counts_r%d[1][bi]); /* M, K, N, filled */\n",
+                (long long)(b->dims[0] * b->dims[1]), y->name, (long long)(m * n), a->name, (long long)a->dims[0],
+                (long long)(m * k), b->name, (long long)(k * n), (long long)m, (long long)k, (long long)n, counts_r);
+        return 0;
+    }
     if (c->pr->nodes[c->n->id].packed_b >= 0) {
         int bias = c->pr->nodes[c->n->id].gemm_bias;
         char nm[ESC_NAME_CAP];

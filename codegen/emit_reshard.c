@@ -8,7 +8,10 @@
  * and unpacking (blocks that are not contiguous, padded blocks of an
  * uneven split) is written here, the same for both targets; the call
  * itself, its request or events and its wait are the target's
- * (EmitTarget.collective, .wait). Small all-reduces ready together go as
+ * (EmitTarget.collective, .wait). An MoE layer's all-to-alls of its
+ * dispatch buffer and back are the target's whole (EmitTarget.moe_move:
+ * counts first, then only the filled columns; emit_moe.c says which).
+ * Small all-reduces ready together go as
  * one fused call over a packed buffer. Every collective names its tensor,
  * its axes and the reshard that caused it; every wait says what it waits
  * for and why there; each gets an rt_comms[] entry (emit_trace.c).
@@ -235,6 +238,11 @@ static void emit_step_start(Emitter *e, int r, int j, int comm_id)
         emit_local_step(e, r, j, axes, na);
         return;
     }
+    MoeMove m;
+    if (j == 0 && e->t->moe_move && emit_moe_move(e->pr, r, &m)) { /* (the bytes above are its worst case) */
+        e->t->moe_move(e, r, &m, comm_id, 0);
+        return;
+    }
     if (sb->pack >= 0)
         trace_copy(e, "RT_EV_PACK", comm_id);
     CollCall c = {s->kind, r, comm_id, comm, in->name, out->name, numel(in), in->dtype, p, 0};
@@ -296,6 +304,11 @@ static void emit_step_finish(Emitter *e, int r, int j, int comm_id)
     const StepBufs *sb = &pr->reshards[r].steps[j];
     if (is_local(s->kind))
         return;
+    MoeMove m;
+    if (j == 0 && e->t->moe_move && emit_moe_move(e->pr, r, &m)) {
+        e->t->moe_move(e, r, &m, comm_id, 1);
+        return;
+    }
     const Buffer *in = &pr->bufs[sb->in], *out = &pr->bufs[sb->out];
     e->t->wait(e, r, comm_id, blocking_all_reduce(pr, r, j));
     if (sb->unpack < 0)

@@ -49,6 +49,61 @@ static void mpi_reshard_decl(Emitter *e, int r)
     char nm[ESC_NAME_CAP];
     fprintf(e->f, "static MPI_Request req_r%d = MPI_REQUEST_NULL; /* reshard %d: %s */\n", r, r,
             CMT(e->pr->plan->reshards[r].tensor->name, nm));
+    MoeMove m;
+    if (!emit_moe_move(e->pr, r, &m))
+        return;
+    fprintf(e->f, "static RtMoeMove moe_move_r%d; /* its MPI_Alltoallv counts, read by MPI until the wait */\n", r);
+    if (m.to_experts)
+        fprintf(e->f, "/* MoE layer %d's filled columns per (peer, group, expert): [0] of this rank's groups, [1] of\n"
+                      " * each peer's groups for this rank's experts (rt_moe_count); its way back reuses them */\n"
+                      "static int moe_counts_r%d[2][%lld];\n",
+                m.layer, r, (long long)(m.p * m.gl * m.el));
+}
+
+/* An MoE layer's all-to-all of filled columns only (runtime.c rt_moe_*):
+ * on the way to the experts the counts go first, in a blocking all-to-all
+ * of gl * el ints per peer (the receiver must know them to post its
+ * receive); the way back reuses them. The columns travel in one
+ * MPI_Ialltoallv, waited for where the fixed-size call would be. */
+static void mpi_moe_move(Emitter *e, int r, const MoeMove *m, int comm_id, int finish)
+{
+    FILE *f = e->f;
+    const StepBufs *sb = &e->pr->reshards[r].steps[0];
+    const char *in = e->pr->bufs[sb->in].name, *out = e->pr->bufs[sb->out].name;
+    const char *send = e->pr->bufs[sb->pack].name, *recv = e->pr->bufs[sb->unpack].name;
+    int cr = m->counts_r, mine = m->to_experts ? 0 : 1, theirs = 1 - mine;
+    long long gl = m->gl, el = m->el, d = m->d, cap = m->cap;
+    if (finish) {
+        fprintf(f, "    rt_wait(&req_r%d, %d);\n", r, comm_id);
+        fprintf(f, "    rt_copy(RT_EV_UNPACK, %d);\n"
+                   "    /* unpack into the worst-case layout: the filled columns, zeros after them */\n"
+                   "    rt_moe_unpack(%s, %s, moe_counts_r%d[%d], %d, %d, %lld, %lld, %lld, %lld);\n",
+                comm_id, out, recv, cr, theirs, m->to_experts ? 0 : 1, m->p, gl, el, d, cap);
+        return;
+    }
+    char comm[96];
+    unsigned char axes[MESH_MAX_AXES];
+    int na = emit_step_axes(e->pr, r, 0, axes);
+    emit_comm_name(e->pr, axes, na, comm, sizeof comm);
+    fprintf(f, "    /* MoE layer %d, %s: each (group, expert) block sends only its filled columns */\n", m->layer,
+            m->to_experts ? "tokens to their experts" : "expert outputs back to their tokens");
+    if (m->to_experts)
+        fprintf(f, "    rt_moe_count(moe_counts_r%d[0], %s, %lld, %lld, %d, %lld, %lld); /* this rank's groups: groups, "
+                   "pairs, peers, experts per peer, capacity */\n"
+                   "    CHECK_MPI_WATCHED(MPI_Alltoall(moe_counts_r%d[0], %lld, MPI_INT, moe_counts_r%d[1], %lld, MPI_INT, "
+                   "%s), rt_comms[%d].what); /* the counts first */\n",
+                cr, m->slots, gl, (long long)m->pairs, m->p, el, cap, cr, gl * el, cr, gl * el, comm, comm_id);
+    fprintf(f, "    rt_copy(RT_EV_PACK, %d);\n"
+               "    rt_moe_pack(%s, %s, moe_counts_r%d[%d], %d, %d, %lld, %lld, %lld, %lld, %d, g_moe_moved + %d); "
+               "/* token side, peers, groups, experts per peer, D, capacity, this rank's place, its counters */\n"
+               "    rt_moe_sizes(moe_counts_r%d[%d], %d, %lld, %lld, %lld, moe_move_r%d.send, moe_move_r%d.sdispl);\n"
+               "    rt_moe_sizes(moe_counts_r%d[%d], %d, %lld, %lld, %lld, moe_move_r%d.recv, moe_move_r%d.rdispl);\n"
+               "    CHECK_MPI(MPI_Ialltoallv(%s, moe_move_r%d.send, moe_move_r%d.sdispl, MPI_FLOAT, %s, moe_move_r%d.recv, "
+               "moe_move_r%d.rdispl, MPI_FLOAT, %s, &req_r%d));\n"
+               "    rt_started(%d, &req_r%d);\n",
+            comm_id, send, in, cr, mine, m->to_experts, m->p, gl, el, d, cap,
+            mesh_block_index(&e->pr->plan->mesh, e->pr->vrank, axes, na), 4 * m->layer + !m->to_experts, cr, mine,
+            m->p, gl, el, d, r, r, cr, theirs, m->p, gl, el, d, r, r, send, r, r, recv, r, r, comm, r, comm_id, r);
 }
 
 /* A pipeline: every rank splits the world by stage once; the stage's
@@ -308,6 +363,7 @@ const EmitTarget emit_target_mpi = {
     .reshard_check = NULL,
     .collective = mpi_collective,
     .wait = mpi_wait,
+    .moe_move = mpi_moe_move,
     .pipe_decl = mpi_pipe_decl,
     .pipe_init = mpi_pipe_init,
     .pipe_init_output = mpi_pipe_init_output,

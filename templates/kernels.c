@@ -753,6 +753,20 @@ static inline void k_matmul_f32(float *y, const float *a, const float *w, int64_
     }
 }
 
+/* An MoE expert GEMM over one (group, expert) block's filled columns:
+ * y [m, n] = a [m, k] @ b [k, n] on the first `cols` columns (a count
+ * from rt_moe_count), zeros in the others, which is what the whole GEMM
+ * gives there on a dispatch buffer's zero columns (and which the combine
+ * never reads). */
+static inline void k_matmul_cols_f32(float *y, const float *a, const float *b, int64_t m, int64_t k, int64_t n,
+                                     int64_t cols)
+{
+    if (cols > 0)
+        k_sgemm(0, 0, m, cols, k, 1.0f, a, k, b, n, 0.0f, y, n);
+    for (int64_t i = 0; i < m && cols < n; i++)
+        memset(y + i * n + cols, 0, (size_t)(n - cols) * sizeof *y);
+}
+
 /* One GEMM y = op(a) @ op(b) on matrices read in place: ta/tb say that a
  * (m x k) or b (k x n) is stored transposed, lda/ldb are their leading
  * dimensions (a Transpose folded into the call: its copy is never made). */

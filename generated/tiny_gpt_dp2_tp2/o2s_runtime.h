@@ -1339,6 +1339,105 @@ static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const ch
 /* (the CUDA target's is in cuda_kernels.cu, over NCCL) */
 static inline void rt_sum_counters(const int64_t *c, int64_t *v, int n, const char *what);
 
+/* ---- mixture of experts: all-to-alls of the filled columns (C/MPI) ----
+ *
+ * The dispatch buffer [G, E, D, C] is sized for the worst case (C = Ng:
+ * every token of a group on one expert), but a (group, expert) block
+ * fills only its first n columns, n known from the dispatch's slots (the
+ * counts). The two all-to-alls of an MoE layer (tokens to their experts,
+ * expert outputs back) send each block's n filled columns, packed, after
+ * a small all-to-all of the counts, as MegaBlocks and Tutel do; the
+ * receiver puts them back in the worst-case layout with the unfilled
+ * columns zeroed, which is what the fixed-size path leaves there (the
+ * dispatch writes zeros; the combine reads only filled columns).
+ *
+ * Blocks are counted and packed in the order (peer q, group g, local
+ * expert x): q's part is contiguous, as MPI_Alltoallv needs. The token
+ * side's buffer is [gl, p * el, D, C] (its groups, every expert), the
+ * expert side's [p * gl, el, D, C] (every peer's groups, its experts). */
+#define RT_MOE_MAX_PEERS 256
+
+/* One counts-based all-to-all's MPI_Alltoallv counts and displacements
+ * (in elements), kept until its wait: MPI reads them until then. */
+typedef struct RtMoeMove {
+    int send[RT_MOE_MAX_PEERS], sdispl[RT_MOE_MAX_PEERS], recv[RT_MOE_MAX_PEERS], rdispl[RT_MOE_MAX_PEERS];
+} RtMoeMove;
+
+#if !defined(O2S_CUDA)
+/* counts[(q * gl + g) * el + x]: the filled columns of expert q * el + x
+ * in this rank's group g, from the dispatch's slots [gl, pairs] (a kept
+ * pair's slot is expert * cap + column, a dropped one's -1). */
+static inline void rt_moe_count(int *counts, const int64_t *slots, int64_t gl, int64_t pairs, int p, int64_t el,
+                                int64_t cap)
+{
+    memset(counts, 0, (size_t)(gl * p * el) * sizeof *counts);
+    for (int64_t g = 0; g < gl; g++)
+        for (int64_t i = 0; i < pairs; i++) {
+            int64_t s = slots[g * pairs + i];
+            if (s >= 0)
+                counts[((s / cap / el) * gl + g) * el + (s / cap) % el]++;
+        }
+}
+
+/* Block (q, g, x)'s first element in a buffer of either side. */
+static inline int64_t rt_moe_block(int token_side, int64_t q, int64_t g, int64_t x, int p, int64_t gl, int64_t el,
+                                   int64_t d, int64_t cap)
+{
+    return (token_side ? (g * p + q) * el + x : (q * gl + g) * el + x) * d * cap;
+}
+
+/* Each peer's element count and displacement for the blocks of counts. */
+static inline void rt_moe_sizes(const int *counts, int p, int64_t gl, int64_t el, int64_t d, int *n, int *displ)
+{
+    int64_t off = 0;
+    for (int q = 0; q < p; q++) {
+        int64_t c = 0;
+        for (int64_t b = 0; b < gl * el; b++)
+            c += counts[q * gl * el + b];
+        n[q] = (int)(c * d);
+        displ[q] = (int)off;
+        off += c * d;
+    }
+}
+
+/* Packs each block's filled columns, row by row, into send; moved[0]
+ * gets the bytes packed, moved[2] those for peers other than `me` (this
+ * rank's place in the group), for --stats. */
+static inline void rt_moe_pack(float *send, const float *in, const int *counts, int token_side, int p, int64_t gl,
+                               int64_t el, int64_t d, int64_t cap, int me, int64_t *moved)
+{
+    int64_t pos = 0, mine = 0;
+    for (int q = 0; q < p; q++)
+        for (int64_t g = 0; g < gl; g++)
+            for (int64_t x = 0; x < el; x++) {
+                int64_t n = counts[(q * gl + g) * el + x];
+                const float *blk = in + rt_moe_block(token_side, q, g, x, p, gl, el, d, cap);
+                for (int64_t di = 0; di < d && n; di++, pos += n)
+                    memcpy(send + pos, blk + di * cap, (size_t)n * sizeof *send);
+                mine += q == me ? n * d : 0;
+            }
+    moved[0] = pos * (int64_t)sizeof *send;
+    moved[2] = (pos - mine) * (int64_t)sizeof *send;
+}
+
+/* The inverse: each block's filled columns from recv, the rest zeroed. */
+static inline void rt_moe_unpack(float *out, const float *recv, const int *counts, int token_side, int p, int64_t gl,
+                                 int64_t el, int64_t d, int64_t cap)
+{
+    int64_t pos = 0;
+    for (int q = 0; q < p; q++)
+        for (int64_t g = 0; g < gl; g++)
+            for (int64_t x = 0; x < el; x++) {
+                int64_t n = counts[(q * gl + g) * el + x];
+                float *blk = out + rt_moe_block(token_side, q, g, x, p, gl, el, d, cap);
+                for (int64_t di = 0; di < d; di++, pos += n) {
+                    memcpy(blk + di * cap, recv + pos, (size_t)n * sizeof *out);
+                    memset(blk + di * cap + n, 0, (size_t)(cap - n) * sizeof *out);
+                }
+            }
+}
+#endif
+
 /* One mixture-of-experts layer, for --stats. */
 typedef struct RtMoeInfo {
     const char *name; /* its dispatch node */
@@ -1347,16 +1446,23 @@ typedef struct RtMoeInfo {
 
 /* --stats: rank 0 prints each MoE layer's dropped pairs in the last
  * forward(), summed over the ranks that counted them. */
-static inline void rt_moe_stats(const RtMoeInfo *info, const int64_t *counters, int n)
+static inline void rt_moe_stats(const RtMoeInfo *info, const int64_t *counters, const int64_t *moved, int n)
 {
-    int64_t sum[64];
+    int64_t sum[64], bytes[256];
     for (int base = 0; base < n; base += 64) {
         int m = n - base < 64 ? n - base : 64;
         rt_sum_counters(counters + base, sum, m, "the MoE counters (--stats)");
-        for (int i = 0; i < m && RANK == 0; i++)
+        rt_sum_counters(moved + 4 * base, bytes, 4 * m, "the MoE byte counters (--stats)");
+        for (int i = 0; i < m && RANK == 0; i++) {
             printf("moe %s: dropped %lld of %lld (token, expert) pairs; capacity %lld per expert in each of %lld "
                    "groups\n", info[base + i].name, (long long)sum[i], info[base + i].pairs,
                    info[base + i].capacity, info[base + i].groups);
+            const int64_t *b = bytes + 4 * i; /* to the experts, back; the same between ranks */
+            if (b[0] || b[1]) /* a counts-based all-to-all ran (C/MPI, experts split) */
+                printf("moe %s: the all-to-alls moved %lld bytes to the experts and %lld back, all ranks "
+                       "together (filled columns only; %lld and %lld of them between ranks)\n", info[base + i].name,
+                       (long long)b[0], (long long)b[1], (long long)b[2], (long long)b[3]);
+        }
     }
 }
 

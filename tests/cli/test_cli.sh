@@ -143,7 +143,7 @@ rm -rf build/cli_qwen_ep2
 "$BIN" compile tests/models/exports/qwen2moe_moe.onnx --mesh ep=2 --shard experts=ep --shard 'input_ids=[ep,_]' \
     --shard 'attention_mask=[ep,_]' -o build/cli_qwen_ep2 >/dev/null 2>&1 || err "compile qwen2moe_moe ep=2 failed"
 line() { grep -n "$1" build/cli_qwen_ep2/rank0.c | head -1 | cut -d: -f1; }
-a2a=$(line 'MPI_Ialltoall(B__inner_model_layers_0_mlp_experts_moe_buffer')
+a2a=$(line 'MPI_Ialltoallv\?(B__inner_model_layers_0_mlp_experts_moe_buffer') # (v: the counts-based one)
 shared=$(line 'k_matmul.*B__inner_model_layers_0_mlp_shared_expert_gate_proj_MatMul_output_0')
 wait=$(line 'rt_wait.*req_r1\|MPI_Wait.*req_r1')
 [ -n "$a2a" ] && [ -n "$shared" ] && [ -n "$wait" ] && [ "$a2a" -lt "$shared" ] && [ "$shared" -lt "$wait" ] ||

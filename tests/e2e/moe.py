@@ -102,6 +102,7 @@ MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "
               "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 STATS = re.compile(r"moe (.+?): dropped (\d+) of (\d+) \(token, expert\) pairs; "
                    r"capacity (\d+) per expert in each of (\d+) groups")
+MOVED = re.compile(r"moe .+?: the all-to-alls moved (\d+) bytes to the experts and (\d+) back")
 
 
 def groups_for(mesh, flags, n):
@@ -229,6 +230,19 @@ def run_case(name, model, mesh, flags, cf, with_ort, work):
     if got != (dropped, n * k, cap, groups):
         return "--stats says dropped %d of %d, capacity %d, %d groups; numpy: %d of %d, %d, %d" \
             % (got + (dropped, n * k, cap, groups))
+    # The dispatch buffer's all-to-all moves only filled columns (runtime.c
+    # rt_moe_pack): each kept pair's row once there, and once back where
+    # the way back is an all-to-all too; the worst-case buffer, sent
+    # whole, would carry E / k times a balanced routing's. Ranks holding
+    # the same groups (tp beside ep) each move their copy.
+    moved = MOVED.findall(stdout)
+    want = (n * k - dropped) * d * 4 * (math.prod(sizes.values()) // parts)
+    if any(t.endswith("moe_buffer") for t in a2a):
+        if len(moved) != 1 or int(moved[0][0]) != want or int(moved[0][1]) not in (0, want):
+            return "--stats says the all-to-alls moved %s bytes (to, back); the kept pairs' rows are %d" \
+                % (moved, want)
+    elif moved:
+        return "--stats reports all-to-all bytes %s, but the plan has no dispatch all-to-all" % (moved,)
     return None
 
 
