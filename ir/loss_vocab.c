@@ -65,7 +65,8 @@ static Tensor *konst(Rw *w, const char *what, DType dt, const void *vals, int ra
     t->nbytes = (int64_t)bytes;
     t->dtype = dt;
     t->rank = rank;
-    memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
+    if (rank) /* (a scalar passes no dims) */
+        memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
     t->is_initializer = 1;
     return t;
 }
