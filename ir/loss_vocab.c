@@ -47,7 +47,6 @@ typedef struct Rw {
     Graph *g;
     Node *n; /* the loss node being rewritten */
     Diag *d;
-    int seq;
 } Rw;
 
 static Tensor *konst(Rw *w, const char *what, DType dt, const void *vals, int rank, const int64_t *dims)
