@@ -317,6 +317,17 @@ int driver_plan(const DriverOptions *o, Driven *r, Diag *d)
     }
     if (ir_split_mean_losses(r->graph, d)) /* before autodiff, which builds the backward of the sum */
         goto out;
+    /* The model-parallel axes (all but the pipeline's, a loop's and the
+     * data-parallel one) are those that may split an LM head's classes:
+     * with any, cross-entropy keeps its class dim split (ir/loss_vocab.c);
+     * without, the fused loss kernel stays. */
+    int64_t vocab_groups = 1;
+    const char *data_axis = o->zero_axis ? o->zero_axis : "dp";
+    for (int a = 0; a < mesh.naxes; a++)
+        if (a != pp_axis && !mesh.axes[a].loop && strcmp(mesh.axes[a].name, data_axis) != 0)
+            vocab_groups *= mesh.axes[a].size;
+    if (ir_split_vocab_losses(r->graph, vocab_groups, d)) /* after the mean's split, before autodiff */
+        goto out;
     if (ir_build_moe(r->graph, &moe, d)) /* before autodiff: the backward of dispatch is a combine */
         goto out;
     if (o->train && ir_build_training(r->graph, &topt, d))

@@ -661,6 +661,8 @@ int ir_build_training(Graph *g, const TrainOptions *o, Diag *d)
     for (int i = 0; i < nn; i++) {
         Node *n = g->nodes[i];
         int any = 0;
+        if (n->no_grad) /* its outputs carry no gradient back (ir/loss_vocab.c) */
+            continue;
         for (int j = 0; j < n->ninputs; j++)
             any |= n->inputs[j] && needs[n->inputs[j]->id];
         for (int k = 0; any && k < n->noutputs; k++)

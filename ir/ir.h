@@ -194,6 +194,7 @@ struct Node {
     unsigned grad : 1;   /* part of the backward pass --train built (ir/autodiff.c) */
     unsigned recomputed : 1; /* a forward node run again in backward (--recompute, ir/recompute.c) */
     unsigned per_step : 1; /* runs once per step, after every microbatch: gradient clipping (ir/autodiff.c) */
+    unsigned no_grad : 1;  /* a constant to autodiff: the stabilising max of a cross-entropy (ir/loss_vocab.c) */
     /* --train: the forward node whose gradient rule (or recomputation)
      * made it, or NULL (the seed, the updates, Sums of a weight's
      * contributions): a pipeline runs it on that node's stage. */
@@ -463,6 +464,15 @@ int ir_build_decode(Graph *g, const DecodeOptions *o, Diag *d);
  * labels it averages, so that a split batch leaves two partial scalars
  * instead of gathering the scores (see loss_split.c). */
 int ir_split_mean_losses(Graph *g, Diag *d);
+
+/* ---- loss_vocab.c ------------------------------------------------------- */
+
+/* Rewrites each SoftmaxCrossEntropyLoss with reduction "sum" or "none"
+ * (no class weights) into ops that keep its class dim split: a max taken
+ * over `groups` blocks of classes, a sum of exponentials and the target's
+ * logit as per-token partial sums (Megatron's vocab-parallel
+ * cross-entropy; see loss_vocab.c). groups <= 1 leaves the graph alone. */
+int ir_split_vocab_losses(Graph *g, int64_t groups, Diag *d);
 
 /* ---- moe.c -------------------------------------------------------------- */
 

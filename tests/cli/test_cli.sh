@@ -362,5 +362,20 @@ printf '%s\n' "$out" | grep -q ' all-gather ' && err "plan --train of a mean los
 [ "$(printf '%s\n' "$out" | grep -cE ' all-reduce +xent/(sum|count) +dp +4 ')" = 2 ] ||
     err "plan --train of a mean loss over dp: not one scalar all-reduce each of its sum and its count: $out"
 
+# The LM head column-split over tp: cross-entropy keeps the classes split
+# (ir/loss_vocab.c). Per token, each rank's block maximum is gathered and
+# the sum of exponentials and the target logit all-reduced (8 tokens x 4
+# bytes a rank each); the logits (and, in backward, their gradient) are
+# never gathered. One rank keeps the fused loss node.
+out=$("$BIN" plan tests/models/train/mlp_sce_ignore.onnx --mesh tp=2 --shard 'W2=[tp,_]' --shard 'b2=[tp]' --train 2>&1)
+[ "$(printf '%s\n' "$out" | grep -cE ' (all-gather +xent/block_max|all-reduce +xent/(sum_exp|target)) +tp +32 ')" = 3 ] ||
+    err "plan --train with the classes split: not the per-token max, sum of exponentials and target logit: $out"
+# (the only other collective: fc2/grad0, the gradient of fc2's input a [8, 32], Megatron's row-parallel backward)
+printf '%s\n' "$out" | grep -E '^ +[0-9]+ +(all-|reduce-scatter)' |
+    grep -qvE ' (xent/block_max|xent/sum_exp|xent/target|fc2/grad0) ' &&
+    err "plan --train with the classes split moves the logits or their gradient: $out"
+out=$("$BIN" plan tests/models/train/mlp_sce_ignore.onnx --mesh dp=1 --train 2>&1)
+printf '%s\n' "$out" | grep -q 'xent/block_max' && err "plan --train on one rank rewrote the fused cross-entropy: $out"
+
 [ $fail -eq 0 ] && echo "cli: all passed ($BIN)"
 exit $fail

@@ -236,6 +236,48 @@ static void test_recompute_copies_before_first_reader(void **s)
     }
 }
 
+/* ir/loss_vocab.c: with one group (one rank, dp alone) the fused loss
+ * stays; with two, the loss is primitives, the max's nodes get no
+ * gradient code (ReduceMax has no rule: building backward at all shows
+ * it), and no backward node reads the whole logits through a gather. */
+static void test_vocab_loss_keeps_classes_split(void **s)
+{
+    (void)s;
+    Diag d;
+    diag_init(&d, "mlp_sce_ignore");
+    Graph *g = load_ok("tests/models/train/mlp_sce_ignore.onnx");
+    assert_int_equal(ir_split_mean_losses(g, &d), 0);
+    assert_int_equal(ir_split_vocab_losses(g, 1, &d), 0);
+    assert_int_equal(count_op(g, OP_SCE_LOSS), 1);
+    graph_free(g);
+
+    g = load_ok("tests/models/train/mlp_sce_ignore.onnx");
+    assert_int_equal(ir_split_mean_losses(g, &d), 0);
+    assert_int_equal(ir_split_vocab_losses(g, 2, &d), 0);
+    assert_int_equal(d.n, 0);
+    assert_int_equal(count_op(g, OP_SCE_LOSS), 0);
+    assert_int_equal(count_op(g, OP_REDUCE_MAX), 2);
+    const Tensor *loss = graph_tensor_find(g, "loss");
+    assert_non_null(loss);
+    assert_int_equal(loss->rank, 0);
+    int maxes = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == OP_REDUCE_MAX) {
+            assert_true(g->nodes[i]->no_grad);
+            maxes++;
+        }
+    assert_int_equal(maxes, 2);
+    TrainOptions o;
+    train_options_default(&o);
+    assert_int_equal(ir_build_training(g, &o, &d), 0);
+    assert_int_equal(d.n, 0);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->grad)
+            assert_int_not_equal(g->nodes[i]->op, OP_REDUCE_MAX);
+    diag_free(&d);
+    graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_bad_flags_name_the_culprit),
         cmocka_unit_test(test_op_without_a_rule_is_named),
         cmocka_unit_test(test_recompute_copies_before_first_reader),
+        cmocka_unit_test(test_vocab_loss_keeps_classes_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
