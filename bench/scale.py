@@ -53,6 +53,7 @@ import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import codegen_bench  # noqa: E402
 import make_transformer  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "onnx2spmd")
@@ -126,19 +127,7 @@ def synced(f, *args):
     return time.perf_counter() - t0
 
 
-ORT_RUN = r"""
-import sys, time, numpy as np, onnxruntime as ort
-model, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
-s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-feed = {kv.split("=", 1)[0]: np.load(kv.split("=", 1)[1]) for kv in sys.argv[4:]}
-s.run(None, feed)
-t0 = time.perf_counter()
-for _ in range(iters):
-    s.run(None, feed)
-print("ms %.4f" % ((time.perf_counter() - t0) * 1e3 / iters))
-print("rss_kb %d" % int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]))
-"""
+ORT_RUN = codegen_bench.ORT_RUNNER  # model, threads, iters, NAME=FILE...: prints "ms" and "rss_kb"
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_MCA_pml="ob1",
            OMPI_MCA_btl="self,vader")
 
