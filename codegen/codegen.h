@@ -251,11 +251,12 @@ void program_memory_split(const Program *pr, MemorySplit *m);
 /* What a C rank holds at its peak, as its VmHWM reads it: the weight file
  * (mapped; packs included), the arena, the inputs (and a pipeline's slots
  * and stashes), GEMM panels packed at start-up, and the runtime itself
- * (PROGRAM_RUNTIME_BYTES: the binary, OpenMPI, OpenBLAS, the GEMM
- * kernel's block buffer and the stack; 13.0-13.3 MiB measured on a rank
- * of a 150 KB model, 1 and 2 ranks, OpenMPI 4.1 over shared memory).
- * --out adds the gathered outputs on rank 0 after the run. */
-#define PROGRAM_RUNTIME_BYTES ((int64_t)14 << 20)
+ * (program_runtime_bytes: the binary, OpenMPI, OpenBLAS, the GEMM
+ * kernel's block buffer and the stack; measured on a rank of a 150 KB
+ * model, OpenMPI 4.1 over shared memory: 12.6 MiB alone, 13.0 with 2
+ * ranks, 15.9-16.2 with 4 and with 8, where its shared-memory transport
+ * maps more). --out adds the gathered outputs on rank 0 after the run. */
+int64_t program_runtime_bytes(int world);
 int64_t program_rank_bytes(const Program *pr);
 
 /* ---- emit_c.c: the rank-file driver ------------------------------------- */

@@ -486,7 +486,13 @@ void program_memory_split(const Program *pr, MemorySplit *m)
     free(grad);
 }
 
+int64_t program_runtime_bytes(int world)
+{
+    return (int64_t)(world <= 2 ? 13 : 16) << 20;
+}
+
 int64_t program_rank_bytes(const Program *pr)
 {
-    return pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes + PROGRAM_RUNTIME_BYTES;
+    return pr->arena_bytes + pr->weight_bytes + pr->input_bytes + pr->packed_bytes +
+           program_runtime_bytes(plan_world_ranks(pr->plan));
 }
