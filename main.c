@@ -1043,7 +1043,9 @@ static int cmd_plan(int argc, char **argv, int compile)
         if (driver_measure(&o, &r, &d))
             goto cleanup;
         PlanFacts facts = {.program_bytes = r.program_bytes,
-                           .runtime_bytes = strcmp(o.target, "c") == 0 ? PROGRAM_RUNTIME_BYTES : 0,
+                           .runtime_bytes = strcmp(o.target, "c") == 0
+                                                ? program_runtime_bytes(plan_world_ranks(r.plan))
+                                                : 0,
                            .mem_limit = o.prog.mem_limit,
                            .zero_trials = r.zero_trials, .nzero_trials = r.nzero_trials,
                            .zero_chosen = r.zero_chosen, .recompute = r.recompute,
