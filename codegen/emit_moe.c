@@ -7,6 +7,14 @@
 
 #include <limits.h>
 
+/* Does the program keep the bytes its all-to-alls moved? Not a CUDA
+ * decoding program: its all-to-alls are fixed-size and it has no --stats
+ * to read them (nvcc warns of a variable set and never read). */
+static int moe_moved_counters(const Program *pr)
+{
+    return !(pr->cuda && pr->g->decode_slots);
+}
+
 /* The counters and what --stats says of each layer. */
 void emit_moe_state(Emitter *e, FILE *f)
 {
@@ -19,12 +27,15 @@ void emit_moe_state(Emitter *e, FILE *f)
                "/* Per layer, the (token, expert) pairs this rank's experts had no room for in\n"
                " * the last forward(), counted by one rank of those holding the same block. */\n"
                "static int64_t *g_moe_dropped;\n"
-               "/* Per layer, the bytes its counts-based all-to-alls carried in the last forward(),\n"
-               " * to the experts and back, then the same to other ranks only (only filled columns\n"
-               " * move; runtime.c rt_moe_pack). */\n"
-               "static int64_t *g_moe_moved;\n"
+               "%s"
                "static const RtMoeInfo rt_moe[MOE_LAYERS] = { /* dispatch, pairs, capacity, groups */\n",
-            layers);
+            layers,
+            moe_moved_counters(e->pr)
+                ? "/* Per layer, the bytes its counts-based all-to-alls carried in the last forward(),\n"
+                  " * to the experts and back, then the same to other ranks only (only filled columns\n"
+                  " * move; runtime.c rt_moe_pack). */\n"
+                  "static int64_t *g_moe_moved;\n"
+                : "");
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         if (n->folded || n->op != OP_MOE_DISPATCH)
@@ -42,8 +53,8 @@ void emit_moe_state(Emitter *e, FILE *f)
 void emit_moe_init(Emitter *e)
 {
     if (moe_layers(e->pr->g))
-        fprintf(e->f, "    g_moe_dropped = rt_counters(MOE_LAYERS);\n"
-                      "    g_moe_moved = rt_counters(4 * MOE_LAYERS);\n");
+        fprintf(e->f, "    g_moe_dropped = rt_counters(MOE_LAYERS);\n%s",
+                moe_moved_counters(e->pr) ? "    g_moe_moved = rt_counters(4 * MOE_LAYERS);\n" : "");
 }
 
 /* In main, after the passes: --stats. */
